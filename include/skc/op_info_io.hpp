@@ -1,0 +1,376 @@
+// skc/op_info_io.hpp: reading and writing op info files, and their names.
+//
+// The only header that includes nlohmann/json. Parsing goes through its SAX interface straight
+// into skc::Value, with limits checked as the text streams by (nesting depth) or before it is read
+// (file size), so hostile files are rejected early with an error that names the file and the
+// fault. Files are written to a temporary name and renamed into place, so a reader never sees a
+// half-written op info file, and created with O_EXCL | O_NOFOLLOW, so nothing existing is
+// overwritten and no symlink is followed.
+//
+// File names follow SPEC section 5: `<op_type>_<dtype>_<format>_<d0>_..._<counter>.json`, from the
+// first input (its first element when it is a list); a rank-0 tensor adds no dims; a record with no
+// present input is named `<op_type>_<counter>.json`. The counter is process-wide and never repeats.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+#include "op_record.hpp"
+#include "value.hpp"
+
+namespace skc {
+
+/// Limits applied while reading untrusted JSON.
+struct ReadLimits {
+    std::size_t max_file_bytes = 64u << 20;  // 64 MiB
+    std::size_t max_depth = 512;             // nesting of arrays and objects
+};
+
+namespace detail {
+
+[[noreturn]] inline void throw_errno(const std::string& what, const std::filesystem::path& p, int err) {
+    const Errc code = (err == EACCES || err == EPERM) ? Errc::permission_denied : Errc::io_error;
+    throw Error(code, what + ": " + std::strerror(err), ErrorContext{p.string(), {}, {}});
+}
+
+/// nlohmann SAX handler that builds a skc::Value, enforcing the depth limit and rejecting
+/// duplicate keys (the identity of an object with two values for one key would be ambiguous).
+class ValueBuilder final : public nlohmann::json_sax<nlohmann::json> {
+public:
+    explicit ValueBuilder(std::size_t max_depth) : max_depth_(max_depth) {}
+
+    bool null() override { return add(Value(nullptr)); }
+    bool boolean(bool b) override { return add(Value(b)); }
+    bool number_integer(number_integer_t v) override { return add(Value(static_cast<std::int64_t>(v))); }
+    bool number_unsigned(number_unsigned_t v) override { return add(Value(static_cast<std::uint64_t>(v))); }
+    bool number_float(number_float_t v, const string_t&) override { return add(Value(static_cast<double>(v))); }
+    bool string(string_t& s) override { return add(Value(std::move(s))); }
+    bool binary(binary_t&) override { return fail_with(Errc::invalid_json, "binary values are not JSON"); }
+    bool start_object(std::size_t) override { return open(Value(Object{})); }
+    bool key(string_t& k) override {
+        stack_.back().key = std::move(k);
+        return true;
+    }
+    bool end_object() override {
+        Object& o = stack_.back().value.as_object();
+        if (o.size() > 1) {
+            std::vector<std::string_view> keys;
+            keys.reserve(o.size());
+            for (const Member& m : o) keys.emplace_back(m.key);
+            std::sort(keys.begin(), keys.end());
+            if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end())
+                return fail_with(Errc::invalid_json, "duplicate key " + quote(*it) + " in one object");
+        }
+        return close();
+    }
+    bool start_array(std::size_t) override { return open(Value(Array{})); }
+    bool end_array() override { return close(); }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+        std::string msg = ex.what();
+        // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 1: ".
+        if (auto pos = msg.find("] "); pos != std::string::npos) msg.erase(0, pos + 2);
+        return fail_with(Errc::invalid_json, "not valid JSON: " + msg);
+    }
+
+    Value take_root() { return std::move(root_); }
+    bool failed() const { return failed_; }
+    Errc error_code() const { return code_; }
+    const std::string& error_message() const { return message_; }
+
+private:
+    struct Frame {
+        Value value;
+        std::string key;
+    };
+
+    bool add(Value v) {
+        if (stack_.empty()) {
+            root_ = std::move(v);
+            return true;
+        }
+        Frame& top = stack_.back();
+        if (top.value.is_object())
+            top.value.as_object().push_back(Member{std::move(top.key), std::move(v)});
+        else
+            top.value.as_array().push_back(std::move(v));
+        return true;
+    }
+    bool open(Value container) {
+        if (stack_.size() >= max_depth_)
+            return fail_with(Errc::limit_exceeded,
+                             "nesting deeper than " + std::to_string(max_depth_) + " levels of arrays and objects");
+        stack_.push_back(Frame{std::move(container), {}});
+        return true;
+    }
+    bool close() {
+        Value v = std::move(stack_.back().value);
+        stack_.pop_back();
+        return add(std::move(v));
+    }
+    bool fail_with(Errc code, std::string message) {
+        failed_ = true;
+        code_ = code;
+        message_ = std::move(message);
+        return false;
+    }
+
+    std::size_t max_depth_;
+    std::vector<Frame> stack_;
+    Value root_;
+    bool failed_ = false;
+    Errc code_ = Errc::invalid_json;
+    std::string message_;
+};
+
+inline nlohmann::ordered_json to_nlohmann(const Value& v) {
+    switch (v.kind()) {
+    case Kind::null: return nullptr;
+    case Kind::boolean: return v.as_bool();
+    case Kind::integer: return v.as_int();
+    case Kind::unsigned_integer: return v.as_uint();
+    case Kind::number: return v.as_double();
+    case Kind::string: return v.as_string();
+    case Kind::array: {
+        nlohmann::ordered_json a = nlohmann::ordered_json::array();
+        for (const Value& e : v.as_array()) a.push_back(to_nlohmann(e));
+        return a;
+    }
+    case Kind::object: {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (const Member& m : v.as_object()) o[m.key] = to_nlohmann(m.value);
+        return o;
+    }
+    }
+    return nullptr;
+}
+
+}  // namespace detail
+
+/// Parses JSON text into a Value. Throws skc::Error: invalid_json (empty, not JSON, duplicate key)
+/// or limit_exceeded (nesting deeper than limits.max_depth).
+inline Value parse_json(std::string_view text, const ReadLimits& limits = {}) {
+    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+        throw Error(Errc::invalid_json, "empty input: expected a JSON object");
+    detail::ValueBuilder builder(limits.max_depth);
+    const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+    if (!ok || builder.failed()) throw Error(builder.error_code(), builder.error_message());
+    return builder.take_root();
+}
+
+/// JSON text of a Value; indent < 0 gives one line.
+inline std::string dump_json(const Value& v, int indent = 4) {
+    return detail::to_nlohmann(v).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::strict);
+}
+
+/// The whole content of a regular file, refusing files above `max_bytes` before reading them and
+/// refusing to follow a symlink in the last component.
+inline std::string read_file(const std::filesystem::path& p, std::size_t max_bytes) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) detail::throw_errno("cannot open for reading", p, errno);
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) detail::throw_errno("cannot stat", p, errno);
+    if (!S_ISREG(st.st_mode)) throw Error(Errc::io_error, "not a regular file", ErrorContext{p.string(), {}, {}});
+    const auto size = static_cast<std::size_t>(st.st_size);
+    if (size > max_bytes)
+        throw Error(Errc::limit_exceeded,
+                    "file is " + std::to_string(size) + " bytes; files above " + std::to_string(max_bytes) +
+                        " bytes are rejected",
+                    ErrorContext{p.string(), {}, {}});
+    std::string data(size, '\0');
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::read(fd, data.data() + done, size - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            detail::throw_errno("cannot read", p, errno);
+        }
+        if (n == 0) break;  // the file shrank while we read it
+        done += static_cast<std::size_t>(n);
+    }
+    data.resize(done);
+    return data;
+}
+
+/// Reads one op info file. Every error names the file and, for content faults, the JSON path.
+inline OpRecord read_op_info(const std::filesystem::path& p, const ReadLimits& limits = {}) {
+    const std::string text = read_file(p, limits.max_file_bytes);
+    try {
+        return record_from_value(parse_json(text, limits));
+    } catch (const Error& e) {
+        throw e.in_file(p.string());
+    }
+}
+
+/// Parses the text of one op info file (no file involved).
+inline OpRecord parse_op_info(std::string_view text, const ReadLimits& limits = {}) {
+    return record_from_value(parse_json(text, limits));
+}
+
+// ---- file names ------------------------------------------------------------------------------------
+
+/// `<op_type>_<dtype>_<format>_<d0>_..._<dn>` (no counter, no extension). Validates the parts.
+inline std::string op_info_stem(const OpRecord& r) {
+    detail::validate_name(r.op_type, "op_type", "op type");
+    std::string out = r.op_type;
+    if (const TensorDesc* t = r.naming_tensor()) {
+        detail::validate_name(t->dtype, "dtype", "dtype");
+        detail::validate_name(t->format, "format", "format");
+        out += '_';
+        out += t->dtype;
+        out += '_';
+        out += t->format;
+        for (std::int64_t d : t->shape) {
+            out += '_';
+            out += std::to_string(d);
+        }
+    }
+    return out;
+}
+
+/// The next value of the process-wide file counter. Never repeats within a process.
+inline std::uint64_t next_op_info_counter() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The file name for `r` with the given counter: `<stem>_<counter>.json`.
+inline std::string op_info_file_name(const OpRecord& r, std::uint64_t counter) {
+    return op_info_stem(r) + "_" + std::to_string(counter) + ".json";
+}
+
+namespace detail {
+
+/// Writes `content` to `dir/name` atomically: a temporary file created with O_EXCL | O_NOFOLLOW,
+/// fsync'd when asked, then linked to its final name (link() fails rather than replace an
+/// existing file), then the temporary is removed.
+inline void write_new_file(const std::filesystem::path& dir, const std::string& name, std::string_view content,
+                           bool sync) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+        name.find('\0') != std::string::npos)
+        throw Error(Errc::invalid_name, "file name " + quote(name) + " is not a plain file name",
+                    ErrorContext{dir.string(), {}, {}});
+    static std::atomic<std::uint64_t> tmp_counter{0};
+    const std::filesystem::path final_path = dir / name;
+    const std::filesystem::path tmp = dir / (".tmp." + std::to_string(::getpid()) + "." +
+                                             std::to_string(tmp_counter.fetch_add(1)) + "." + name);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) throw_errno("cannot create", tmp, errno);
+    std::size_t done = 0;
+    while (done < content.size()) {
+        const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            throw_errno("cannot write", tmp, err);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (sync && ::fsync(fd) != 0) {
+        const int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw_errno("cannot fsync", tmp, err);
+    }
+    ::close(fd);
+    if (::link(tmp.c_str(), final_path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw_errno("cannot publish", final_path, err);
+    }
+    ::unlink(tmp.c_str());
+}
+
+}  // namespace detail
+
+struct WriteOptions {
+    bool with_bin_fields = true;  // keep bin_type/bin_info (only for `<pid>` and `<pid>_debug`)
+    bool sync = false;            // fsync each file before publishing it
+};
+
+/// Writes `r` into `dir` under a fresh name from the process-wide counter; returns the path.
+/// Validates the record first: nothing is written for an invalid one.
+inline std::filesystem::path write_op_info(const std::filesystem::path& dir, const OpRecord& r, WriteOptions opt = {}) {
+    validate(r);
+    const std::string name = op_info_file_name(r, next_op_info_counter());
+    const std::string text = dump_json(to_value(r, ToValueOptions{opt.with_bin_fields})) + "\n";
+    detail::write_new_file(dir, name, text, opt.sync);
+    return dir / name;
+}
+
+/// Writes `r` into `dir` under the given plain file name (used to copy a file under its own name).
+inline std::filesystem::path write_op_info_as(const std::filesystem::path& dir, const std::string& name,
+                                              const OpRecord& r, WriteOptions opt = {}) {
+    validate(r);
+    const std::string text = dump_json(to_value(r, ToValueOptions{opt.with_bin_fields})) + "\n";
+    detail::write_new_file(dir, name, text, opt.sync);
+    return dir / name;
+}
+
+// ---- directories -----------------------------------------------------------------------------------
+
+/// One op info file read from a directory.
+struct LoadedOp {
+    std::filesystem::path path;
+    OpRecord record;
+};
+
+struct DirReadResult {
+    std::vector<LoadedOp> ops;   // sorted by file name
+    std::vector<Error> errors;   // files that could not be read (only when collecting errors)
+};
+
+enum class OnBadFile { fail, collect };
+
+/// Reads every `*.json` file directly in `dir` (hidden and temporary files are skipped), sorted by
+/// name. With OnBadFile::fail the first bad file throws; with collect, bad files are reported in
+/// `errors` and the rest are still read.
+inline DirReadResult read_op_info_dir(const std::filesystem::path& dir, OnBadFile on_bad = OnBadFile::fail,
+                                      const ReadLimits& limits = {}) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(dir, ec);
+    if (ec) throw Error(Errc::io_error, "cannot list directory: " + ec.message(), ErrorContext{dir.string(), {}, {}});
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : it) {
+        const std::string name = entry.path().filename().string();
+        if (name.empty() || name.front() == '.' || entry.path().extension() != ".json") continue;
+        std::error_code st_ec;
+        if (std::filesystem::is_directory(entry.symlink_status(st_ec))) continue;  // a folder named *.json
+        files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    DirReadResult out;
+    out.ops.reserve(files.size());
+    for (const auto& f : files) {
+        try {
+            out.ops.push_back(LoadedOp{f, read_op_info(f, limits)});
+        } catch (const Error& e) {
+            if (on_bad == OnBadFile::fail) throw;
+            out.errors.push_back(e);
+        }
+    }
+    return out;
+}
+
+}  // namespace skc

@@ -1,0 +1,172 @@
+// skc/recorder.hpp: OpRecorder, the recording session of SPEC section 6, step 1.
+//
+// One recording session may be active in a process at a time: OpRecorder's constructor claims the
+// process-wide session and throws Error(session_active) when another holds it (this is the
+// conflict with a profiler that records op arguments from step 0: that profiler holds the session,
+// and skc says so instead of silently recording nothing). The destructor releases it.
+//
+// record() may be called from many threads at once. Each call hashes the record outside any lock,
+// then takes the lock of one of 16 shards (chosen by digest) to deduplicate, so threads recording
+// different ops rarely contend. stop() writes `<pid>_debug` (every op), `<pid>` (targets) and
+// `<pid>_opcompile` (supported ops, without bin_type/bin_info), in the order ops were first seen.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "detail/hash.hpp"
+#include "error.hpp"
+#include "layout.hpp"
+#include "op_info_io.hpp"
+#include "op_record.hpp"
+#include "op_set.hpp"
+#include "select.hpp"
+
+namespace skc {
+
+namespace detail {
+
+inline std::atomic<bool>& recording_session_flag() noexcept {
+    static std::atomic<bool> active{false};
+    return active;
+}
+
+}  // namespace detail
+
+/// True while a recording session is active in this process.
+inline bool recording_session_active() noexcept {
+    return detail::recording_session_flag().load(std::memory_order_acquire);
+}
+
+/// What stop() wrote.
+struct RecordingResult {
+    std::size_t recorded = 0;   // distinct ops (files in `<pid>_debug`)
+    std::size_t targets = 0;    // files in `<pid>`
+    std::size_t supported = 0;  // files in `<pid>_opcompile`
+};
+
+template <TargetPolicy Targets = DefaultTargets, SupportPolicy Support = DefaultSupport>
+class OpRecorder {
+public:
+    /// Starts the process's recording session. Throws Error(session_active) when one is active.
+    explicit OpRecorder(Targets targets = {}, Support support = {})
+        : targets_(std::move(targets)), support_(std::move(support)) {
+        bool expected = false;
+        if (!detail::recording_session_flag().compare_exchange_strong(expected, true, std::memory_order_acq_rel))
+            throw Error(Errc::session_active,
+                        "a recording session is already active in this process (a profiler that records op "
+                        "arguments from step 0 holds it); stop it before enabling static kernel compilation");
+    }
+    OpRecorder(const OpRecorder&) = delete;
+    OpRecorder& operator=(const OpRecorder&) = delete;
+    ~OpRecorder() { detail::recording_session_flag().store(false, std::memory_order_release); }
+
+    /// Records one op instance; returns true when its content was not recorded before. The record
+    /// is validated first (Error with the JSON path of the fault; nothing is recorded then).
+    bool record(const OpRecord& r) {
+        validate(r);
+        return insert(digest(r), r);
+    }
+
+    /// Records with a digest computed at compile time (OpDesc::digest); `make` builds the record
+    /// only when the op is new. The digest must be skc::digest(make()).
+    template <class Make>
+    bool record(const Digest& d, Make&& make) {
+        Shard& sh = shard_for(d);
+        {
+            std::lock_guard lock(sh.mu);
+            if (sh.seen.count(d) != 0) return false;
+        }
+        OpRecord r = make();
+        validate(r);
+        return insert(d, r);
+    }
+
+    /// Distinct ops recorded so far.
+    [[nodiscard]] std::size_t size() const {
+        std::size_t n = 0;
+        for (const Shard& sh : shards_) {
+            std::lock_guard lock(sh.mu);
+            n += sh.items.size();
+        }
+        return n;
+    }
+
+    /// The distinct ops recorded so far, in the order first seen (bin fields dropped, names empty).
+    [[nodiscard]] OpSet snapshot() const {
+        OpSet set;
+        for (const Item* it : ordered()) set.insert(it->digest, without_bin_fields(it->record));
+        return set;
+    }
+
+    /// Writes the session's op info folders into `run`. May be called once per run folder.
+    RecordingResult stop(const RunLayout& run) const {
+        RecordingResult res;
+        const std::vector<const Item*> items = ordered();
+        detail::make_dir(run.debug());
+        detail::make_dir(run.targets());
+        detail::make_dir(run.opcompile());
+        for (const Item* it : items) {
+            const OpRecord& r = it->record;
+            write_op_info(run.debug(), r, WriteOptions{true, false});
+            ++res.recorded;
+            if (targets_.is_target(r.op_type)) {
+                write_op_info(run.targets(), r, WriteOptions{true, false});
+                ++res.targets;
+            }
+            if (support_.supports(r.op_type)) {
+                write_op_info(run.opcompile(), r, WriteOptions{false, false});
+                ++res.supported;
+            }
+        }
+        return res;
+    }
+
+private:
+    struct Item {
+        std::uint64_t seq;
+        Digest digest;
+        OpRecord record;
+    };
+    struct Shard {
+        mutable std::mutex mu;
+        std::unordered_set<Digest, DigestHash> seen;
+        std::deque<Item> items;  // a deque: records keep their address while others are added
+    };
+    static constexpr std::size_t shard_count = 16;
+
+    Shard& shard_for(const Digest& d) { return shards_[d.bytes[15] % shard_count]; }
+
+    bool insert(const Digest& d, const OpRecord& r) {
+        Shard& sh = shard_for(d);
+        std::lock_guard lock(sh.mu);
+        if (!sh.seen.insert(d).second) return false;
+        sh.items.push_back(Item{next_seq_.fetch_add(1, std::memory_order_relaxed), d, r});
+        return true;
+    }
+
+    std::vector<const Item*> ordered() const {
+        std::vector<const Item*> all;
+        for (const Shard& sh : shards_) {
+            std::lock_guard lock(sh.mu);
+            for (const Item& it : sh.items) all.push_back(&it);
+        }
+        std::sort(all.begin(), all.end(), [](const Item* a, const Item* b) { return a->seq < b->seq; });
+        return all;
+    }
+
+    Targets targets_;
+    Support support_;
+    std::array<Shard, shard_count> shards_;
+    std::atomic<std::uint64_t> next_seq_{0};
+};
+
+}  // namespace skc

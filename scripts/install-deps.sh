@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages skc needs to build, test and benchmark, when any is missing.
+set -euo pipefail
+
+packages=(
+  meson ninja-build pkg-config g++ clang      # build, on both compilers
+  libboost-dev nlohmann-json3-dev             # Boost.Hana and nlohmann/json (the headers include them)
+  doctest-dev libbenchmark-dev libssl-dev     # tests; benchmarks (OpenSSL's SHA-256 is a baseline)
+  makeself                                    # run packages
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,92 @@
+#include <doctest/doctest.h>
+
+#include <skc/op_info_io.hpp>
+#include <skc/options.hpp>
+
+namespace {
+
+skc::Options parse(std::string_view json) { return skc::parse_options(skc::parse_json(json)); }
+
+std::string error_of(std::string_view json) {
+    try {
+        (void)parse(json);
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::invalid_option);
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("defaults") {
+    const skc::Options o = parse("{}");
+    CHECK_FALSE(o.static_kernel_compile);
+    CHECK_FALSE(o.disable_static_kernel_compile_cache);
+    CHECK_FALSE(o.cache_enabled());
+    CHECK_FALSE(o.model_compile_cache);
+    CHECK_FALSE(o.force_eager);
+    CHECK(o.op_blacklist.empty());
+    CHECK(o.compile_timeout == std::chrono::seconds(3600));
+    CHECK(o.jobs >= 1);
+    CHECK_FALSE(o.log_level.has_value());
+    CHECK_FALSE(o.deterministic);
+    CHECK(o.compiler_options.empty());
+}
+
+TEST_CASE("every option is read") {
+    const skc::Options o = parse(R"({
+        "static_kernel_compile": true, "disable_static_kernel_compile_cache": true,
+        "model_compile_cache": true, "model_compile_cache_dir": "/cache", "force_eager": true,
+        "base_dir": "/out", "op_blacklist": ["Gelu", "MatMulV2_float"], "compile_timeout_seconds": 90,
+        "jobs": 6, "log_level": "debug", "deterministic": true, "compiler_options": ["--opt=1"],
+        "super_kernel": true})");
+    CHECK(o.static_kernel_compile);
+    CHECK(o.disable_static_kernel_compile_cache);
+    CHECK_FALSE(o.cache_enabled());  // the feature is on but the cache is disabled
+    CHECK(o.model_compile_cache);
+    CHECK(o.model_compile_cache_dir == "/cache");
+    CHECK(o.force_eager);
+    CHECK_FALSE(o.use_model_cache_dir());  // force_eager wins
+    CHECK(o.base_dir == "/out");
+    CHECK(o.op_blacklist == std::vector<std::string>{"Gelu", "MatMulV2_float"});
+    CHECK(o.compile_timeout == std::chrono::seconds(90));
+    CHECK(o.jobs == 6);
+    CHECK(o.log_level == skc::LogLevel::debug);
+    CHECK(o.deterministic);
+    CHECK(o.compiler_options == std::vector<std::string>{"--super-kernel=true", "--opt=1"});
+}
+
+TEST_CASE("the cache switch only matters when the feature is on") {
+    CHECK(parse(R"({"static_kernel_compile": true})").cache_enabled());
+    CHECK_FALSE(parse(R"({"disable_static_kernel_compile_cache": false})").cache_enabled());
+}
+
+TEST_CASE("an unknown key is an error that names it and lists the known keys") {
+    CHECK_EQ(error_of(R"({"static_kernel_compiles": true})"),
+             "option 'static_kernel_compiles': unknown option; known options are: static_kernel_compile, "
+             "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
+             "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
+             "super_kernel");
+}
+
+TEST_CASE("wrongly typed and out-of-range values name the key and what is accepted") {
+    CHECK_EQ(error_of(R"({"static_kernel_compile": "true"})"),
+             "option 'static_kernel_compile': expected true or false, found string");
+    CHECK_EQ(error_of(R"({"disable_static_kernel_compile_cache": 1})"),
+             "option 'disable_static_kernel_compile_cache': expected true or false, found integer");
+    CHECK_EQ(error_of(R"({"jobs": 0})"), "option 'jobs': expected an integer from 1 to 1024, found 0");
+    CHECK_EQ(error_of(R"({"jobs": 2.5})"), "option 'jobs': expected an integer from 1 to 1024, found number");
+    CHECK_EQ(error_of(R"({"compile_timeout_seconds": -1})"),
+             "option 'compile_timeout_seconds': expected an integer from 1 to 604800, found -1");
+    CHECK_EQ(error_of(R"({"op_blacklist": "Gelu"})"), "option 'op_blacklist': expected an array of strings, found string");
+    CHECK_EQ(error_of(R"({"op_blacklist": ["Gelu", 3]})"),
+             "option 'op_blacklist': element 1: expected a string, found integer");
+    CHECK_EQ(error_of(R"({"op_blacklist": [""]})"),
+             "option 'op_blacklist': an empty substring would blacklist every op");
+    CHECK_EQ(error_of(R"({"log_level": "verbose"})"),
+             "option 'log_level': value \"verbose\" is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
+    CHECK_EQ(error_of(R"({"model_compile_cache": true})"),
+             "option 'model_compile_cache_dir': required when model_compile_cache is true");
+    CHECK_EQ(error_of(R"([])"), "options must be a JSON object, found array");
+}
