@@ -87,9 +87,10 @@ inline std::filesystem::path check_path_safety(const std::filesystem::path& p, s
 enum class Access : unsigned char { read = 1, write = 2, read_write = 3 };
 
 /// Checks that the calling user may read and/or write (and enter) directory `p`. The error names the
-/// path and the missing permission.
-inline void check_access(const std::filesystem::path& p, Access need = Access::read_write) {
-    const ErrorContext where{p.string(), {}, {}};
+/// path, the missing permission and, when given, the option the path came from.
+inline void check_access(const std::filesystem::path& p, Access need = Access::read_write,
+                         std::string_view option = {}) {
+    const ErrorContext where{p.string(), {}, std::string(option)};
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0)
         throw Error(errno == EACCES ? Errc::permission_denied : Errc::io_error,
@@ -119,7 +120,7 @@ inline std::filesystem::path resolve_base(const Options& o, const std::filesyste
         base = cwd;
     }
     base = check_path_safety(base, option);
-    check_access(base, Access::read_write);
+    check_access(base, Access::read_write, option);
     return base;
 }
 
@@ -137,7 +138,9 @@ inline std::string cache_name_part(std::string_view s, std::string_view what) {
     return out;
 }
 
+/// Creates `p` and its missing parents, refusing to create or use anything through a symbolic link.
 inline void make_dir(const std::filesystem::path& p) {
+    check_path_safety(p);
     std::error_code ec;
     std::filesystem::create_directories(p, ec);
     if (ec) throw Error(Errc::io_error, "cannot create directory: " + ec.message(), ErrorContext{p.string(), {}, {}});

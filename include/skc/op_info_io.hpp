@@ -3,9 +3,9 @@
 // The only header that includes nlohmann/json. Parsing goes through its SAX interface straight
 // into skc::Value, with limits checked as the text streams by (nesting depth) or before it is read
 // (file size), so hostile files are rejected early with an error that names the file and the
-// fault. Files are written to a temporary name and renamed into place, so a reader never sees a
-// half-written op info file, and created with O_EXCL | O_NOFOLLOW, so nothing existing is
-// overwritten and no symlink is followed.
+// fault. Files are written to a temporary name and then linked to their final name, so a reader
+// never sees a half-written op info file; they are created with O_EXCL | O_NOFOLLOW and link()
+// never replaces a file, so nothing existing is overwritten and no symlink is followed.
 //
 // File names follow SPEC section 5: `<op_type>_<dtype>_<format>_<d0>_..._<counter>.json`, from the
 // first input (its first element when it is a list); a rank-0 tensor adds no dims; a record with no
@@ -44,13 +44,52 @@ struct ReadLimits {
 
 namespace detail {
 
+/// Refuses a path with a NUL byte: the system call would silently use only the part before it.
+inline void reject_nul(const std::filesystem::path& p) {
+    const std::string& s = p.native();
+    if (const auto nul = s.find('\0'); nul != std::string::npos)
+        throw Error(Errc::unsafe_path, "the path contains a NUL byte", ErrorContext{s.substr(0, nul), {}, {}});
+}
+
 [[noreturn]] inline void throw_errno(const std::string& what, const std::filesystem::path& p, int err) {
     const Errc code = (err == EACCES || err == EPERM) ? Errc::permission_denied : Errc::io_error;
     throw Error(code, what + ": " + std::strerror(err), ErrorContext{p.string(), {}, {}});
 }
 
-/// nlohmann SAX handler that builds a skc::Value, enforcing the depth limit and rejecting
-/// duplicate keys (the identity of an object with two values for one key would be ambiguous).
+/// nlohmann's parse error text, made safe for a one-line message: the quoted "last read" token is
+/// cut to a few dozen bytes (an unterminated string would otherwise be quoted whole), bytes outside
+/// printable ASCII are shown as \xNN, and the whole is capped at 400 bytes.
+inline std::string tidy_parse_message(std::string msg) {
+    // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 1: ".
+    if (auto pos = msg.find("] "); pos != std::string::npos) msg.erase(0, pos + 2);
+    static constexpr std::string_view last_read = "last read: '";
+    if (auto pos = msg.find(last_read); pos != std::string::npos) {
+        const std::size_t token = pos + last_read.size();
+        if (msg.size() - token > 48) msg = msg.substr(0, token + 40) + "...'";
+    }
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    for (char c : msg) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u >= 0x7f) {
+            out += "\\x";
+            out += digits[u >> 4];
+            out += digits[u & 0xF];
+        } else {
+            out += c;
+        }
+        if (out.size() >= 400) {
+            out += "...";
+            break;
+        }
+    }
+    return out;
+}
+
+/// nlohmann SAX handler that builds a skc::Value, enforcing the depth limit, rejecting duplicate
+/// keys (the identity of an object with two values for one key would be ambiguous) and integers
+/// outside the 64-bit range (they would be rounded to a double, and two different ops could get
+/// one identity). Errors carry the JSON path of the fault.
 class ValueBuilder final : public nlohmann::json_sax<nlohmann::json> {
 public:
     explicit ValueBuilder(std::size_t max_depth) : max_depth_(max_depth) {}
@@ -59,9 +98,15 @@ public:
     bool boolean(bool b) override { return add(Value(b)); }
     bool number_integer(number_integer_t v) override { return add(Value(static_cast<std::int64_t>(v))); }
     bool number_unsigned(number_unsigned_t v) override { return add(Value(static_cast<std::uint64_t>(v))); }
-    bool number_float(number_float_t v, const string_t&) override { return add(Value(static_cast<double>(v))); }
+    bool number_float(number_float_t v, const string_t& raw) override {
+        if (raw.find_first_of(".eE") == string_t::npos)
+            return fail_with(Errc::limit_exceeded, "integer " + raw.substr(0, 40) + (raw.size() > 40 ? "..." : "") +
+                                                       " is outside the 64-bit range; skc keeps integers exact",
+                             pending_path());
+        return add(Value(static_cast<double>(v)));
+    }
     bool string(string_t& s) override { return add(Value(std::move(s))); }
-    bool binary(binary_t&) override { return fail_with(Errc::invalid_json, "binary values are not JSON"); }
+    bool binary(binary_t&) override { return fail_with(Errc::invalid_json, "binary values are not JSON", pending_path()); }
     bool start_object(std::size_t) override { return open(Value(Object{})); }
     bool key(string_t& k) override {
         stack_.back().key = std::move(k);
@@ -75,29 +120,48 @@ public:
             for (const Member& m : o) keys.emplace_back(m.key);
             std::sort(keys.begin(), keys.end());
             if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end())
-                return fail_with(Errc::invalid_json, "duplicate key " + quote(*it) + " in one object");
+                return fail_with(Errc::invalid_json, "duplicate key " + quote(*it) + " in one object", frame_path());
         }
         return close();
     }
     bool start_array(std::size_t) override { return open(Value(Array{})); }
     bool end_array() override { return close(); }
     bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
-        std::string msg = ex.what();
-        // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 1: ".
-        if (auto pos = msg.find("] "); pos != std::string::npos) msg.erase(0, pos + 2);
-        return fail_with(Errc::invalid_json, "not valid JSON: " + msg);
+        return fail_with(Errc::invalid_json, "not valid JSON: " + tidy_parse_message(ex.what()), {});
     }
 
     Value take_root() { return std::move(root_); }
     bool failed() const { return failed_; }
-    Errc error_code() const { return code_; }
-    const std::string& error_message() const { return message_; }
+    Error error() const { return Error(code_, message_, ErrorContext{{}, path_, {}}); }
 
 private:
     struct Frame {
         Value value;
-        std::string key;
+        std::string key;      // the key of the member being read (objects)
+        std::string segment;  // where this container sits in its parent: ".key" or "[i]"
     };
+
+    /// The position the next value goes to, as a path segment of the top frame.
+    std::string next_segment() const {
+        if (stack_.empty()) return {};
+        const Frame& top = stack_.back();
+        if (top.value.is_object()) return "." + top.key;
+        return "[" + std::to_string(top.value.as_array().size()) + "]";
+    }
+    static std::string strip_dot(std::string p) {
+        if (!p.empty() && p.front() == '.') p.erase(0, 1);
+        return p;
+    }
+    std::string frame_path() const {
+        std::string p;
+        for (const Frame& f : stack_) p += f.segment;
+        return strip_dot(std::move(p));
+    }
+    std::string pending_path() const {
+        std::string p;
+        for (const Frame& f : stack_) p += f.segment;
+        return strip_dot(p + next_segment());
+    }
 
     bool add(Value v) {
         if (stack_.empty()) {
@@ -114,8 +178,10 @@ private:
     bool open(Value container) {
         if (stack_.size() >= max_depth_)
             return fail_with(Errc::limit_exceeded,
-                             "nesting deeper than " + std::to_string(max_depth_) + " levels of arrays and objects");
-        stack_.push_back(Frame{std::move(container), {}});
+                             "nesting deeper than " + std::to_string(max_depth_) + " levels of arrays and objects",
+                             {});
+        std::string segment = next_segment();
+        stack_.push_back(Frame{std::move(container), {}, std::move(segment)});
         return true;
     }
     bool close() {
@@ -123,10 +189,11 @@ private:
         stack_.pop_back();
         return add(std::move(v));
     }
-    bool fail_with(Errc code, std::string message) {
+    bool fail_with(Errc code, std::string message, std::string path) {
         failed_ = true;
         code_ = code;
         message_ = std::move(message);
+        path_ = std::move(path);
         return false;
     }
 
@@ -136,6 +203,7 @@ private:
     bool failed_ = false;
     Errc code_ = Errc::invalid_json;
     std::string message_;
+    std::string path_;
 };
 
 inline nlohmann::ordered_json to_nlohmann(const Value& v) {
@@ -167,9 +235,12 @@ inline nlohmann::ordered_json to_nlohmann(const Value& v) {
 inline Value parse_json(std::string_view text, const ReadLimits& limits = {}) {
     if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
         throw Error(Errc::invalid_json, "empty input: expected a JSON object");
+    // nlohmann stops at a NUL byte as if the input ended there; what follows must not be ignored.
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+        throw Error(Errc::invalid_json, "not valid JSON: NUL byte at byte offset " + std::to_string(nul));
     detail::ValueBuilder builder(limits.max_depth);
     const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
-    if (!ok || builder.failed()) throw Error(builder.error_code(), builder.error_message());
+    if (!ok || builder.failed()) throw builder.error();
     return builder.take_root();
 }
 
@@ -181,8 +252,17 @@ inline std::string dump_json(const Value& v, int indent = 4) {
 /// The whole content of a regular file, refusing files above `max_bytes` before reading them and
 /// refusing to follow a symlink in the last component.
 inline std::string read_file(const std::filesystem::path& p, std::size_t max_bytes) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) detail::throw_errno("cannot open for reading", p, errno);
+    detail::reject_nul(p);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not regular).
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        const int err = errno;
+        struct stat lst {};
+        if (err == ELOOP && ::lstat(p.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+            throw Error(Errc::unsafe_path, "is a symbolic link; op info files are not read through symbolic links",
+                        ErrorContext{p.string(), {}, {}});
+        detail::throw_errno("cannot open for reading", p, err);
+    }
     struct Closer {
         int fd;
         ~Closer() { ::close(fd); }
@@ -232,9 +312,9 @@ inline OpRecord parse_op_info(std::string_view text, const ReadLimits& limits = 
 inline std::string op_info_stem(const OpRecord& r) {
     detail::validate_name(r.op_type, "op_type", "op type");
     std::string out = r.op_type;
-    if (const TensorDesc* t = r.naming_tensor()) {
-        detail::validate_name(t->dtype, "dtype", "dtype");
-        detail::validate_name(t->format, "format", "format");
+    if (const auto [t, path] = r.naming_tensor_at(); t != nullptr) {
+        detail::validate_name(t->dtype, detail::path_join(path, "dtype"), "dtype");
+        detail::validate_name(t->format, detail::path_join(path, "format"), "format");
         out += '_';
         out += t->dtype;
         out += '_';
@@ -269,6 +349,7 @@ inline void write_new_file(const std::filesystem::path& dir, const std::string& 
         name.find('\0') != std::string::npos)
         throw Error(Errc::invalid_name, "file name " + quote(name) + " is not a plain file name",
                     ErrorContext{dir.string(), {}, {}});
+    reject_nul(dir);
     static std::atomic<std::uint64_t> tmp_counter{0};
     const std::filesystem::path final_path = dir / name;
     const std::filesystem::path tmp = dir / (".tmp." + std::to_string(::getpid()) + "." +

@@ -115,6 +115,17 @@ struct OpRecord {
         }
         return nullptr;
     }
+
+    /// naming_tensor() with its JSON path (`inputs[1]`, `inputs[0][0]`); {nullptr, ""} when none.
+    [[nodiscard]] std::pair<const TensorDesc*, std::string> naming_tensor_at() const {
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+            const std::string at = "inputs[" + std::to_string(i) + "]";
+            if (const auto* t = std::get_if<TensorDesc>(&inputs[i])) return {t, at};
+            if (const auto* list = std::get_if<std::vector<TensorDesc>>(&inputs[i]); list && !list->empty())
+                return {&list->front(), at + "[0]"};
+        }
+        return {nullptr, {}};
+    }
 };
 
 // ---- names ---------------------------------------------------------------------------------------
@@ -190,7 +201,26 @@ inline void validate_dims(const RuntimeShape& s, const std::string& path, bool n
         fail(Errc::limit_exceeded, path, "element count overflows 64 bits");
 }
 
+/// Objects inside a Value must not repeat a key (the identity would be ambiguous). Values read from
+/// files are checked by the parser; this catches Values built in code.
+inline void validate_keys(const Value& v, const std::string& path) {
+    if (v.is_array()) {
+        for (std::size_t i = 0; i < v.as_array().size(); ++i) validate_keys(v.as_array()[i], path_index(path, i));
+    } else if (v.is_object()) {
+        const std::vector<const Member*> sorted = sorted_members(v.as_object());
+        for (std::size_t i = 1; i < sorted.size(); ++i)
+            if (sorted[i]->key == sorted[i - 1]->key)
+                fail(Errc::invalid_op_info, path, "duplicate key " + quote(sorted[i]->key) + " in one object");
+        for (const Member& m : v.as_object()) validate_keys(m.value, path_join(path, m.key));
+    }
+}
+
 inline void validate_extra(const Object& extra, std::initializer_list<std::string_view> known, const std::string& path) {
+    const std::vector<const Member*> sorted = sorted_members(extra);
+    for (std::size_t i = 1; i < sorted.size(); ++i)
+        if (sorted[i]->key == sorted[i - 1]->key)
+            fail(Errc::invalid_op_info, path, "duplicate key " + quote(sorted[i]->key) + " in one object");
+    for (const Member& m : extra) validate_keys(m.value, path_join(path, m.key));
     for (const Member& m : extra)
         for (std::string_view k : known)
             if (m.key == k)
@@ -204,6 +234,9 @@ inline void validate_tensor(const TensorDesc& t, const std::string& path) {
     validate_dims(t.shape, path_join(path, "shape"), true);
     if (t.origin_shape) validate_dims(*t.origin_shape, path_join(path, "origin_shape"), true);
     if (t.stride) validate_dims(*t.stride, path_join(path, "stride"), false);
+    if (t.c0_format) validate_keys(*t.c0_format, path_join(path, "c0_format"));
+    if (t.value_depend) validate_keys(*t.value_depend, path_join(path, "value_depend"));
+    if (t.const_data) validate_keys(*t.const_data, path_join(path, "const_data"));
     if (t.offset && *t.offset < 0)
         fail(Errc::invalid_op_info, path_join(path, "offset"), "offset " + std::to_string(*t.offset) + " is negative");
     validate_extra(t.extra,
@@ -233,9 +266,13 @@ inline void validate(const OpRecord& r) {
         detail::fail(Errc::invalid_op_info, "deterministic",
                      "value " + detail::quote(*r.deterministic) + " is not accepted: use \"true\" or \"false\"");
     if (r.attrs)
-        for (std::size_t i = 0; i < r.attrs->size(); ++i)
-            detail::validate_extra((*r.attrs)[i].extra, {"name", "dtype", "index", "value"},
-                                   detail::path_index("attrs", i));
+        for (std::size_t i = 0; i < r.attrs->size(); ++i) {
+            const std::string at = detail::path_index("attrs", i);
+            detail::validate_keys((*r.attrs)[i].value, detail::path_join(at, "value"));
+            detail::validate_extra((*r.attrs)[i].extra, {"name", "dtype", "index", "value"}, at);
+        }
+    if (r.extra_params) detail::validate_keys(*r.extra_params, "extra_params");
+    if (r.bin_info) detail::validate_keys(*r.bin_info, "bin_info");
     if (r.platform_info) detail::validate_extra(r.platform_info->extra, {"vector_core_cnt", "cube_core_cnt"}, "platform_info");
     detail::validate_extra(r.extra,
                            {"op_type", "inputs", "outputs", "attrs", "tune_mode", "platform_info", "impl_mode",
@@ -444,11 +481,13 @@ struct ToValueOptions {
     bool with_bin_fields = true;  // write bin_type/bin_info (only `<pid>` and `<pid>_debug` keep them)
 };
 
-/// The record as the JSON document of its op info file, known fields first in the usual order,
-/// then the unknown ones in the order they were read.
+/// The record as the JSON document of its op info file: known fields first, in the order real
+/// dumps use (op_type, tune_mode, inputs, outputs, attrs, platform_info, impl_mode, deterministic,
+/// deterministic_level, ...), then the unknown ones in the order they were read.
 inline Value to_value(const OpRecord& r, ToValueOptions opt = {}) {
     Object o;
     o.push_back({"op_type", r.op_type});
+    if (r.tune_mode) o.push_back({"tune_mode", *r.tune_mode});
     o.push_back({"inputs", detail::slots_value(r.inputs)});
     o.push_back({"outputs", detail::slots_value(r.outputs)});
     if (r.attrs) {
@@ -464,7 +503,6 @@ inline Value to_value(const OpRecord& r, ToValueOptions opt = {}) {
         }
         o.push_back({"attrs", Value(std::move(a))});
     }
-    if (r.tune_mode) o.push_back({"tune_mode", *r.tune_mode});
     if (r.platform_info) {
         Object p;
         if (r.platform_info->vector_core_cnt) p.push_back({"vector_core_cnt", *r.platform_info->vector_core_cnt});

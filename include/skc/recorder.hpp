@@ -3,7 +3,8 @@
 // One recording session may be active in a process at a time: OpRecorder's constructor claims the
 // process-wide session and throws Error(session_active) when another holds it (this is the
 // conflict with a profiler that records op arguments from step 0: that profiler holds the session,
-// and skc says so instead of silently recording nothing). The destructor releases it.
+// and skc says so instead of silently recording nothing). stop() ends the session and writes what
+// it recorded; the destructor releases the session too if stop() was never called.
 //
 // record() may be called from many threads at once. Each call hashes the record outside any lock,
 // then takes the lock of one of 16 shards (chosen by digest) to deduplicate, so threads recording
@@ -67,17 +68,19 @@ public:
     }
     OpRecorder(const OpRecorder&) = delete;
     OpRecorder& operator=(const OpRecorder&) = delete;
-    ~OpRecorder() { detail::recording_session_flag().store(false, std::memory_order_release); }
+    ~OpRecorder() { release(); }
 
     /// Records one op instance; returns true when its content was not recorded before. The record
     /// is validated first (Error with the JSON path of the fault; nothing is recorded then).
+    /// Throws Error(no_session) after stop().
     bool record(const OpRecord& r) {
         validate(r);
         return insert(digest(r), r);
     }
 
     /// Records with a digest computed at compile time (OpDesc::digest); `make` builds the record
-    /// only when the op is new. The digest must be skc::digest(make()).
+    /// only when the op is new. The digest must be skc::digest(make()): a mismatch is an
+    /// Error(invalid_argument) and nothing is recorded.
     template <class Make>
     bool record(const Digest& d, Make&& make) {
         Shard& sh = shard_for(d);
@@ -87,8 +90,14 @@ public:
         }
         OpRecord r = make();
         validate(r);
+        if (digest(r) != d)
+            throw Error(Errc::invalid_argument, "the digest given to record() (" + d.hex() +
+                                                    ") is not the digest of the record (" + digest(r).hex() + ")");
         return insert(d, r);
     }
+
+    /// True until stop() (the session is this process's while the recorder is active).
+    [[nodiscard]] bool active() const noexcept { return active_.load(std::memory_order_acquire); }
 
     /// Distinct ops recorded so far.
     [[nodiscard]] std::size_t size() const {
@@ -107,8 +116,18 @@ public:
         return set;
     }
 
-    /// Writes the session's op info folders into `run`. May be called once per run folder.
-    RecordingResult stop(const RunLayout& run) const {
+    /// Ends the session (the process may start another one) and writes its op info folders into
+    /// `run`. Throws Error(no_session) when already stopped. Ops recorded by other threads while
+    /// stop() runs are refused with Error(no_session), never half-written.
+    RecordingResult stop(const RunLayout& run) {
+        {
+            // Taking every shard lock orders stop() after any record() in progress.
+            std::array<std::unique_lock<std::mutex>, shard_count> locks;
+            for (std::size_t i = 0; i < shard_count; ++i) locks[i] = std::unique_lock(shards_[i].mu);
+            if (!active_.exchange(false, std::memory_order_acq_rel))
+                throw Error(Errc::no_session, "the recording session was already stopped");
+        }
+        release();
         RecordingResult res;
         const std::vector<const Item*> items = ordered();
         detail::make_dir(run.debug());
@@ -148,6 +167,8 @@ private:
     bool insert(const Digest& d, const OpRecord& r) {
         Shard& sh = shard_for(d);
         std::lock_guard lock(sh.mu);
+        if (!active_.load(std::memory_order_acquire))
+            throw Error(Errc::no_session, "the recording session was stopped; start a new OpRecorder to record again");
         if (!sh.seen.insert(d).second) return false;
         sh.items.push_back(Item{next_seq_.fetch_add(1, std::memory_order_relaxed), d, r});
         return true;
@@ -163,8 +184,15 @@ private:
         return all;
     }
 
+    /// Gives the process-wide session back, once.
+    void release() noexcept {
+        if (!released_.exchange(true)) detail::recording_session_flag().store(false, std::memory_order_release);
+    }
+
     Targets targets_;
     Support support_;
+    std::atomic<bool> active_{true};
+    std::atomic<bool> released_{false};
     std::array<Shard, shard_count> shards_;
     std::atomic<std::uint64_t> next_seq_{0};
 };

@@ -215,6 +215,17 @@ Selection select_for_compile(const RunLayout& run, const SelectOptions& opt = {}
                         run.debug().filename().string() + "' exists",
                     ErrorContext{run.dir().string(), {}, {}});
 
+    // Never read or write through a symbolic link; checked before anything is written.
+    check_path_safety(s.input_dir);
+    check_path_safety(run.blacklisted());
+    check_path_safety(run.selected());
+    for (const std::filesystem::path& out : {run.selected(), run.blacklisted()})
+        if (std::filesystem::exists(std::filesystem::symlink_status(out, ec)))
+            throw Error(Errc::invalid_argument,
+                        "selection already ran in this run folder ('" + out.filename().string() +
+                            "' exists); select once per run folder",
+                        ErrorContext{run.dir().string(), {}, {}});
+
     // Read and decide everything before writing anything: a bad file leaves the run folder as it was.
     DirReadResult in = read_op_info_dir(s.input_dir);
     for (LoadedOp& op : in.ops) op.record = without_bin_fields(std::move(op.record));

@@ -61,12 +61,13 @@ struct Shape {
     static constexpr std::int64_t element_count() noexcept
         requires is_static
     {
+        if constexpr (((Dims == 0) || ...)) return 0;  // zero elements, whatever the other dims
         constexpr std::optional<std::int64_t> n = boost::hana::fold_left(
             dims, std::optional<std::int64_t>{1}, [](std::optional<std::int64_t> acc, auto d) {
                 return acc ? detail::checked_mul(*acc, decltype(d)::value) : acc;
             });
-        static_assert(n.has_value(), "skc::Shape: element count overflows 64 bits");
-        return *n;
+        static_assert(((Dims == 0) || ...) || n.has_value(), "skc::Shape: element count overflows 64 bits");
+        return n.value_or(0);
     }
 };
 
@@ -121,6 +122,12 @@ public:
     /// Product of the dims (1 for rank 0); nullopt when a dim is negative or the product
     /// overflows int64.
     [[nodiscard]] SKC_CONSTEXPR_RECORD std::optional<std::int64_t> element_count() const noexcept {
+        bool zero = false;
+        for (std::int64_t d : *this) {
+            if (d < 0) return std::nullopt;
+            zero = zero || d == 0;
+        }
+        if (zero) return 0;  // whatever the other dims, and in any order
         std::optional<std::int64_t> n = 1;
         for (std::int64_t d : *this) {
             n = detail::checked_mul(*n, d);

@@ -131,7 +131,7 @@ TEST_CASE("resolve_base: explicit base, then the model cache directory unless fo
     CHECK(skc::resolve_base(o, dir.path()) == dir / "explicit");
     o.base_dir = (dir / "missing").string();
     CHECK_EQ(error_of([&] { (void)skc::resolve_base(o, dir.path()); }),
-             (dir / "missing").string() + ": cannot access: No such file or directory");
+             (dir / "missing").string() + ": option 'base_dir': cannot access: No such file or directory");
 }
 
 TEST_CASE("the base must be readable and writable: the error names the path and the permission") {
@@ -157,7 +157,8 @@ TEST_CASE("the base must be readable and writable: the error names the path and 
         if (error_of([&] { skc::check_access(rw); }) != "no error") return 3;
         skc::Options o;
         o.base_dir = ro;
-        if (error_of([&] { (void)skc::resolve_base(o); }) != ro + ": not writable by this user (write permission missing)")
+        if (error_of([&] { (void)skc::resolve_base(o); }) !=
+            ro + ": option 'base_dir': not writable by this user (write permission missing)")
             return 4;
         return 0;
     });

@@ -225,3 +225,33 @@ TEST_CASE("validate rejects records built in code with bad values, naming the fi
                              skc::Error);
     }
 }
+
+TEST_CASE("regression: 0.0 and -0.0 compare equal, so they have one digest") {
+    skc::OpRecord a = skc::parse_op_info(skc_test::slurp(skc_test::data_dir() / "MatMulV2_float_ND_1_2048_0.json"));
+    skc::OpRecord b = a;
+    a.attrs->push_back(skc::Attr{"alpha", "float", 3, skc::Value(0.0), {}});
+    b.attrs->push_back(skc::Attr{"alpha", "float", 3, skc::Value(-0.0), {}});
+    CHECK(a == b);
+    CHECK(skc::digest(a) == skc::digest(b));
+}
+
+TEST_CASE("regression: duplicate keys in values built in code are refused, with their path") {
+    skc::OpRecord r = skc::parse_op_info(skc_test::slurp(skc_test::data_dir() / "MatMulV2_float_ND_1_2048_0.json"));
+    SUBCASE("in an attr value") {
+        (*r.attrs)[0].value = skc::Value(skc::Object{{"k", 1}, {"k", 2}});
+        CHECK_THROWS_WITH_AS(skc::validate(r), "attrs[0].value: duplicate key \"k\" in one object", skc::Error);
+    }
+    SUBCASE("in the unknown fields of a tensor") {
+        std::get<skc::TensorDesc>(r.inputs[0]).extra = {{"vendor", 1}, {"vendor", 2}};
+        CHECK_THROWS_WITH_AS(skc::validate(r), "inputs[0]: duplicate key \"vendor\" in one object", skc::Error);
+    }
+}
+
+TEST_CASE("files are written with the field order real dumps use") {
+    const skc::OpRecord r = skc::read_op_info(skc_test::data_dir() / "MatMulV2_float_ND_1_2048_0.json");
+    const skc::Value v = skc::to_value(r);
+    std::vector<std::string> keys;
+    for (const skc::Member& m : v.as_object()) keys.push_back(m.key);
+    CHECK(keys == std::vector<std::string>{"op_type", "tune_mode", "inputs", "outputs", "attrs", "platform_info",
+                                           "impl_mode", "deterministic", "deterministic_level"});
+}

@@ -141,3 +141,32 @@ TEST_CASE("custom target and support policies") {
     CHECK(skc::read_op_info_dir(run.targets()).ops[0].record.op_type == "Add");
     CHECK(skc::read_op_info_dir(run.opcompile()).ops[0].record.op_type == "Mul");
 }
+
+TEST_CASE("stop ends the session: the process may record again, this recorder may not") {
+    skc_test::TempDir dir;
+    const skc::Layout layout(dir.path());
+    skc::OpRecorder<> rec;
+    rec.record(op("Add", 1, 2));
+    rec.stop(layout.create_run());
+    CHECK_FALSE(rec.active());
+    CHECK_FALSE(skc::recording_session_active());
+    CHECK_THROWS_WITH_AS(rec.record(op("Add", 3, 4)),
+                         "the recording session was stopped; start a new OpRecorder to record again", skc::Error);
+    CHECK_THROWS_WITH_AS(rec.stop(layout.create_run()), "the recording session was already stopped", skc::Error);
+    skc::OpRecorder<> next;  // the process's session is free again
+    CHECK(next.record(op("Add", 1, 2)));
+}
+
+TEST_CASE("a compile-time digest that does not match the record is refused") {
+    skc::OpRecorder<> rec;
+    const skc::Digest wrong = skc::digest(op("Mul", 1, 1));
+    try {
+        rec.record(wrong, [] { return op("Add", 1, 1); });
+        FAIL("no error");
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::invalid_argument);
+        CHECK(e.message() == "the digest given to record() (" + wrong.hex() + ") is not the digest of the record (" +
+                                 skc::digest(op("Add", 1, 1)).hex() + ")");
+    }
+    CHECK(rec.size() == 0);
+}

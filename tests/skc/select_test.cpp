@@ -119,3 +119,21 @@ TEST_CASE("default policies hold the original's lists") {
     CHECK_FALSE(s.supports("Range"));
     CHECK(s.supports("MatMulV2"));
 }
+
+TEST_CASE("selecting twice in one run folder is refused before anything is written") {
+    skc_test::TempDir dir;
+    const skc::RunLayout run = make_run(dir);
+    skc::CompiledSet none;
+    (void)skc::select_for_compile(run, skc::SelectOptions{{"Gelu"}, false}, none);
+    const auto before = skc_test::snapshot(run.dir());
+    try {
+        (void)skc::select_for_compile(run, skc::SelectOptions{{"Gelu"}, false}, none);
+        FAIL("no error");
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::invalid_argument);
+        CHECK(e.file() == run.dir().string());
+        CHECK(e.message() == "selection already ran in this run folder ('" + run.selected().filename().string() +
+                                 "' exists); select once per run folder");
+    }
+    CHECK(skc_test::snapshot(run.dir()) == before);
+}
