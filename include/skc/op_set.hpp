@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -61,11 +62,17 @@ public:
 
     /// The set digest of any collection of record digests (duplicates must already be removed).
     static Digest combine_digests(std::vector<Digest> ds) {
-        std::sort(ds.begin(), ds.end());
+        // Sorting pairs of big-endian words orders the digests byte by byte, with integer compares.
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> keys;
+        keys.reserve(ds.size());
+        for (const Digest& d : ds) keys.emplace_back(d.word(0), d.word(1));
+        std::sort(keys.begin(), keys.end());
         detail::Hasher h;
-        h.update_u64(ds.size());
-        for (const Digest& d : ds)
-            h.update(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+        h.update_u64(keys.size());
+        for (const auto& [hi, lo] : keys) {
+            for (int i = 7; i >= 0; --i) h.update_byte(static_cast<unsigned char>(hi >> (8 * i)));
+            for (int i = 7; i >= 0; --i) h.update_byte(static_cast<unsigned char>(lo >> (8 * i)));
+        }
         return h.digest();
     }
 

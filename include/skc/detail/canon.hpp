@@ -5,7 +5,7 @@
 //   null 'n' | false 'f' | true 't'
 //   integer 'i' int64   (an unsigned integer that fits in int64 is encoded as 'i' too)
 //   unsigned 'u' uint64 (only for values above INT64_MAX)
-//   float 'd' IEEE-754 binary64 bits
+//   float 'd' IEEE-754 binary64 bits (-0.0 as 0.0)
 //   string 's' length bytes
 //   array '[' count element...
 //   object '{' count (length key-bytes value)...   members sorted by key, bytewise
@@ -54,10 +54,11 @@ constexpr void put_uint(Sink& s, std::uint64_t v) {
     s.update_u64(v);
 }
 
+/// -0.0 is encoded as 0.0: they compare equal, so they must be one identity.
 template <class Sink>
 constexpr void put_double(Sink& s, double d) {
     s.update_byte('d');
-    s.update_u64(std::bit_cast<std::uint64_t>(d));
+    s.update_u64(std::bit_cast<std::uint64_t>(d == 0.0 ? 0.0 : d));
 }
 
 template <class Sink>

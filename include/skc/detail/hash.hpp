@@ -1,15 +1,19 @@
 // skc/detail/hash.hpp: the 128-bit content hash behind every skc digest.
 //
 // Algorithm: MurmurHash3_x64_128 (Austin Appleby, public domain), seed 0, over a byte stream; the
-// 16 digest bytes are h1 then h2, each little-endian. Input bytes are assembled into 64-bit words
-// with shifts, never by type punning, so the result is the same on every machine, compiler and
-// byte order, and the same at compile time (constexpr) and at run time. It is a fast identity hash,
+// 16 digest bytes are h1 then h2, each little-endian. Input bytes are read as little-endian 64-bit
+// words whatever the machine (memcpy plus a byte swap on big-endian ones at run time, shifts at
+// compile time), so the result is the same on every machine and compiler, and the same at compile
+// time (constexpr) and at run time. It is a fast identity hash,
 // not a cryptographic one: skc uses it to tell op instances apart, and checks package integrity
 // with a separate checksum.
 #pragma once
 
 #include <array>
+#include <bit>
 #include <compare>
+#include <cstring>
+#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,7 +26,24 @@ struct Digest {
     std::array<unsigned char, 16> bytes{};
 
     friend constexpr bool operator==(const Digest&, const Digest&) = default;
-    friend constexpr auto operator<=>(const Digest&, const Digest&) = default;
+    /// Byte-wise lexicographic order, compared as two big-endian 64-bit words.
+    friend constexpr std::strong_ordering operator<=>(const Digest& a, const Digest& b) noexcept {
+        if (const auto c = a.word(0) <=> b.word(0); c != 0) return c;
+        return a.word(1) <=> b.word(1);
+    }
+
+    /// Bytes [8i, 8i+8) as a big-endian number: comparing words compares bytes in order.
+    [[nodiscard]] constexpr std::uint64_t word(std::size_t i) const noexcept {
+        if (!std::is_constant_evaluated()) {
+            std::uint64_t v;
+            std::memcpy(&v, bytes.data() + 8 * i, 8);
+            if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+            return v;
+        }
+        std::uint64_t v = 0;
+        for (std::size_t k = 0; k < 8; ++k) v = (v << 8) | bytes[8 * i + k];
+        return v;
+    }
 
     /// 32 lower-case hex digits.
     [[nodiscard]] std::string hex() const {
@@ -62,99 +83,119 @@ constexpr std::uint64_t fmix64(std::uint64_t k) noexcept {
 }
 
 /// Streaming MurmurHash3_x64_128. update() any number of times, then digest().
+///
+/// Input is staged in a 128-byte buffer and hashed eight blocks at a time, so the many small
+/// pieces of a canonical encoding (a tag byte, an 8-byte length, a short key) each cost an append.
 class Hasher {
     // Helpers come first: clang needs them defined before constexpr use from other classes.
     static constexpr std::uint64_t c1 = 0x87c37b91114253d5ULL;
     static constexpr std::uint64_t c2 = 0x4cf5ad432745937fULL;
+    static constexpr std::size_t capacity = 128;  // a multiple of the 16-byte block
 
     template <class Byte>
     static constexpr std::uint64_t load64(const Byte* p) noexcept {
+        if (!std::is_constant_evaluated()) {
+            std::uint64_t v;
+            std::memcpy(&v, p, 8);
+            if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+            return v;
+        }
         std::uint64_t v = 0;
         for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
         return v;
     }
 
+    /// Mixes `blocks` 16-byte blocks from p into h1, h2.
     template <class Byte>
-    constexpr void block(const Byte* p) noexcept {
-        std::uint64_t k1 = load64(p);
-        std::uint64_t k2 = load64(p + 8);
-        k1 *= c1;
-        k1 = rotl64(k1, 31);
-        k1 *= c2;
-        h1_ ^= k1;
-        h1_ = rotl64(h1_, 27);
-        h1_ += h2_;
-        h1_ = h1_ * 5 + 0x52dce729;
-        k2 *= c2;
-        k2 = rotl64(k2, 33);
-        k2 *= c1;
-        h2_ ^= k2;
-        h2_ = rotl64(h2_, 31);
-        h2_ += h1_;
-        h2_ = h2_ * 5 + 0x38495ab5;
+    static constexpr void mix(std::uint64_t& h1, std::uint64_t& h2, const Byte* p, std::size_t blocks) noexcept {
+        for (std::size_t b = 0; b < blocks; ++b, p += 16) {
+            std::uint64_t k1 = load64(p);
+            std::uint64_t k2 = load64(p + 8);
+            k1 *= c1;
+            k1 = rotl64(k1, 31);
+            k1 *= c2;
+            h1 ^= k1;
+            h1 = rotl64(h1, 27);
+            h1 += h2;
+            h1 = h1 * 5 + 0x52dce729;
+            k2 *= c2;
+            k2 = rotl64(k2, 33);
+            k2 *= c1;
+            h2 ^= k2;
+            h2 = rotl64(h2, 31);
+            h2 += h1;
+            h2 = h2 * 5 + 0x38495ab5;
+        }
     }
 
+    constexpr void flush() noexcept {
+        mix(h1_, h2_, buf_.data(), capacity / 16);
+        buffered_ = 0;
+    }
 
 public:
     constexpr void update(std::string_view s) noexcept { update(s.data(), s.size()); }
 
     constexpr void update(const char* p, std::size_t n) noexcept {
         total_ += n;
-        if (buffered_ != 0) {
-            while (buffered_ < 16 && n != 0) {
-                buf_[buffered_++] = static_cast<unsigned char>(*p++);
-                --n;
-            }
-            if (buffered_ < 16) return;
-            block(buf_.data());
-            buffered_ = 0;
-        }
-        while (n >= 16) {
-            block(p);
-            p += 16;
-            n -= 16;
+        if (buffered_ == 0 && n >= capacity) {  // long input: hash whole blocks in place
+            const std::size_t blocks = n / 16;
+            mix(h1_, h2_, p, blocks);
+            p += blocks * 16;
+            n -= blocks * 16;
         }
         while (n != 0) {
-            buf_[buffered_++] = static_cast<unsigned char>(*p++);
-            --n;
+            const std::size_t take = n < capacity - buffered_ ? n : capacity - buffered_;
+            if (!std::is_constant_evaluated()) {
+                std::memcpy(buf_.data() + buffered_, p, take);
+            } else {
+                for (std::size_t i = 0; i < take; ++i) buf_[buffered_ + i] = static_cast<unsigned char>(p[i]);
+            }
+            buffered_ += take;
+            p += take;
+            n -= take;
+            if (buffered_ == capacity) flush();
         }
     }
 
     constexpr void update_byte(unsigned char b) noexcept {
         ++total_;
         buf_[buffered_++] = b;
-        if (buffered_ == 16) {
-            block(buf_.data());
-            buffered_ = 0;
-        }
+        if (buffered_ == capacity) flush();
     }
 
     /// Eight bytes, little-endian.
     constexpr void update_u64(std::uint64_t v) noexcept {
-        if (buffered_ <= 8) {  // fast path: fits in the buffer without a block boundary in between
-            for (int i = 0; i < 8; ++i) buf_[buffered_++] = static_cast<unsigned char>(v >> (8 * i));
-            total_ += 8;
-            if (buffered_ == 16) {
-                block(buf_.data());
-                buffered_ = 0;
-            }
+        if (buffered_ + 8 > capacity) {
+            for (int i = 0; i < 8; ++i) update_byte(static_cast<unsigned char>(v >> (8 * i)));
             return;
         }
-        for (int i = 0; i < 8; ++i) update_byte(static_cast<unsigned char>(v >> (8 * i)));
+        if (!std::is_constant_evaluated()) {
+            if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+            std::memcpy(buf_.data() + buffered_, &v, 8);
+        } else {
+            for (int i = 0; i < 8; ++i) buf_[buffered_ + static_cast<std::size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
+        }
+        buffered_ += 8;
+        total_ += 8;
+        if (buffered_ == capacity) flush();
     }
 
     [[nodiscard]] constexpr Digest digest() const noexcept {
         std::uint64_t h1 = h1_, h2 = h2_;
+        const std::size_t full = buffered_ / 16;
+        mix(h1, h2, buf_.data(), full);
+        const unsigned char* t = buf_.data() + full * 16;
+        const std::size_t tail = buffered_ - full * 16;
         std::uint64_t k1 = 0, k2 = 0;
-        const std::size_t tail = buffered_;
-        for (std::size_t i = tail; i > 8; --i) k2 ^= std::uint64_t{buf_[i - 1]} << (8 * (i - 9));
+        for (std::size_t i = tail; i > 8; --i) k2 ^= std::uint64_t{t[i - 1]} << (8 * (i - 9));
         if (tail > 8) {
             k2 *= c2;
             k2 = rotl64(k2, 33);
             k2 *= c1;
             h2 ^= k2;
         }
-        for (std::size_t i = tail < 8 ? tail : 8; i > 0; --i) k1 ^= std::uint64_t{buf_[i - 1]} << (8 * (i - 1));
+        for (std::size_t i = tail < 8 ? tail : 8; i > 0; --i) k1 ^= std::uint64_t{t[i - 1]} << (8 * (i - 1));
         if (tail > 0) {
             k1 *= c1;
             k1 = rotl64(k1, 31);
@@ -180,7 +221,7 @@ public:
 private:
     std::uint64_t h1_ = 0, h2_ = 0;
     std::uint64_t total_ = 0;
-    std::array<unsigned char, 16> buf_{};
+    std::array<unsigned char, capacity> buf_{};
     std::size_t buffered_ = 0;
 };
 
