@@ -159,8 +159,8 @@ int main(int argc, char** argv) {
     for (const auto& [type, t] : by_type) {
         std::string why;
         for (const auto& [r, n] : t.not_selected) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + r;
-        std::printf("%-22s %6zu %9zu %7zu %7s %9zu  %s\n", type.c_str(), t.files, t.distinct.size(), t.shapes.size(),
-                    targets.is_target(type) ? "yes" : "no", t.selected, why.c_str());
+        std::printf("%-22s %6zu %9zu %7zu %7s %9zu%s%s\n", type.c_str(), t.files, t.distinct.size(), t.shapes.size(),
+                    targets.is_target(type) ? "yes" : "no", t.selected, why.empty() ? "" : "  ", why.c_str());
     }
     bool header = false;
     for (std::size_t i = 0; i < in.ops.size(); ++i) {
