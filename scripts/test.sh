@@ -29,7 +29,7 @@ run_suite() {
 }
 
 run_suite gcc g++ -Dbenchmarks=enabled
-run_suite clang clang++ -Dbenchmarks=disabled
+run_suite clang clang++ -Dbenchmarks=disabled -Dbuildtype=debug
 run_suite sanitize g++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 
 echo "$passed passed, $failed failed"

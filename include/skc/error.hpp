@@ -25,6 +25,9 @@ enum class Errc {
     session_active,       // a recording session is already active in this process
     no_session,           // an operation needs an active recording session
     invalid_argument,     // a precondition of a call was violated by its arguments
+    timeout,              // a bounded wait ended before what it waited for happened
+    corrupt,              // stored data failed its integrity check
+    compile_failed,       // the kernel compiler failed (exit status, signal, no package)
 };
 
 /// A short, stable name for each code (`invalid_json`, ...), used in logs and machine output.
@@ -41,6 +44,9 @@ constexpr std::string_view to_string(Errc c) noexcept {
     case Errc::session_active: return "session_active";
     case Errc::no_session: return "no_session";
     case Errc::invalid_argument: return "invalid_argument";
+    case Errc::timeout: return "timeout";
+    case Errc::corrupt: return "corrupt";
+    case Errc::compile_failed: return "compile_failed";
     }
     return "unknown";
 }

@@ -1,0 +1,862 @@
+// skc/policy/cache.hpp: the CachePolicy concept, IndexCache and NoCache, and the cache key.
+//
+// The key (make_cache_key) is the digest of named components: the set digest of the ops to
+// compile, their count, the toolchain version, the device, the deterministic flag and every
+// compiler option, each kept by name so that a miss can be explained component by component.
+//
+// IndexCache stores one entry per key, as its own small object (`entries/<key>`), next to the
+// package it names (`packages/<key>.run`). A lookup reads one entry, whatever the number of
+// entries, and one corrupt entry cannot spoil another. Each entry is a short text with its own
+// checksum line; it records the package's size, its cheap identity (device, inode and change time
+// on a file system) and the 128-bit checksum of its bytes.
+//
+//   lookup        per-key shared lock, read the entry, check it and the package's size and identity
+//                 (no read of the package). The returned hit keeps the shared lock: an entry in use
+//                 is never evicted or removed.
+//   verify        the full checksum, once per process and package, before the package is used.
+//   get_or_compile single flight: on a miss, take the per-key exclusive lock (bounded wait); if
+//                 another process published meanwhile, that is a hit; otherwise compile, publish,
+//                 release. A compiler that dies releases the lock with its process; the next waiter
+//                 finds no entry and compiles.
+//   publish       package first, entry second, each written to a temporary, fsync'd and renamed:
+//                 a reader sees a whole entry naming a whole package, or nothing.
+//   faults        an entry that fails its checksum, names a missing, resized, replaced or symlinked
+//                 package, or whose package fails the full checksum, is a miss: counted as corrupt,
+//                 logged, removed. Nothing else is touched.
+//   eviction      least recently used first, by the entries' modification times (hits touch them when
+//                 the cache flushes, not on the lookup path); only after a publish or by prune(); an
+//                 entry whose key lock cannot be taken at once is in use and skipped.
+//   statistics    counted in the process, merged into the `stats` object by flush() (and on
+//                 destruction) under the namespace lock.
+//
+// NoCache is `disable_static_kernel_compile_cache`: every call compiles, nothing is read or written.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../detail/canon.hpp"
+#include "../detail/hash.hpp"
+#include "../error.hpp"
+#include "../layout.hpp"
+#include "../log.hpp"
+#include "../op_set.hpp"
+#include "../options.hpp"
+#include "lock.hpp"
+#include "storage.hpp"
+
+namespace skc {
+
+// ---- the key -------------------------------------------------------------------------------------
+
+/// A cache key: the digest and the named components it was computed from.
+struct CacheKey {
+    Digest digest;
+    std::vector<std::pair<std::string, std::string>> components;
+
+    [[nodiscard]] std::string hex() const { return digest.hex(); }
+    /// The components, one per line: `name=value`.
+    [[nodiscard]] std::string describe() const {
+        std::string out;
+        for (const auto& [name, value] : components) out += name + "=" + value + "\n";
+        return out;
+    }
+};
+
+/// Everything besides the op set that changes the kernels a compile produces.
+struct KeyInputs {
+    std::string toolchain_version;
+    std::string device;
+    bool deterministic = false;
+    std::vector<std::string> compiler_options;
+};
+
+/// The key of compiling `ops` with `in`: independent of the order of the ops and their file names.
+inline CacheKey make_cache_key(const OpSet& ops, const KeyInputs& in) {
+    CacheKey k;
+    k.components = {
+        {"format", "skc-cache-key/1"},
+        {"ops", ops.set_digest().hex()},
+        {"op_count", std::to_string(ops.size())},
+        {"toolchain_version", in.toolchain_version},
+        {"device", in.device},
+        {"deterministic", in.deterministic ? "true" : "false"},
+    };
+    for (std::size_t i = 0; i < in.compiler_options.size(); ++i)
+        k.components.emplace_back("compiler_option[" + std::to_string(i) + "]", in.compiler_options[i]);
+    detail::Hasher h;
+    detail::canon::begin_array(h, k.components.size());
+    for (const auto& [name, value] : k.components) {
+        detail::canon::put_string(h, name);
+        detail::canon::put_string(h, value);
+    }
+    k.digest = h.digest();
+    return k;
+}
+
+/// The key inputs an Options object carries (toolchain version and device come from the host).
+inline KeyInputs key_inputs(const Options& o, std::string toolchain_version, std::string device) {
+    return KeyInputs{std::move(toolchain_version), std::move(device), o.deterministic, o.compiler_options};
+}
+
+// ---- entries -------------------------------------------------------------------------------------
+
+/// One cache entry: what is stored for a key.
+struct CacheEntry {
+    std::string key;      // hex digest of the key
+    std::string package;  // storage name of the package
+    std::uint64_t size = 0;
+    std::uint64_t identity = 0;
+    Digest checksum;      // MurmurHash3_x64_128 of the package bytes
+    std::int64_t created_unix = 0;
+    std::int64_t compile_ns = 0;  // how long the compile took (what a hit saves)
+    std::uint64_t ops = 0;
+    std::vector<std::pair<std::string, std::string>> components;
+    std::int64_t last_used_ns = 0;  // the entry object's modification time; not stored in the text
+};
+
+namespace detail {
+
+inline std::string escape_line(std::string_view s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else out += c;
+    }
+    return out;
+}
+
+inline std::string unescape_line(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 1 < s.size()) {
+            const char n = s[++i];
+            out += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+inline constexpr std::string_view entry_magic = "skc-cache-entry 1\n";
+
+inline std::string encode_entry(const CacheEntry& e) {
+    std::string t(entry_magic);
+    t += "key " + e.key + "\n";
+    t += "package " + escape_line(e.package) + "\n";
+    t += "size " + std::to_string(e.size) + "\n";
+    t += "identity " + std::to_string(e.identity) + "\n";
+    t += "checksum " + e.checksum.hex() + "\n";
+    t += "created_unix " + std::to_string(e.created_unix) + "\n";
+    t += "compile_ns " + std::to_string(e.compile_ns) + "\n";
+    t += "ops " + std::to_string(e.ops) + "\n";
+    for (const auto& [n, v] : e.components) t += "component " + escape_line(n) + "=" + escape_line(v) + "\n";
+    t += "check " + hash_bytes(t).hex() + "\n";
+    return t;
+}
+
+inline bool parse_u64(std::string_view s, std::uint64_t& out) {
+    if (s.empty() || s.size() > 20) return false;
+    std::uint64_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9') return false;
+        const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    out = v;
+    return true;
+}
+
+inline bool parse_i64(std::string_view s, std::int64_t& out) {
+    const bool neg = !s.empty() && s.front() == '-';
+    std::uint64_t u = 0;
+    if (!parse_u64(neg ? s.substr(1) : s, u) || u > static_cast<std::uint64_t>(INT64_MAX)) return false;
+    out = neg ? -static_cast<std::int64_t>(u) : static_cast<std::int64_t>(u);
+    return true;
+}
+
+inline bool parse_hex_digest(std::string_view s, Digest& out) {
+    if (s.size() != 32) return false;
+    for (std::size_t i = 0; i < 16; ++i) {
+        int v = 0;
+        for (int k = 0; k < 2; ++k) {
+            const char c = s[2 * i + static_cast<std::size_t>(k)];
+            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) return false;
+            v = v * 16 + d;
+        }
+        out.bytes[i] = static_cast<unsigned char>(v);
+    }
+    return true;
+}
+
+/// Parses an entry; nullopt when it is truncated, altered or not an entry at all.
+inline std::optional<CacheEntry> decode_entry(std::string_view t) {
+    const std::size_t check_at = t.rfind("check ");
+    if (t.substr(0, entry_magic.size()) != entry_magic || check_at == std::string_view::npos || check_at == 0 ||
+        t[check_at - 1] != '\n' || t.back() != '\n')
+        return std::nullopt;
+    Digest check;
+    if (!parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
+        hash_bytes(t.substr(0, check_at)) != check)
+        return std::nullopt;
+    CacheEntry e;
+    bool have_key = false, have_package = false, have_checksum = false;
+    std::size_t pos = entry_magic.size();
+    while (pos < check_at) {
+        const std::size_t nl = t.find('\n', pos);
+        const std::string_view line = t.substr(pos, nl - pos);
+        pos = nl + 1;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string_view::npos) return std::nullopt;
+        const std::string_view name = line.substr(0, sp), value = line.substr(sp + 1);
+        bool ok = true;
+        if (name == "key") {
+            Digest d;
+            ok = parse_hex_digest(value, d);
+            e.key = std::string(value);
+            have_key = true;
+        } else if (name == "package") {
+            e.package = unescape_line(value);
+            have_package = true;
+        } else if (name == "size") ok = parse_u64(value, e.size);
+        else if (name == "identity") ok = parse_u64(value, e.identity);
+        else if (name == "checksum") ok = have_checksum = parse_hex_digest(value, e.checksum);
+        else if (name == "created_unix") ok = parse_i64(value, e.created_unix);
+        else if (name == "compile_ns") ok = parse_i64(value, e.compile_ns);
+        else if (name == "ops") ok = parse_u64(value, e.ops);
+        else if (name == "component") {
+            const std::size_t eq = value.find('=');
+            if (eq == std::string_view::npos) return std::nullopt;
+            e.components.emplace_back(unescape_line(value.substr(0, eq)), unescape_line(value.substr(eq + 1)));
+        }
+        // Unknown lines are allowed: a newer writer may add fields.
+        if (!ok) return std::nullopt;
+    }
+    if (!have_key || !have_package || !have_checksum) return std::nullopt;
+    return e;
+}
+
+/// "1 s", "1.5 s", "0.3 s": a duration for messages, exact to the millisecond.
+inline std::string format_ms(std::chrono::milliseconds d) {
+    const auto ms = d.count();
+    std::string out = std::to_string(ms / 1000);
+    if (const auto frac = ms % 1000; frac != 0) {
+        std::string f = std::to_string(frac);
+        f.insert(0, 3 - f.size(), '0');
+        while (f.back() == '0') f.pop_back();
+        out += "." + f;
+    }
+    return out + " s";
+}
+
+inline Digest checksum_of(const std::function<bool(const ChunkFn&)>& read) {
+    Hasher h;
+    if (!read([&](std::string_view c) { h.update(c); })) return Digest{};
+    return h.digest();
+}
+
+}  // namespace detail
+
+// ---- statistics ------------------------------------------------------------------------------------
+
+struct CacheStats {
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    std::uint64_t corrupt = 0;     // entries found bad (each also a miss) and removed
+    std::uint64_t evictions = 0;
+    std::uint64_t compiles = 0;    // compiles this cache ran (single flight: at most one per key)
+    std::uint64_t waits = 0;       // misses that waited for another process's compile and then hit
+    std::int64_t lock_wait_ns = 0;
+    std::int64_t compile_time_saved_ns = 0;  // the recorded compile time of every hit
+
+    CacheStats& operator+=(const CacheStats& o) {
+        hits += o.hits;
+        misses += o.misses;
+        corrupt += o.corrupt;
+        evictions += o.evictions;
+        compiles += o.compiles;
+        waits += o.waits;
+        lock_wait_ns += o.lock_wait_ns;
+        compile_time_saved_ns += o.compile_time_saved_ns;
+        return *this;
+    }
+    friend bool operator==(const CacheStats&, const CacheStats&) = default;
+
+    [[nodiscard]] std::string encode() const {
+        return "hits " + std::to_string(hits) + "\nmisses " + std::to_string(misses) + "\ncorrupt " +
+               std::to_string(corrupt) + "\nevictions " + std::to_string(evictions) + "\ncompiles " +
+               std::to_string(compiles) + "\nwaits " + std::to_string(waits) + "\nlock_wait_ns " +
+               std::to_string(lock_wait_ns) + "\ncompile_time_saved_ns " + std::to_string(compile_time_saved_ns) + "\n";
+    }
+    /// Reads what encode() wrote; unreadable lines count as zero (statistics are not worth failing for).
+    static CacheStats decode(std::string_view t) {
+        CacheStats s;
+        std::size_t pos = 0;
+        while (pos < t.size()) {
+            std::size_t nl = t.find('\n', pos);
+            if (nl == std::string_view::npos) nl = t.size();
+            const std::string_view line = t.substr(pos, nl - pos);
+            pos = nl + 1;
+            const std::size_t sp = line.find(' ');
+            if (sp == std::string_view::npos) continue;
+            const std::string_view n = line.substr(0, sp), v = line.substr(sp + 1);
+            std::uint64_t u = 0;
+            std::int64_t i = 0;
+            if (n == "hits" && detail::parse_u64(v, u)) s.hits = u;
+            else if (n == "misses" && detail::parse_u64(v, u)) s.misses = u;
+            else if (n == "corrupt" && detail::parse_u64(v, u)) s.corrupt = u;
+            else if (n == "evictions" && detail::parse_u64(v, u)) s.evictions = u;
+            else if (n == "compiles" && detail::parse_u64(v, u)) s.compiles = u;
+            else if (n == "waits" && detail::parse_u64(v, u)) s.waits = u;
+            else if (n == "lock_wait_ns" && detail::parse_i64(v, i)) s.lock_wait_ns = i;
+            else if (n == "compile_time_saved_ns" && detail::parse_i64(v, i)) s.compile_time_saved_ns = i;
+        }
+        return s;
+    }
+};
+
+/// Size limits; 0 means no limit.
+struct CacheLimits {
+    std::uint64_t max_bytes = 0;
+    std::uint64_t max_entries = 0;
+};
+
+struct CacheConfig {
+    CacheLimits limits;                                         // applied after each publish
+    std::chrono::milliseconds wait_timeout = std::chrono::hours(2);  // for another process's compile
+    LogSink log = stderr_log();
+};
+
+/// How a get_or_compile() ended.
+enum class CacheResult : unsigned char {
+    hit,       // found at once
+    waited,    // another process compiled it while this one waited
+    compiled,  // compiled here and stored
+    disabled,  // compiled here, the cache is off
+};
+
+constexpr std::string_view to_string(CacheResult r) noexcept {
+    switch (r) {
+    case CacheResult::hit: return "hit";
+    case CacheResult::waited: return "hit after waiting";
+    case CacheResult::compiled: return "miss, compiled";
+    case CacheResult::disabled: return "disabled, compiled";
+    }
+    return {};
+}
+
+/// A usable entry, pinned: while this object lives the entry is not evicted or removed.
+template <class Guard>
+struct CacheHit {
+    CacheEntry entry;
+    std::optional<std::filesystem::path> package_path;  // the package's file, where storage has files
+    Guard pin;
+};
+
+template <class Guard>
+struct CacheOutcome {
+    CacheResult result = CacheResult::compiled;
+    std::optional<CacheHit<Guard>> hit;       // hit, waited; compiled unless removed at once
+
+    std::filesystem::path compiled_package;   // the package the compile produced (compiled, disabled)
+    std::chrono::nanoseconds lock_wait{0};
+};
+
+struct PruneReport {
+    std::uint64_t leftovers_removed = 0;  // temporaries and packages without an entry (killed writers)
+    std::uint64_t removed = 0;
+    std::uint64_t removed_bytes = 0;
+    std::uint64_t skipped_in_use = 0;
+    std::uint64_t entries_left = 0;
+    std::uint64_t bytes_left = 0;
+};
+
+struct VerifyReport {
+    std::uint64_t leftovers_removed = 0;
+    std::uint64_t checked = 0;
+    std::vector<std::string> bad;  // "<entry name>: <reason>"; those entries were removed
+};
+
+/// What a cache policy offers the compiler host.
+template <class C>
+concept CachePolicy = requires(C& c, const CacheKey& key, std::filesystem::path (*compile)()) {
+    typename C::Guard;
+    { c.lookup(key) } -> std::same_as<std::optional<CacheHit<typename C::Guard>>>;
+    { c.get_or_compile(key, compile) } -> std::same_as<CacheOutcome<typename C::Guard>>;
+    { c.stats() } -> std::same_as<CacheStats>;
+};
+
+/// Names the cache uses in its lock policy.
+struct CacheLockNames {
+    std::string key_prefix = "keys/";   // per-key locks: key_prefix + "key-" + hex
+    std::string namespace_lock = "namespace";  // statistics and whole-cache operations
+};
+
+template <Storage S = FilesystemStorage, LockPolicy L = FileLock>
+class IndexCache {
+public:
+    using Guard = typename L::Guard;
+    using Hit = CacheHit<Guard>;
+    using Outcome = CacheOutcome<Guard>;
+
+    IndexCache(S storage, L locks, CacheConfig config = {}, CacheLockNames names = {})
+        : storage_(std::move(storage)), locks_(std::move(locks)), config_(std::move(config)), names_(std::move(names)) {}
+    IndexCache(const IndexCache&) = delete;
+    IndexCache& operator=(const IndexCache&) = delete;
+    ~IndexCache() {
+        try {
+            flush();
+        } catch (const std::exception& e) {
+            log(LogLevel::warning, std::string("cache statistics not saved: ") + e.what());
+        }
+    }
+
+    [[nodiscard]] S& storage() noexcept { return storage_; }
+    [[nodiscard]] const CacheConfig& config() const noexcept { return config_; }
+
+    /// The entry for `key` with its package's size and identity checked, pinned; nullopt on a
+    /// miss (also when another process holds the key's exclusive lock: it is compiling it).
+    std::optional<Hit> lookup(const CacheKey& key) {
+        std::optional<Hit> h = lookup_pinned(key.hex(), /*wait=*/false);
+        std::lock_guard lock(mu_);
+        if (h) {
+            ++stats_.hits;
+            stats_.compile_time_saved_ns += h->entry.compile_ns;
+            touched_.insert(h->entry.key);
+        } else {
+            ++stats_.misses;
+        }
+        return h;
+    }
+
+    /// The full checksum of the hit's package, once per process and package. On a mismatch the entry
+    /// is removed, counted as corrupt and false returned: the caller treats it as a miss.
+    bool verify(Hit& hit) {
+        const std::string memo = hit.entry.key + "/" + std::to_string(hit.entry.identity);
+        {
+            std::lock_guard lock(mu_);
+            if (verified_.count(memo) != 0) return true;
+        }
+        const Digest sum = detail::checksum_of(
+            [&](const ChunkFn& fn) { return storage_.read_chunks(hit.entry.package, fn); });
+        if (sum == hit.entry.checksum) {
+            std::lock_guard lock(mu_);
+            verified_.insert(memo);
+            return true;
+        }
+        hit.pin = Guard{};  // drop the shared pin so the bad entry can be removed
+        discard(hit.entry.key, "the package's checksum does not match the entry");
+        return false;
+    }
+
+    /// Single flight: a hit, or a compile run by exactly one process per key. `compile` returns the
+    /// path of the package it produced; if it throws, nothing is stored and the error propagates.
+    /// All waiting together is bounded by config().wait_timeout: Error(timeout) when another
+    /// process holds the key longer.
+    template <class Compile>
+    Outcome get_or_compile(const CacheKey& key, Compile&& compile) {
+        Outcome out;
+        if (auto h = lookup(key); h && verify(*h)) {
+            out.result = CacheResult::hit;
+            out.hit = std::move(h);
+            return out;
+        }
+        const std::string hex = key.hex();
+        const auto t0 = LockClock::now();
+        const auto deadline = t0 + config_.wait_timeout;
+        Guard ex;
+        for (;;) {
+            ex = locks_.lock_until(key_lock(hex), LockMode::exclusive, deadline);
+            if (!ex.owns()) {
+                add_wait(LockClock::now() - t0);
+                throw Error(Errc::timeout, "waited " + detail::format_ms(config_.wait_timeout) +
+                                               " for another process compiling cache key " + hex);
+            }
+            if (!read_entry(hex, /*repair=*/true)) break;  // still missing: this process compiles
+            // Another process published it while we waited: pin it as a reader.
+            ex = Guard{};
+            if (auto h = lookup_pinned(hex, /*wait=*/true, deadline); h && verify(*h)) {
+                out.lock_wait = LockClock::now() - t0;
+                add_wait(out.lock_wait);
+                std::lock_guard lock(mu_);
+                ++stats_.waits;
+                ++stats_.hits;
+                stats_.compile_time_saved_ns += h->entry.compile_ns;
+                touched_.insert(hex);
+                out.result = CacheResult::waited;
+                out.hit = std::move(h);
+                return out;
+            }
+            // Removed between our check and the pin (pruned, cleared, found bad): check again.
+        }
+        out.lock_wait = LockClock::now() - t0;
+        add_wait(out.lock_wait);
+        const auto c0 = std::chrono::steady_clock::now();
+        std::filesystem::path package = compile();
+        const auto compile_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0);
+        {
+            std::lock_guard lock(mu_);
+            ++stats_.compiles;
+        }
+        publish_locked(key, package, compile_ns);
+        ex = Guard{};
+        out.result = CacheResult::compiled;
+        out.compiled_package = package;
+        // Pinned as a reader; empty only if another process removed the entry in the instant between
+        // (compiled_package is the same package and stays usable).
+        out.hit = lookup_pinned(hex, /*wait=*/true, LockClock::now() + config_.wait_timeout);
+        evict_over_limits(config_.limits, std::nullopt, hex);
+        return out;
+    }
+
+    /// Stores `package` for `key` (taking the key's exclusive lock). Replaces an existing entry.
+    CacheEntry publish(const CacheKey& key, const std::filesystem::path& package,
+                       std::chrono::nanoseconds compile_time = {}) {
+        Guard ex = locks_.lock_until(key_lock(key.hex()), LockMode::exclusive, LockClock::now() + config_.wait_timeout);
+        if (!ex.owns()) throw Error(Errc::timeout, "cannot take the lock of cache key " + key.hex());
+        CacheEntry e = publish_locked(key, package, compile_time);
+        ex = Guard{};
+        evict_over_limits(config_.limits, std::nullopt, key.hex());
+        return e;
+    }
+
+    /// Every readable entry, oldest use first. Unreadable ones are skipped (verify_all reports them).
+    std::vector<CacheEntry> entries() {
+        std::vector<CacheEntry> out;
+        for (const std::string& name : storage_.list("entries")) {
+            const std::optional<std::string> text = storage_.read(name);
+            if (!text) continue;
+            std::optional<CacheEntry> e = detail::decode_entry(*text);
+            if (!e || "entries/" + e->key != name) continue;
+            if (const auto info = storage_.stat(name)) e->last_used_ns = info->mtime_ns;
+            out.push_back(std::move(*e));
+        }
+        std::sort(out.begin(), out.end(),
+                  [](const CacheEntry& a, const CacheEntry& b) { return a.last_used_ns < b.last_used_ns; });
+        return out;
+    }
+
+    /// Checks every entry and its package in full; removes and reports the bad ones (entries in use
+    /// are checked but not removed).
+    VerifyReport verify_all() {
+        VerifyReport r;
+        r.leftovers_removed = remove_leftovers();
+        for (const std::string& name : storage_.list("entries")) {
+            ++r.checked;
+            const std::string hex = name.substr(name.find('/') + 1);
+            const std::optional<std::string> text = storage_.read(name);
+            std::string reason;
+            std::optional<CacheEntry> e = text ? detail::decode_entry(*text) : std::nullopt;
+            if (!e || e->key != hex) reason = "the entry is unreadable (truncated or altered)";
+            else if (auto why = package_fault(*e)) reason = *why;
+            else if (detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e->package, fn); }) !=
+                     e->checksum)
+                reason = "the package's checksum does not match the entry";
+            if (reason.empty()) continue;
+            r.bad.push_back(name + ": " + reason);
+            discard(hex, reason);
+        }
+        return r;
+    }
+
+    /// Applies limits and an age (entries unused for longer are removed); entries in use are kept.
+    PruneReport prune(CacheLimits limits, std::optional<std::chrono::seconds> older_than = std::nullopt) {
+        return evict_over_limits(limits, older_than, {});
+    }
+
+    /// Removes every entry not in use. Returns how many were removed.
+    std::uint64_t clear() {
+        PruneReport r = evict_over_limits(CacheLimits{0, 0}, std::chrono::seconds(-1), {});
+        return r.removed;
+    }
+
+    /// This process's counters since construction (flushed or not).
+    [[nodiscard]] CacheStats stats() const {
+        std::lock_guard lock(mu_);
+        return total_copy();
+    }
+
+    /// The counters of every process that flushed, plus this one's unflushed ones.
+    [[nodiscard]] CacheStats persisted_stats() const {
+        CacheStats s;
+        if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
+        std::lock_guard lock(mu_);
+        s += stats_;
+        return s;
+    }
+
+    /// Merges this process's counters into the stored statistics and marks this process's hits as
+    /// recently used. Called by the destructor; cheap when there is nothing new.
+    void flush() {
+        CacheStats delta;
+        std::set<std::string> touched;
+        {
+            std::lock_guard lock(mu_);
+            delta = stats_;
+            touched.swap(touched_);
+        }
+        for (const std::string& key : touched) storage_.touch("entries/" + key);
+        if (delta == CacheStats{}) return;
+        Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+        if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to save statistics");
+        CacheStats s;
+        if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
+        s += delta;
+        storage_.write("stats", s.encode());
+        std::lock_guard lock(mu_);
+        flushed_ += delta;
+        stats_ = CacheStats{};
+    }
+
+private:
+    [[nodiscard]] std::string key_lock(const std::string& hex) const { return names_.key_prefix + "key-" + hex; }
+
+    void log(LogLevel level, const std::string& line) const {
+        if (config_.log) config_.log(level, line);
+    }
+
+    void add_wait(std::chrono::nanoseconds d) {
+        std::lock_guard lock(mu_);
+        stats_.lock_wait_ns += d.count();
+    }
+
+    CacheStats total_copy() const {
+        CacheStats s = flushed_;
+        s += stats_;
+        return s;
+    }
+
+    /// Why the entry's package cannot be used, or nullopt when its size and identity match.
+    std::optional<std::string> package_fault(const CacheEntry& e) const {
+        const std::optional<ObjectInfo> info = storage_.stat(e.package);
+        if (!info) return "the package is missing";
+        if (!info->regular) return "the package is not a regular file (a symbolic link or a folder)";
+        if (info->size != e.size)
+            return "the package's size is " + std::to_string(info->size) + " bytes, the entry says " + std::to_string(e.size);
+        if (info->identity != e.identity) return "the package was replaced or modified after it was stored";
+        return std::nullopt;
+    }
+
+    /// Reads and checks entry `hex`; a bad one is removed (when `repair`) and reported as absent.
+    std::optional<CacheEntry> read_entry(const std::string& hex, bool repair) {
+        const std::string name = "entries/" + hex;
+        const std::optional<std::string> text = storage_.read(name);
+        if (!text) return std::nullopt;
+        std::optional<CacheEntry> e = detail::decode_entry(*text);
+        std::optional<std::string> fault;
+        if (!e || e->key != hex) fault = "the entry is unreadable (truncated or altered)";
+        else fault = package_fault(*e);
+        if (!fault) return e;
+        if (repair) discard(hex, *fault);
+        return std::nullopt;
+    }
+
+    std::optional<Hit> lookup_pinned(const std::string& hex, bool wait,
+                                     LockClock::time_point deadline = LockClock::time_point::min()) {
+        Guard pin = wait ? locks_.lock_until(key_lock(hex), LockMode::shared, deadline)
+                         : locks_.try_lock(key_lock(hex), LockMode::shared);
+        if (!pin.owns()) return std::nullopt;
+        const std::optional<std::string> text = storage_.read("entries/" + hex);
+        if (!text) return std::nullopt;
+        std::optional<CacheEntry> e = detail::decode_entry(*text);
+        std::optional<std::string> fault;
+        if (!e || e->key != hex) fault = "the entry is unreadable (truncated or altered)";
+        else fault = package_fault(*e);
+        if (fault) {
+            pin = Guard{};
+            discard(hex, *fault);
+            return std::nullopt;
+        }
+        Hit h{std::move(*e), {}, std::move(pin)};
+        h.package_path = StorageTraits<S>::local_path(storage_, h.entry.package);
+        return h;
+    }
+
+    /// Removes a bad entry (and its package) if no one is using it, counts and logs it.
+    void discard(const std::string& hex, const std::string& reason) {
+        {
+            std::lock_guard lock(mu_);
+            ++stats_.corrupt;
+        }
+        log(LogLevel::warning, "cache entry " + hex + " is unusable and treated as a miss: " + reason);
+        Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+        if (!ex.owns()) return;  // in use or being rebuilt: whoever holds it will see the fault
+        // Re-check under the exclusive lock: a rebuild may have replaced it meanwhile.
+        const std::optional<std::string> text = storage_.read("entries/" + hex);
+        if (text) {
+            const std::optional<CacheEntry> e = detail::decode_entry(*text);
+            if (e && e->key == hex && !package_fault(*e) &&
+                reason != "the package's checksum does not match the entry")
+                return;
+        }
+        storage_.remove("entries/" + hex);
+        storage_.remove("packages/" + hex + ".run");
+    }
+
+    /// What killed writers leave: the storage's temporaries, and packages whose entry was never
+    /// written (a publisher holds the key's lock from package to entry, so a package without an
+    /// entry whose lock is free is an orphan).
+    std::uint64_t remove_leftovers() {
+        std::uint64_t n = StorageTraits<S>::collect_garbage(storage_);
+        for (const std::string& name : storage_.list("packages")) {
+            const std::string file = name.substr(name.find('/') + 1);
+            if (file.size() != 36 || file.substr(32) != ".run") continue;
+            const std::string hex = file.substr(0, 32);
+            if (storage_.stat("entries/" + hex)) continue;
+            Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+            if (!ex.owns() || storage_.stat("entries/" + hex)) continue;
+            n += storage_.remove(name) ? 1 : 0;
+        }
+        return n;
+    }
+
+    /// Package first, then the entry naming it: a crash in between leaves an orphan package that the
+    /// next publish of the key overwrites, never an entry without its package.
+    CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package, std::chrono::nanoseconds compile_time) {
+        const std::string hex = key.hex();
+        CacheEntry e;
+        e.key = hex;
+        e.package = "packages/" + hex + ".run";
+        e.checksum = detail::checksum_of(
+            [&](const ChunkFn& fn) { return FilesystemStorage(package.parent_path()).read_chunks(package.filename().string(), fn); });
+        const ObjectInfo info = storage_.import_file(e.package, package);
+        e.size = info.size;
+        e.identity = info.identity;
+        // The copy must be what was hashed: a package changing while it was copied is refused.
+        if (detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) != e.checksum) {
+            storage_.remove(e.package);
+            throw Error(Errc::corrupt, "the package changed while it was stored in the cache",
+                        ErrorContext{package.string(), {}, {}});
+        }
+        e.created_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+        e.compile_ns = compile_time.count();
+        for (const auto& c : key.components) {
+            e.components.push_back(c);
+            if (c.first == "op_count") detail::parse_u64(c.second, e.ops);
+        }
+        storage_.write("entries/" + hex, detail::encode_entry(e));
+        for (const auto& [name, value] : key.components) log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);
+        return e;
+    }
+
+    /// Removes least recently used entries until within `limits` (0: no limit; both 0 with a
+    /// negative age removes everything), and entries older than `older_than`. Never removes `keep`
+    /// or an entry in use.
+    PruneReport evict_over_limits(CacheLimits limits, std::optional<std::chrono::seconds> older_than, const std::string& keep) {
+        PruneReport r;
+        const bool clear_all = older_than && older_than->count() < 0;
+        if (!clear_all && limits.max_bytes == 0 && limits.max_entries == 0 && !older_than) return r;
+        if (keep.empty()) r.leftovers_removed = remove_leftovers();  // prune and clear, not after a publish
+        std::vector<CacheEntry> all = entries();
+        std::uint64_t bytes = 0;
+        for (const CacheEntry& e : all) bytes += e.size;
+        std::uint64_t count = all.size();
+        const std::int64_t now_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+        for (const CacheEntry& e : all) {
+            const bool too_old = clear_all || (older_than && now_ns - e.last_used_ns > older_than->count() * 1000000000LL);
+            const bool over = (limits.max_bytes != 0 && bytes > limits.max_bytes) ||
+                              (limits.max_entries != 0 && count > limits.max_entries);
+            if (!too_old && !over) continue;
+            if (e.key == keep) continue;
+            Guard ex = locks_.try_lock(key_lock(e.key), LockMode::exclusive);
+            if (!ex.owns()) {
+                ++r.skipped_in_use;
+                continue;
+            }
+            storage_.remove("entries/" + e.key);
+            storage_.remove(e.package);
+            ++r.removed;
+            r.removed_bytes += e.size;
+            bytes -= e.size;
+            --count;
+        }
+        if (r.removed != 0) {
+            std::lock_guard lock(mu_);
+            stats_.evictions += r.removed;
+        }
+        r.entries_left = count;
+        r.bytes_left = bytes;
+        return r;
+    }
+
+    S storage_;
+    L locks_;
+    CacheConfig config_;
+    CacheLockNames names_;
+    mutable std::mutex mu_;
+    CacheStats stats_;           // not yet flushed
+    mutable CacheStats flushed_;  // flushed by this process
+    std::set<std::string> touched_;
+    std::unordered_set<std::string> verified_;
+};
+
+/// `disable_static_kernel_compile_cache`: every call compiles; nothing is read or written.
+class NoCache {
+public:
+    using Guard = NoLock::Guard;
+    std::optional<CacheHit<Guard>> lookup(const CacheKey&) {
+        ++stats_.misses;
+        return std::nullopt;
+    }
+    template <class Compile>
+    CacheOutcome<Guard> get_or_compile(const CacheKey&, Compile&& compile) {
+        CacheOutcome<Guard> out;
+        out.result = CacheResult::disabled;
+        out.compiled_package = compile();
+        ++stats_.compiles;
+        return out;
+    }
+    [[nodiscard]] CacheStats stats() const { return stats_; }
+
+private:
+    CacheStats stats_;
+};
+
+static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage, ProcessLock>> && CachePolicy<NoCache>);
+
+/// The file-system cache of SPEC section 4 for one toolchain version and device:
+///   static_kernel_cache/CANN-<version>_<device>.json   a small manifest (format, where entries are)
+///   static_kernel_cache/CANN-<version>_<device>.lock   the namespace lock (statistics, pruning)
+///   static_kernel_cache/CANN-<version>_<device>/       entries/, packages/, keys/ (per-key locks), stats
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const Layout& layout, std::string_view version,
+                                                                          std::string_view device, CacheConfig config = {}) {
+    const std::string stem = Layout::cache_stem(version, device);
+    detail::make_dir(layout.cache_dir() / stem);
+    auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
+        FilesystemStorage(layout.cache_dir() / stem), FileLock(layout.cache_dir()), std::move(config),
+        CacheLockNames{stem + "/keys/", stem});
+    FilesystemStorage top(layout.cache_dir());
+    std::string quoted;  // the stem as a JSON string body
+    for (char c : stem) {
+        if (c == '"' || c == '\\') quoted += '\\';
+        if (static_cast<unsigned char>(c) < 0x20) continue;
+        quoted += c;
+    }
+    const std::string manifest = "{\n    \"format\": \"skc-cache\",\n    \"version\": 1,\n    \"entries\": \"" + quoted +
+                                 "/entries\",\n    \"packages\": \"" + quoted +
+                                 "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
+    if (top.read(stem + ".json") != manifest) top.write(stem + ".json", manifest);
+    return cache;
+}
+
+}  // namespace skc

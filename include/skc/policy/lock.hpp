@@ -1,0 +1,279 @@
+// skc/policy/lock.hpp: the LockPolicy concept and its models: FileLock, ProcessLock, NoLock.
+//
+// A lock policy hands out named shared or exclusive locks as RAII guards. FileLock locks
+// `<dir>/<name>.lock` with flock(2), so it works between processes and a holder that dies releases
+// its locks with its file descriptors; ProcessLock locks between the threads of one process;
+// NoLock never waits (for single-threaded tools and tests).
+//
+// Waiting: lock() blocks in the kernel (flock without LOCK_NB, or a condition variable) and wakes
+// as soon as the lock is free. lock_until() must give up at a deadline: ProcessLock waits on a
+// condition variable until then; FileLock, since flock has no timed form, retries a non-blocking
+// flock with a backoff from 50 µs doubling to 2 ms, so a released lock is seen within 2 ms and a
+// waiter costs about 500 wake-ups a second at most.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../error.hpp"
+
+namespace skc {
+
+enum class LockMode : unsigned char { shared, exclusive };
+
+using LockClock = std::chrono::steady_clock;
+
+/// A lock policy: `try_lock(name, mode)` never waits; `lock_until(name, mode, deadline)` waits at
+/// most until the deadline; `lock(name, mode)` waits as long as it takes. Each returns a movable
+/// Guard whose `owns()` tells whether the lock was acquired, and which releases it when destroyed.
+template <class L>
+concept LockPolicy = requires(L& l, std::string_view name, LockMode mode, LockClock::time_point deadline) {
+    typename L::Guard;
+    requires std::movable<typename L::Guard>;
+    { l.try_lock(name, mode) } -> std::same_as<typename L::Guard>;
+    { l.lock_until(name, mode, deadline) } -> std::same_as<typename L::Guard>;
+    { l.lock(name, mode) } -> std::same_as<typename L::Guard>;
+    { std::declval<const typename L::Guard&>().owns() } -> std::convertible_to<bool>;
+};
+
+namespace detail {
+
+/// Lock names become file paths below the lock folder: '/'-separated parts, none empty, none
+/// starting with '.', no NUL byte.
+inline void check_lock_name(std::string_view name) {
+    bool ok = !name.empty() && name.size() <= 1000 && name.find('\0') == std::string_view::npos;
+    std::size_t start = 0;
+    while (ok && start <= name.size()) {
+        const std::size_t end = std::min(name.find('/', start), name.size());
+        const std::string_view part = name.substr(start, end - start);
+        ok = !part.empty() && part.front() != '.';
+        start = end + 1;
+    }
+    if (!ok)
+        throw Error(Errc::invalid_argument,
+                    "lock name \"" + std::string(name.substr(0, name.find('\0'))) +
+                        "\" is not accepted: use '/'-separated parts, none empty or starting with '.'");
+}
+
+}  // namespace detail
+
+/// Locks between processes: flock(2) on `<dir>/<name>.lock` (a name may hold '/' for subfolders),
+/// opened with O_CLOEXEC and O_NOFOLLOW.
+/// The lock files are created as needed and kept (an empty file per name). If one is removed or
+/// replaced while a process waits for it, the waiter notices after acquiring and retries on the
+/// new file, so two processes never hold one name through different files.
+class FileLock {
+public:
+    class Guard {
+    public:
+        Guard() = default;
+        explicit Guard(int fd) noexcept : fd_(fd) {}
+        Guard(Guard&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+        Guard& operator=(Guard&& o) noexcept {
+            if (this != &o) {
+                release();
+                fd_ = std::exchange(o.fd_, -1);
+            }
+            return *this;
+        }
+        Guard(const Guard&) = delete;
+        Guard& operator=(const Guard&) = delete;
+        ~Guard() { release(); }
+
+        [[nodiscard]] bool owns() const noexcept { return fd_ >= 0; }
+        explicit operator bool() const noexcept { return owns(); }
+        /// Releases the lock now (closing the file releases the flock).
+        void release() noexcept {
+            if (fd_ >= 0) ::close(fd_);
+            fd_ = -1;
+        }
+
+    private:
+        int fd_ = -1;
+    };
+
+    explicit FileLock(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+    [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }
+    [[nodiscard]] std::filesystem::path path_of(std::string_view name) const {
+        return dir_ / (std::string(name) + ".lock");
+    }
+
+    Guard try_lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::min()); }
+    Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline) {
+        return acquire(name, mode, deadline);
+    }
+    Guard lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::max()); }
+
+private:
+    Guard acquire(std::string_view name, LockMode mode, LockClock::time_point deadline) {
+        detail::check_lock_name(name);
+        const std::filesystem::path p = path_of(name);
+        const int op = mode == LockMode::shared ? LOCK_SH : LOCK_EX;
+        for (;;) {
+            int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0 && errno == ENOENT) {
+                std::error_code ec;
+                std::filesystem::create_directories(p.parent_path(), ec);
+                fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            }
+            if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared)
+                fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
+            if (fd < 0) {
+                const int err = errno;
+                throw Error(err == EACCES ? Errc::permission_denied : err == ELOOP ? Errc::unsafe_path : Errc::io_error,
+                            std::string("cannot open lock file: ") +
+                                (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
+                            ErrorContext{p.string(), {}, {}});
+            }
+            Guard g(fd);
+            if (!flock_until(fd, op, deadline)) return Guard{};
+            // The file we locked must still be the one at the path (not removed or replaced).
+            struct stat held {}, now {};
+            if (::fstat(fd, &held) == 0 && ::lstat(p.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+                held.st_dev == now.st_dev)
+                return g;
+        }
+    }
+
+    /// flock with a deadline: min() means one try, max() blocks in the kernel.
+    static bool flock_until(int fd, int op, LockClock::time_point deadline) {
+        if (deadline == LockClock::time_point::max()) {
+            while (::flock(fd, op) != 0)
+                if (errno != EINTR) throw Error(Errc::io_error, std::string("flock failed: ") + std::strerror(errno));
+            return true;
+        }
+        auto pause = std::chrono::microseconds(50);
+        for (;;) {
+            if (::flock(fd, op | LOCK_NB) == 0) return true;
+            if (errno != EWOULDBLOCK && errno != EINTR)
+                throw Error(Errc::io_error, std::string("flock failed: ") + std::strerror(errno));
+            const auto now = LockClock::now();
+            if (deadline == LockClock::time_point::min() || now >= deadline) return false;
+            std::this_thread::sleep_for(std::min<LockClock::duration>(pause, deadline - now));
+            pause = std::min(pause * 2, std::chrono::microseconds(2000));
+        }
+    }
+
+    std::filesystem::path dir_;
+};
+
+/// Locks between the threads of one process. Copies share their locks; separate instances
+/// (constructed, not copied) do not.
+class ProcessLock {
+    struct State {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::map<std::string, std::pair<int, bool>, std::less<>> held;  // name -> (readers, writer)
+    };
+
+public:
+    class Guard {
+    public:
+        Guard() = default;
+        Guard(std::shared_ptr<State> s, std::string name, LockMode mode)
+            : state_(std::move(s)), name_(std::move(name)), mode_(mode) {}
+        Guard(Guard&& o) noexcept
+            : state_(std::move(o.state_)), name_(std::move(o.name_)), mode_(o.mode_) {}
+        Guard& operator=(Guard&& o) noexcept {
+            if (this != &o) {
+                release();
+                state_ = std::move(o.state_);
+                name_ = std::move(o.name_);
+                mode_ = o.mode_;
+            }
+            return *this;
+        }
+        Guard(const Guard&) = delete;
+        Guard& operator=(const Guard&) = delete;
+        ~Guard() { release(); }
+
+        [[nodiscard]] bool owns() const noexcept { return state_ != nullptr; }
+        explicit operator bool() const noexcept { return owns(); }
+        void release() noexcept {
+            if (!state_) return;
+            {
+                std::lock_guard lock(state_->mu);
+                auto it = state_->held.find(name_);
+                if (it != state_->held.end()) {
+                    if (mode_ == LockMode::shared) --it->second.first;
+                    else it->second.second = false;
+                    if (it->second.first == 0 && !it->second.second) state_->held.erase(it);
+                }
+            }
+            state_->cv.notify_all();
+            state_.reset();
+        }
+
+    private:
+        std::shared_ptr<State> state_;
+        std::string name_;
+        LockMode mode_ = LockMode::shared;
+    };
+
+    ProcessLock() : state_(std::make_shared<State>()) {}
+
+    Guard try_lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::min()); }
+    Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline) {
+        return acquire(name, mode, deadline);
+    }
+    Guard lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::max()); }
+
+private:
+    Guard acquire(std::string_view name, LockMode mode, LockClock::time_point deadline) {
+        detail::check_lock_name(name);
+        std::unique_lock lock(state_->mu);
+        auto free = [&] {
+            auto it = state_->held.find(name);
+            if (it == state_->held.end()) return true;
+            return mode == LockMode::shared ? !it->second.second : (!it->second.second && it->second.first == 0);
+        };
+        if (deadline == LockClock::time_point::min()) {
+            if (!free()) return Guard{};
+        } else if (deadline == LockClock::time_point::max()) {
+            state_->cv.wait(lock, free);
+        } else if (!state_->cv.wait_until(lock, deadline, free)) {
+            return Guard{};
+        }
+        auto& h = state_->held[std::string(name)];
+        if (mode == LockMode::shared) ++h.first;
+        else h.second = true;
+        return Guard(state_, std::string(name), mode);
+    }
+
+    std::shared_ptr<State> state_;
+};
+
+/// No locking: every lock is granted at once. For one process with one thread.
+class NoLock {
+public:
+    struct Guard {
+        [[nodiscard]] bool owns() const noexcept { return true; }
+        explicit operator bool() const noexcept { return true; }
+        void release() noexcept {}
+    };
+    Guard try_lock(std::string_view, LockMode) { return {}; }
+    Guard lock_until(std::string_view, LockMode, LockClock::time_point) { return {}; }
+    Guard lock(std::string_view, LockMode) { return {}; }
+};
+
+static_assert(LockPolicy<FileLock> && LockPolicy<ProcessLock> && LockPolicy<NoLock>);
+
+}  // namespace skc

@@ -1,0 +1,518 @@
+// The CachePolicy law suite over every shipped configuration, and the faults a cache must survive.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <skc/op_info_io.hpp>
+#include <skc/policy/cache.hpp>
+
+#include "hostile_storage.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+skc::OpRecord op(const std::string& type, std::int64_t n) {
+    skc::TensorDesc t;
+    t.dtype = "float";
+    t.format = "ND";
+    t.shape = skc::RuntimeShape{n, 8};
+    skc::OpRecord r;
+    r.op_type = type;
+    r.inputs = {t};
+    r.outputs = {t};
+    return r;
+}
+
+skc::CacheKey key_of(int i, skc::KeyInputs in = {"8.0", "dev", false, {}}) {
+    skc::OpSet set;
+    set.insert(op("MatMulV2", i));
+    set.insert(op("Add", i));
+    return skc::make_cache_key(set, in);
+}
+
+/// Collects log lines.
+struct LogCapture {
+    std::shared_ptr<std::vector<std::string>> lines = std::make_shared<std::vector<std::string>>();
+    std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+    skc::LogSink sink() {
+        return [lines = lines, mu = mu](skc::LogLevel level, std::string_view l) {
+            if (level < skc::LogLevel::warning) return;
+            std::lock_guard lock(*mu);
+            lines->emplace_back(l);
+        };
+    }
+};
+
+/// Compiles by writing a package whose content is derived from the key; counts compiles.
+struct Compiler {
+    fs::path dir;
+    int compiles = 0;
+    fs::path operator()(const skc::CacheKey& k) {
+        ++compiles;
+        const fs::path p = dir / ("static_kernel_" + k.hex().substr(0, 8) + "_" + std::to_string(compiles) + ".run");
+        skc_test::spit(p, "#!/bin/sh\n# package for " + k.hex() + "\n" + std::string(1000, 'k'));
+        return p;
+    }
+    static std::string content(const skc::CacheKey& k) { return "#!/bin/sh\n# package for " + k.hex() + "\n" + std::string(1000, 'k'); }
+};
+
+template <class Config>
+struct Fixture;
+
+struct FsFileLock {};
+struct MemProcessLock {};
+
+template <>
+struct Fixture<FsFileLock> {
+    using Cache = skc::IndexCache<skc::FilesystemStorage, skc::FileLock>;
+    skc_test::TempDir dir;
+    LogCapture log;
+    std::unique_ptr<Cache> make(skc::CacheConfig cfg = {}) {
+        cfg.log = log.sink();
+        return skc::open_cache(skc::Layout(dir.path()), "8.0", "dev", std::move(cfg));
+    }
+    std::string package_bytes(Cache& c, const std::string& name) { return *c.storage().read(name); }
+};
+
+template <>
+struct Fixture<MemProcessLock> {
+    using Cache = skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>;
+    skc_test::TempDir dir;
+    LogCapture log;
+    skc::MemoryStorage storage;  // copies share objects: two caches see one store
+    skc::ProcessLock locks;
+    std::unique_ptr<Cache> make(skc::CacheConfig cfg = {}) {
+        cfg.log = log.sink();
+        return std::make_unique<Cache>(storage, locks, std::move(cfg));
+    }
+    std::string package_bytes(Cache& c, const std::string& name) { return *c.storage().read(name); }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("cache law: miss compiles once, then hits; the hit names the compiled package", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(1);
+    CHECK_FALSE(cache->lookup(k).has_value());
+    auto first = cache->get_or_compile(k, [&] { return compiler(k); });
+    CHECK(first.result == skc::CacheResult::compiled);
+    REQUIRE(first.hit.has_value());
+    CHECK(first.hit->entry.key == k.hex());
+    CHECK(fx.package_bytes(*cache, first.hit->entry.package) == Compiler::content(k));
+    first.hit.reset();
+    auto second = cache->get_or_compile(k, [&] { return compiler(k); });
+    CHECK(second.result == skc::CacheResult::hit);
+    CHECK(compiler.compiles == 1);
+    REQUIRE(second.hit.has_value());
+    CHECK(second.hit->entry.components == k.components);
+    CHECK(second.hit->entry.size == Compiler::content(k).size());
+    const skc::CacheStats s = cache->stats();
+    CHECK(s.compiles == 1);
+    CHECK(s.hits == 1);
+    CHECK(s.misses == 2);  // the explicit lookup and the first get_or_compile
+    CHECK(fx.log.lines->empty());
+}
+
+TEST_CASE_TEMPLATE("cache law: a second cache on the same store sees the entry (a fresh process)", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(2);
+    {
+        auto writer = fx.make();
+        writer->get_or_compile(k, [&] { return compiler(k); });
+    }
+    auto reader = fx.make();
+    auto hit = reader->lookup(k);
+    REQUIRE(hit.has_value());
+    CHECK(reader->verify(*hit));
+    CHECK(hit->entry.ops == 2);
+}
+
+TEST_CASE_TEMPLATE("cache law: statistics survive the process through flush", C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(3);
+    {
+        auto c = fx.make();
+        c->get_or_compile(k, [&] { return compiler(k); });
+        c->get_or_compile(k, [&] { return compiler(k); });
+    }  // destruction flushes
+    auto c = fx.make();
+    const skc::CacheStats s = c->persisted_stats();
+    CHECK(s.hits == 1);
+    CHECK(s.misses == 1);
+    CHECK(s.compiles == 1);
+}
+
+TEST_CASE_TEMPLATE("cache law: a compile that throws stores nothing and releases the key", C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(4);
+    CHECK_THROWS_WITH(cache->get_or_compile(k, []() -> fs::path { throw std::runtime_error("compiler failed"); }),
+                      "compiler failed");
+    CHECK_FALSE(cache->lookup(k).has_value());
+    CHECK(cache->get_or_compile(k, [&] { return compiler(k); }).result == skc::CacheResult::compiled);
+}
+
+TEST_CASE_TEMPLATE("cache law: least recently used entries go first; an entry in use never goes", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    for (int i = 10; i < 14; ++i) {
+        cache->get_or_compile(key_of(i), [&] { return compiler(key_of(i)); });
+        std::this_thread::sleep_for(15ms);  // distinct modification times
+    }
+    // Use key 10 (the oldest) and flush: it becomes the most recently used.
+    cache->lookup(key_of(10)).reset();
+    cache->flush();
+    auto pinned = cache->lookup(key_of(11));  // in use while pruning
+    REQUIRE(pinned.has_value());
+    const skc::PruneReport r = cache->prune(skc::CacheLimits{0, 2});
+    CHECK(r.removed == 2);
+    CHECK(r.skipped_in_use == 1);
+    CHECK(r.entries_left == 2);
+    pinned.reset();
+    CHECK(cache->lookup(key_of(10)).has_value());
+    CHECK(cache->lookup(key_of(11)).has_value());
+    CHECK_FALSE(cache->lookup(key_of(12)).has_value());
+    CHECK_FALSE(cache->lookup(key_of(13)).has_value());
+    CHECK(cache->stats().evictions == 2);
+}
+
+TEST_CASE_TEMPLATE("cache law: limits are applied after a publish, never to the entry just stored", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    skc::CacheConfig cfg;
+    cfg.limits.max_entries = 2;
+    auto cache = fx.make(cfg);
+    Compiler compiler{fx.dir.path()};
+    for (int i = 20; i < 25; ++i) {
+        cache->get_or_compile(key_of(i), [&] { return compiler(key_of(i)); });
+        std::this_thread::sleep_for(15ms);
+    }
+    CHECK(cache->entries().size() == 2);
+    CHECK(cache->lookup(key_of(24)).has_value());
+    CHECK(cache->lookup(key_of(23)).has_value());
+    CHECK(cache->stats().evictions == 3);
+}
+
+TEST_CASE_TEMPLATE("cache law: clear removes what is not in use", C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    for (int i = 30; i < 33; ++i) cache->get_or_compile(key_of(i), [&] { return compiler(key_of(i)); });
+    auto pinned = cache->lookup(key_of(30));
+    CHECK(cache->clear() == 2);
+    pinned.reset();
+    CHECK(cache->entries().size() == 1);
+    CHECK(cache->clear() == 1);
+    CHECK(cache->entries().empty());
+}
+
+TEST_CASE_TEMPLATE("cache law: a package altered in place is caught by verify and becomes a miss", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(5);
+    {
+        auto c = fx.make();
+        c->get_or_compile(k, [&] { return compiler(k); });
+    }
+    auto cache = fx.make();
+    std::string evil = Compiler::content(k);
+    evil[20] = 'X';  // same size
+    if constexpr (std::is_same_v<C, MemProcessLock>) {
+        fx.storage.corrupt_in_place("packages/" + k.hex() + ".run", evil);  // same size, same identity
+        auto hit = cache->lookup(k);
+        REQUIRE(hit.has_value());  // the cheap check cannot see it ...
+        CHECK_FALSE(cache->verify(*hit));  // ... the full checksum does
+    } else {
+        const fs::path pkg = fx.dir / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_dev" /
+                             "packages" / (k.hex() + ".run");
+        std::fstream f(pkg, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(20);
+        f.put('X');
+        f.close();
+        CHECK_FALSE(cache->lookup(k).has_value());  // a change in place changes the file's identity
+    }
+    CHECK(cache->stats().corrupt == 1);
+    CHECK(cache->entries().empty());  // the bad entry was removed
+    REQUIRE(fx.log.lines->size() == 1);
+    CHECK(fx.log.lines->front().rfind("cache entry " + k.hex() + " is unusable and treated as a miss: ", 0) == 0);
+    auto again = cache->get_or_compile(k, [&] { return compiler(k); });
+    CHECK(again.result == skc::CacheResult::compiled);
+}
+
+TEST_CASE("the key: order-independent, and every kernel-changing input is in it") {
+    skc::OpSet a, b;
+    a.insert(op("MatMulV2", 1), "x.json");
+    a.insert(op("Add", 1), "y.json");
+    b.insert(op("Add", 1), "renamed.json");
+    b.insert(op("MatMulV2", 1), "other.json");
+    const skc::KeyInputs base{"8.0", "dev", false, {"--opt=1"}};
+    CHECK(skc::make_cache_key(a, base).digest == skc::make_cache_key(b, base).digest);
+    skc::KeyInputs v = base;
+    v.toolchain_version = "8.1";
+    CHECK(skc::make_cache_key(a, v).digest != skc::make_cache_key(a, base).digest);
+    v = base;
+    v.device = "dev2";
+    CHECK(skc::make_cache_key(a, v).digest != skc::make_cache_key(a, base).digest);
+    v = base;
+    v.deterministic = true;
+    CHECK(skc::make_cache_key(a, v).digest != skc::make_cache_key(a, base).digest);
+    v = base;
+    v.compiler_options = {"--opt=2"};
+    CHECK(skc::make_cache_key(a, v).digest != skc::make_cache_key(a, base).digest);
+    v.compiler_options = {"--opt=1", ""};
+    CHECK(skc::make_cache_key(a, v).digest != skc::make_cache_key(a, base).digest);
+    skc::OpSet c = a;
+    c.insert(op("Mul", 1));
+    CHECK(skc::make_cache_key(c, base).digest != skc::make_cache_key(a, base).digest);
+    const skc::CacheKey k = skc::make_cache_key(a, base);
+    CHECK(k.describe() == "format=skc-cache-key/1\nops=" + a.set_digest().hex() +
+                              "\nop_count=2\ntoolchain_version=8.0\ndevice=dev\ndeterministic=false\n"
+                              "compiler_option[0]=--opt=1\n");
+    skc::Options o;
+    o.deterministic = true;
+    o.compiler_options = {"--x"};
+    const skc::KeyInputs from = skc::key_inputs(o, "8.0", "dev");
+    CHECK(from.deterministic);
+    CHECK(from.compiler_options == std::vector<std::string>{"--x"});
+}
+
+TEST_CASE("NoCache: always compiles, never stores") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    skc::NoCache cache;
+    const skc::CacheKey k = key_of(1);
+    for (int i = 0; i < 2; ++i) {
+        auto o = cache.get_or_compile(k, [&] { return compiler(k); });
+        CHECK(o.result == skc::CacheResult::disabled);
+        CHECK_FALSE(o.hit.has_value());
+        CHECK(fs::exists(o.compiled_package));
+    }
+    CHECK(compiler.compiles == 2);
+    CHECK_FALSE(cache.lookup(k).has_value());
+    CHECK(cache.stats().compiles == 2);
+}
+
+TEST_CASE("open_cache: the layout of SPEC section 4") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const skc::Layout layout(dir.path());
+    auto cache = skc::open_cache(layout, "8.0 RC1", "Ascend 910B", skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey k = key_of(1);
+    cache->get_or_compile(k, [&] { return compiler(k); });
+    cache->flush();
+    const fs::path root = layout.cache_dir();
+    CHECK(fs::is_regular_file(root / "CANN-8.0-RC1_Ascend-910B.json"));
+    CHECK(fs::is_regular_file(root / "CANN-8.0-RC1_Ascend-910B.lock"));  // the namespace lock (statistics)
+    CHECK(fs::is_regular_file(root / "CANN-8.0-RC1_Ascend-910B" / "entries" / k.hex()));
+    CHECK(fs::is_regular_file(root / "CANN-8.0-RC1_Ascend-910B" / "packages" / (k.hex() + ".run")));
+    CHECK(fs::is_regular_file(root / "CANN-8.0-RC1_Ascend-910B" / "keys" / ("key-" + k.hex() + ".lock")));
+    const skc::Value manifest = skc::parse_json(skc_test::slurp(root / "CANN-8.0-RC1_Ascend-910B.json"));
+    CHECK(manifest.find("format")->as_string() == "skc-cache");
+    CHECK(manifest.find("entries")->as_string() == "CANN-8.0-RC1_Ascend-910B/entries");
+}
+
+// ---- faults on a real file system: each a counted miss with a warning, never a crash or wrong hit --------
+
+namespace {
+
+struct FsFault {
+    skc_test::TempDir dir;
+    LogCapture log;
+    Compiler compiler{dir.path()};
+    skc::Layout layout{dir.path()};
+    skc::CacheKey bad = key_of(40), good = key_of(41);
+    fs::path ns() const { return layout.cache_dir() / "CANN-8.0_dev"; }
+    fs::path entry(const skc::CacheKey& k) const { return ns() / "entries" / k.hex(); }
+    fs::path package(const skc::CacheKey& k) const { return ns() / "packages" / (k.hex() + ".run"); }
+    std::unique_ptr<skc::IndexCache<>> open() {
+        return skc::open_cache(layout, "8.0", "dev", skc::CacheConfig{{}, 1h, log.sink()});
+    }
+    FsFault() {
+        auto c = open();
+        c->get_or_compile(bad, [&] { return compiler(bad); });
+        c->get_or_compile(good, [&] { return compiler(good); });
+    }
+    /// The fault must give a counted miss with one warning naming `reason`, remove only the bad
+    /// entry, keep the good one, and recompile the bad key cleanly.
+    void expect_miss(const std::string& reason) {
+        auto c = open();
+        CHECK_FALSE(c->lookup(bad).has_value());
+        CHECK(c->stats().corrupt == 1);
+        REQUIRE(log.lines->size() == 1);
+        CHECK(log.lines->front() == "cache entry " + bad.hex() + " is unusable and treated as a miss: " + reason);
+        CHECK_FALSE(fs::exists(entry(bad)));
+        auto g = c->lookup(good);
+        REQUIRE(g.has_value());
+        CHECK(c->verify(*g));
+        g.reset();
+        auto again = c->get_or_compile(bad, [&] { return compiler(bad); });
+        CHECK(again.result == skc::CacheResult::compiled);
+        CHECK(skc_test::slurp(package(bad)) == Compiler::content(bad));
+    }
+};
+
+}  // namespace
+
+TEST_CASE("fault: a truncated entry") {
+    FsFault f;
+    const std::string text = skc_test::slurp(f.entry(f.bad));
+    skc_test::spit(f.entry(f.bad), text.substr(0, text.size() / 2));
+    f.expect_miss("the entry is unreadable (truncated or altered)");
+}
+
+TEST_CASE("fault: a garbage entry") {
+    FsFault f;
+    skc_test::spit(f.entry(f.bad), std::string("\x00\xff garbage \n\n", 13));
+    f.expect_miss("the entry is unreadable (truncated or altered)");
+}
+
+TEST_CASE("fault: an entry whose one field was edited (its check line no longer matches)") {
+    FsFault f;
+    std::string text = skc_test::slurp(f.entry(f.bad));
+    const auto at = text.find("size ");
+    text[at + 5] = text[at + 5] == '9' ? '8' : '9';
+    skc_test::spit(f.entry(f.bad), text);
+    f.expect_miss("the entry is unreadable (truncated or altered)");
+}
+
+TEST_CASE("fault: an entry naming a missing package") {
+    FsFault f;
+    fs::remove(f.package(f.bad));
+    f.expect_miss("the package is missing");
+}
+
+TEST_CASE("fault: a package of another size") {
+    FsFault f;
+    std::ofstream(f.package(f.bad), std::ios::app) << "tail";
+    const auto size = Compiler::content(f.bad).size();
+    f.expect_miss("the package's size is " + std::to_string(size + 4) + " bytes, the entry says " + std::to_string(size));
+}
+
+TEST_CASE("fault: a package replaced by a symlink") {
+    FsFault f;
+    const fs::path elsewhere = f.dir / "elsewhere.run";
+    skc_test::spit(elsewhere, Compiler::content(f.bad));
+    fs::remove(f.package(f.bad));
+    fs::create_symlink(elsewhere, f.package(f.bad));
+    f.expect_miss("the package is not a regular file (a symbolic link or a folder)");
+    CHECK(skc_test::slurp(elsewhere) == Compiler::content(f.bad));  // the link target is untouched
+}
+
+TEST_CASE("fault: a package replaced by another file of the same size") {
+    FsFault f;
+    std::string evil = Compiler::content(f.bad);
+    evil[15] = '!';
+    const fs::path tmp = f.dir / "swap.run";
+    skc_test::spit(tmp, evil);
+    fs::rename(tmp, f.package(f.bad));
+    f.expect_miss("the package was replaced or modified after it was stored");
+}
+
+TEST_CASE("fault: verify_all finds what a lookup cannot: same size, same identity, other bytes") {
+    skc_test::TempDir dir;
+    skc::MemoryStorage store;
+    skc::ProcessLock locks;
+    Compiler compiler{dir.path()};
+    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, locks, skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey a = key_of(50), b = key_of(51);
+    cache.get_or_compile(a, [&] { return compiler(a); });
+    cache.get_or_compile(b, [&] { return compiler(b); });
+    std::string evil = Compiler::content(a);
+    evil[30] = '?';
+    store.corrupt_in_place("packages/" + a.hex() + ".run", evil);
+    store.write("entries/" + std::string(32, 'f'), "not an entry");
+    const skc::VerifyReport r = cache.verify_all();
+    CHECK(r.checked == 3);
+    REQUIRE(r.bad.size() == 2);
+    CHECK(r.bad[0] == "entries/" + a.hex() + ": the package's checksum does not match the entry");
+    CHECK(r.bad[1] == "entries/" + std::string(32, 'f') + ": the entry is unreadable (truncated or altered)");
+    CHECK(cache.entries().size() == 1);
+    CHECK(cache.lookup(b).has_value());
+}
+
+// ---- a hostile storage ---------------------------------------------------------------------------------
+
+TEST_CASE("hostile storage that throws: the error propagates, nothing half-stored is ever a hit") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    skc_test::HostileStorage store(skc_test::HostileStorage::Mode::throw_first, 0);  // the package import fails
+    skc::IndexCache<skc_test::HostileStorage, skc::ProcessLock> cache(store, skc::ProcessLock{},
+                                                                      skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey k = key_of(60);
+    CHECK_THROWS_WITH(cache.get_or_compile(k, [&] { return compiler(k); }),
+                      ("hostile storage: write of packages/" + k.hex() + ".run failed").c_str());
+    CHECK_FALSE(cache.lookup(k).has_value());
+    store.fail_after(1);  // the package succeeds, the entry fails
+    CHECK_THROWS_WITH(cache.get_or_compile(k, [&] { return compiler(k); }),
+                      ("hostile storage: write of entries/" + k.hex() + " failed").c_str());
+    CHECK_FALSE(cache.lookup(k).has_value());  // an orphan package is no entry
+    store.fail_after(-1);
+    CHECK(cache.get_or_compile(k, [&] { return compiler(k); }).result == skc::CacheResult::compiled);
+    CHECK(cache.get_or_compile(k, [&] { return compiler(k); }).result == skc::CacheResult::hit);
+    CHECK(compiler.compiles == 3);
+}
+
+TEST_CASE("hostile storage that writes half an entry: a counted miss, then a clean rebuild") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    skc_test::HostileStorage store(skc_test::HostileStorage::Mode::half_write, 1);  // package ok, entry half
+    skc::IndexCache<skc_test::HostileStorage, skc::ProcessLock> cache(store, skc::ProcessLock{},
+                                                                      skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey k = key_of(61);
+    CHECK_THROWS_AS(cache.get_or_compile(k, [&] { return compiler(k); }), std::runtime_error);
+    REQUIRE(store.inner().read("entries/" + k.hex()).has_value());  // the half entry is there
+    store.fail_after(-1);
+    CHECK_FALSE(cache.lookup(k).has_value());
+    CHECK(cache.stats().corrupt == 1);
+    auto o = cache.get_or_compile(k, [&] { return compiler(k); });
+    CHECK(o.result == skc::CacheResult::compiled);
+    CHECK(*store.read(o.hit->entry.package) == Compiler::content(k));
+}
+
+TEST_CASE("leftovers of killed writers are removed by prune, clear and verify_all, and nothing else is") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const skc::Layout layout(dir.path());
+    auto cache = skc::open_cache(layout, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey k = key_of(70);
+    cache->get_or_compile(k, [&] { return compiler(k); });
+    const fs::path ns = layout.cache_dir() / "CANN-8.0_dev";
+    // A dead writer's temporary (pid 2^22+1 is above Linux's pid limit: never a live process), a live
+    // writer's temporary (this process), and a package whose entry was never written.
+    skc_test::spit(ns / "packages" / ".tmp.4194305.0.x.run", "half");
+    skc_test::spit(ns / "entries" / (".tmp." + std::to_string(::getpid()) + ".9.y"), "in progress");
+    const std::string orphan(32, 'a');
+    skc_test::spit(ns / "packages" / (orphan + ".run"), "orphan package");
+    const skc::PruneReport r = cache->prune(skc::CacheLimits{1u << 30, 0});
+    CHECK(r.leftovers_removed == 2);
+    CHECK(r.removed == 0);
+    CHECK_FALSE(fs::exists(ns / "packages" / ".tmp.4194305.0.x.run"));
+    CHECK_FALSE(fs::exists(ns / "packages" / (orphan + ".run")));
+    CHECK(fs::exists(ns / "entries" / (".tmp." + std::to_string(::getpid()) + ".9.y")));  // its writer lives
+    CHECK(cache->lookup(k).has_value());
+    skc_test::spit(ns / "packages" / (orphan + ".run"), "orphan package");
+    CHECK(cache->verify_all().leftovers_removed == 1);
+}
+
+TEST_CASE("durations in messages are exact to the millisecond") {
+    CHECK(skc::detail::format_ms(1000ms) == "1 s");
+    CHECK(skc::detail::format_ms(1500ms) == "1.5 s");
+    CHECK(skc::detail::format_ms(300ms) == "0.3 s");
+    CHECK(skc::detail::format_ms(2999ms) == "2.999 s");
+    CHECK(skc::detail::format_ms(7200000ms) == "7200 s");
+}

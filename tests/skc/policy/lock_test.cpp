@@ -1,0 +1,189 @@
+// The LockPolicy law suite, run over every shipped lock policy.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <skc/policy/lock.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using skc::LockMode;
+
+namespace {
+
+template <class L>
+struct Fixture;
+
+template <>
+struct Fixture<skc::FileLock> {
+    skc_test::TempDir dir;
+    skc::FileLock make() { return skc::FileLock(dir.path()); }
+    static constexpr bool excludes = true;
+};
+
+template <>
+struct Fixture<skc::ProcessLock> {
+    skc::ProcessLock shared;  // copies share their locks
+    skc::ProcessLock make() { return shared; }
+    static constexpr bool excludes = true;
+};
+
+template <>
+struct Fixture<skc::NoLock> {
+    skc::NoLock make() { return {}; }
+    static constexpr bool excludes = false;
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("lock law: a granted lock owns, a moved-from guard does not, release frees", L, skc::FileLock,
+                   skc::ProcessLock, skc::NoLock) {
+    Fixture<L> fx;
+    L a = fx.make();
+    auto g = a.try_lock("name", LockMode::exclusive);
+    CHECK(g.owns());
+    auto moved = std::move(g);
+    CHECK(moved.owns());
+    if constexpr (Fixture<L>::excludes) CHECK_FALSE(g.owns());  // NOLINT: moved-from is empty by contract
+    moved.release();
+    L b = fx.make();
+    CHECK(b.try_lock("name", LockMode::exclusive).owns());
+}
+
+TEST_CASE_TEMPLATE("lock law: shared with shared; exclusive with nothing", L, skc::FileLock, skc::ProcessLock) {
+    Fixture<L> fx;
+    L a = fx.make();
+    L b = fx.make();
+    {
+        auto s1 = a.try_lock("k", LockMode::shared);
+        auto s2 = b.try_lock("k", LockMode::shared);
+        CHECK(s1.owns());
+        CHECK(s2.owns());
+        CHECK_FALSE(b.try_lock("k", LockMode::exclusive).owns());
+        CHECK(b.try_lock("other", LockMode::exclusive).owns());  // names are independent
+    }
+    {
+        auto x = a.try_lock("k", LockMode::exclusive);
+        CHECK(x.owns());
+        CHECK_FALSE(b.try_lock("k", LockMode::shared).owns());
+        CHECK_FALSE(b.try_lock("k", LockMode::exclusive).owns());
+    }
+    CHECK(b.try_lock("k", LockMode::exclusive).owns());  // all released
+}
+
+TEST_CASE_TEMPLATE("lock law: lock_until gives up at the deadline, not much later", L, skc::FileLock, skc::ProcessLock) {
+    Fixture<L> fx;
+    L a = fx.make();
+    L b = fx.make();
+    auto held = a.lock("k", LockMode::exclusive);
+    const auto t0 = skc::LockClock::now();
+    auto g = b.lock_until("k", LockMode::shared, t0 + 150ms);
+    const auto waited = skc::LockClock::now() - t0;
+    CHECK_FALSE(g.owns());
+    CHECK(waited >= 150ms);
+    CHECK(waited < 150ms + 200ms);
+}
+
+TEST_CASE_TEMPLATE("lock law: a waiter gets the lock soon after it is released", L, skc::FileLock, skc::ProcessLock) {
+    Fixture<L> fx;
+    L a = fx.make();
+    L b = fx.make();
+    auto held = a.lock("k", LockMode::exclusive);
+    std::atomic<bool> got{false};
+    std::chrono::nanoseconds latency{};
+    std::atomic<std::int64_t> released_at{0};
+    std::thread waiter([&] {
+        auto g = b.lock_until("k", LockMode::exclusive, skc::LockClock::now() + 5s);
+        latency = skc::LockClock::now().time_since_epoch() - std::chrono::nanoseconds(released_at.load());
+        got = g.owns();
+    });
+    std::this_thread::sleep_for(100ms);
+    released_at = skc::LockClock::now().time_since_epoch().count();
+    held.release();
+    waiter.join();
+    CHECK(got);
+    CHECK(latency < 100ms);  // FileLock's backoff is capped at 2 ms; generous for a loaded machine
+}
+
+TEST_CASE_TEMPLATE("lock law: blocking lock() waits for the holder", L, skc::FileLock, skc::ProcessLock) {
+    Fixture<L> fx;
+    L a = fx.make();
+    L b = fx.make();
+    auto held = a.lock("k", LockMode::exclusive);
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        auto g = b.lock("k", LockMode::exclusive);
+        got = g.owns();
+    });
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(got.load());
+    held.release();
+    waiter.join();
+    CHECK(got);
+}
+
+TEST_CASE("FileLock: a holder that dies releases its lock") {
+    skc_test::TempDir dir;
+    skc::FileLock locks(dir.path());
+    const std::filesystem::path ready = dir / "ready";
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        skc::FileLock mine(dir.path());
+        auto g = mine.lock("k", LockMode::exclusive);
+        skc_test::spit(ready, "1");
+        for (;;) ::pause();
+    }
+    while (!std::filesystem::exists(ready)) std::this_thread::sleep_for(1ms);
+    CHECK_FALSE(locks.try_lock("k", LockMode::exclusive).owns());
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(locks.lock_until("k", LockMode::exclusive, skc::LockClock::now() + 2s).owns());
+}
+
+TEST_CASE("FileLock: files, names and the lock file being replaced") {
+    skc_test::TempDir dir;
+    skc::FileLock locks(dir.path());
+    {
+        auto g = locks.lock("sub/dir/k", LockMode::shared);
+        CHECK(g.owns());
+        CHECK(std::filesystem::exists(dir / "sub" / "dir" / "k.lock"));
+    }
+    CHECK_THROWS_WITH_AS(locks.lock("../escape", LockMode::shared),
+                         "lock name \"../escape\" is not accepted: use '/'-separated parts, none empty or starting with '.'",
+                         skc::Error);
+    CHECK_THROWS_AS(locks.lock("", LockMode::shared), skc::Error);
+    CHECK_THROWS_AS(locks.lock("a//b", LockMode::shared), skc::Error);
+
+    // A lock file that is a symlink is refused, not followed.
+    std::filesystem::create_symlink(dir / "elsewhere", dir / "link.lock");
+    try {
+        (void)locks.lock("link", LockMode::exclusive);
+        FAIL("no error");
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::unsafe_path);
+        CHECK(e.message() == "cannot open lock file: it is a symbolic link");
+    }
+    CHECK_FALSE(std::filesystem::exists(dir / "elsewhere"));
+
+    // The holder's file is removed and recreated: a new locker must not believe it holds the same lock
+    // as the old holder through a different file, and it does get the new file's lock.
+    auto old = locks.lock("k", LockMode::exclusive);
+    std::filesystem::remove(dir / "k.lock");
+    skc::FileLock other(dir.path());
+    auto fresh = other.try_lock("k", LockMode::exclusive);
+    CHECK(fresh.owns());  // the old holder's file is gone; the path now names a new, free file
+}
+
+TEST_CASE("ProcessLock: separate instances do not share locks, copies do") {
+    skc::ProcessLock a;
+    skc::ProcessLock b;
+    skc::ProcessLock a2 = a;
+    auto g = a.lock("k", LockMode::exclusive);
+    CHECK(b.try_lock("k", LockMode::exclusive).owns());
+    CHECK_FALSE(a2.try_lock("k", LockMode::exclusive).owns());
+}
