@@ -245,8 +245,13 @@ inline Value parse_json(std::string_view text, const ReadLimits& limits = {}) {
 }
 
 /// JSON text of a Value; indent < 0 gives one line.
+/// Throws Error(invalid_argument) for a string that is not valid UTF-8 (JSON text must be).
 inline std::string dump_json(const Value& v, int indent = 4) {
-    return detail::to_nlohmann(v).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::strict);
+    try {
+        return detail::to_nlohmann(v).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::strict);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(Errc::invalid_argument, std::string("cannot write JSON: ") + detail::tidy_parse_message(e.what()));
+    }
 }
 
 /// The whole content of a regular file, refusing files above `max_bytes` before reading them and

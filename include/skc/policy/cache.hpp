@@ -284,7 +284,7 @@ struct CacheStats {
     std::uint64_t corrupt = 0;     // entries found bad (each also a miss) and removed
     std::uint64_t evictions = 0;
     std::uint64_t compiles = 0;    // compiles this cache ran (single flight: at most one per key)
-    std::uint64_t waits = 0;       // misses that waited for another process's compile and then hit
+    std::uint64_t waits = 0;       // hits that first waited for another process's compile
     std::int64_t lock_wait_ns = 0;
     std::int64_t compile_time_saved_ns = 0;  // the recorded compile time of every hit
 
@@ -390,10 +390,16 @@ struct PruneReport {
     std::uint64_t bytes_left = 0;
 };
 
+struct BadEntry {
+    std::string key;     // the entry's key (its name under entries/)
+    std::string reason;  // what is wrong with it
+    bool removed = false;  // false when another process was using it (it goes when that use ends)
+};
+
 struct VerifyReport {
     std::uint64_t leftovers_removed = 0;
     std::uint64_t checked = 0;
-    std::vector<std::string> bad;  // "<entry name>: <reason>"; those entries were removed
+    std::vector<BadEntry> bad;
 };
 
 /// What a cache policy offers the compiler host.
@@ -437,12 +443,10 @@ public:
     /// miss (also when another process holds the key's exclusive lock: it is compiling it).
     std::optional<Hit> lookup(const CacheKey& key) {
         std::optional<Hit> h = lookup_pinned(key.hex(), /*wait=*/false);
-        std::lock_guard lock(mu_);
         if (h) {
-            ++stats_.hits;
-            stats_.compile_time_saved_ns += h->entry.compile_ns;
-            touched_.insert(h->entry.key);
+            count_hit(*h);
         } else {
+            std::lock_guard lock(mu_);
             ++stats_.misses;
         }
         return h;
@@ -475,12 +479,13 @@ public:
     template <class Compile>
     Outcome get_or_compile(const CacheKey& key, Compile&& compile) {
         Outcome out;
-        if (auto h = lookup(key); h && verify(*h)) {
+        const std::string hex = key.hex();
+        if (auto h = lookup_pinned(hex, /*wait=*/false); h && verify(*h)) {
+            count_hit(*h);
             out.result = CacheResult::hit;
             out.hit = std::move(h);
             return out;
         }
-        const std::string hex = key.hex();
         const auto t0 = LockClock::now();
         const auto deadline = t0 + config_.wait_timeout;
         Guard ex;
@@ -497,11 +502,11 @@ public:
             if (auto h = lookup_pinned(hex, /*wait=*/true, deadline); h && verify(*h)) {
                 out.lock_wait = LockClock::now() - t0;
                 add_wait(out.lock_wait);
-                std::lock_guard lock(mu_);
-                ++stats_.waits;
-                ++stats_.hits;
-                stats_.compile_time_saved_ns += h->entry.compile_ns;
-                touched_.insert(hex);
+                count_hit(*h);
+                {
+                    std::lock_guard lock(mu_);
+                    ++stats_.waits;
+                }
                 out.result = CacheResult::waited;
                 out.hit = std::move(h);
                 return out;
@@ -516,6 +521,7 @@ public:
         {
             std::lock_guard lock(mu_);
             ++stats_.compiles;
+            ++stats_.misses;
         }
         publish_locked(key, package, compile_ns);
         ex = Guard{};
@@ -572,8 +578,7 @@ public:
                      e->checksum)
                 reason = "the package's checksum does not match the entry";
             if (reason.empty()) continue;
-            r.bad.push_back(name + ": " + reason);
-            discard(hex, reason);
+            r.bad.push_back(BadEntry{hex, reason, discard(hex, reason)});
         }
         return r;
     }
@@ -583,11 +588,8 @@ public:
         return evict_over_limits(limits, older_than, {});
     }
 
-    /// Removes every entry not in use. Returns how many were removed.
-    std::uint64_t clear() {
-        PruneReport r = evict_over_limits(CacheLimits{0, 0}, std::chrono::seconds(-1), {});
-        return r.removed;
-    }
+    /// Removes every entry not in use (and the leftovers of killed writers).
+    PruneReport clear() { return evict_over_limits(CacheLimits{0, 0}, std::chrono::seconds(-1), {}); }
 
     /// This process's counters since construction (flushed or not).
     [[nodiscard]] CacheStats stats() const {
@@ -632,6 +634,13 @@ private:
 
     void log(LogLevel level, const std::string& line) const {
         if (config_.log) config_.log(level, line);
+    }
+
+    void count_hit(const Hit& h) {
+        std::lock_guard lock(mu_);
+        ++stats_.hits;
+        stats_.compile_time_saved_ns += h.entry.compile_ns;
+        touched_.insert(h.entry.key);
     }
 
     void add_wait(std::chrono::nanoseconds d) {
@@ -691,25 +700,27 @@ private:
         return h;
     }
 
-    /// Removes a bad entry (and its package) if no one is using it, counts and logs it.
-    void discard(const std::string& hex, const std::string& reason) {
+    /// Removes a bad entry (and its package) if no one is using it, counts and logs it. Returns
+    /// whether it was removed. Under the key's exclusive lock the entry is checked again, so an
+    /// entry another process rebuilt meanwhile is kept.
+    bool discard(const std::string& hex, const std::string& reason) {
         {
             std::lock_guard lock(mu_);
             ++stats_.corrupt;
         }
         log(LogLevel::warning, "cache entry " + hex + " is unusable and treated as a miss: " + reason);
         Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
-        if (!ex.owns()) return;  // in use or being rebuilt: whoever holds it will see the fault
-        // Re-check under the exclusive lock: a rebuild may have replaced it meanwhile.
-        const std::optional<std::string> text = storage_.read("entries/" + hex);
-        if (text) {
+        if (!ex.owns()) return false;  // in use or being rebuilt: whoever holds it will see the fault
+        if (const std::optional<std::string> text = storage_.read("entries/" + hex)) {
             const std::optional<CacheEntry> e = detail::decode_entry(*text);
             if (e && e->key == hex && !package_fault(*e) &&
-                reason != "the package's checksum does not match the entry")
-                return;
+                detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e->package, fn); }) ==
+                    e->checksum)
+                return false;  // rebuilt and sound
         }
         storage_.remove("entries/" + hex);
         storage_.remove("packages/" + hex + ".run");
+        return true;
     }
 
     /// What killed writers leave: the storage's temporaries, and packages whose entry was never
@@ -773,7 +784,9 @@ private:
         const std::int64_t now_ns =
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
         for (const CacheEntry& e : all) {
-            const bool too_old = clear_all || (older_than && now_ns - e.last_used_ns > older_than->count() * 1000000000LL);
+            // Ages beyond 285 years (where nanoseconds overflow) match nothing.
+            const bool too_old = clear_all || (older_than && older_than->count() < 9000000000LL &&
+                                               now_ns - e.last_used_ns > older_than->count() * 1000000000LL);
             const bool over = (limits.max_bytes != 0 && bytes > limits.max_bytes) ||
                               (limits.max_entries != 0 && count > limits.max_entries);
             if (!too_old && !over) continue;

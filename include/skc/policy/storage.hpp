@@ -149,12 +149,18 @@ public:
     [[nodiscard]] const std::filesystem::path& root() const noexcept { return root_; }
     [[nodiscard]] std::optional<std::filesystem::path> local_path(std::string_view name) const { return path(name); }
 
+    /// nullopt also for what is not a regular file (a symlink, a folder, a FIFO): no object is there.
     [[nodiscard]] std::optional<std::string> read(std::string_view name) const {
         const std::filesystem::path p = path(name);
         const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
-            if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+            if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == ENXIO) return std::nullopt;
             detail::storage_errno("cannot open", p, errno);
+        }
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            ::close(fd);
+            return std::nullopt;
         }
         std::string out;
         char buf[4096];

@@ -355,8 +355,9 @@ TEST_CASE("16 processes look up and compile on one cache: no torn read, one comp
     CHECK(st.corrupt == 0);
     CHECK(st.evictions == 0);
     CHECK(st.waits == total["waits"]);
+    // One hit or one miss per call: a wait that ends in a hit is a hit.
     CHECK(st.hits == total["hits"] + total["waits"] + total["lookup_hits"]);
-    CHECK(st.misses == total["compiles"] + total["waits"] + total["lookup_misses"]);
+    CHECK(st.misses == total["compiles"] + total["lookup_misses"]);
     CHECK(cache->entries().size() == keys);
     const skc::VerifyReport v = cache->verify_all();
     CHECK(v.checked == keys);
@@ -404,7 +405,7 @@ TEST_CASE("single flight: 8 processes asking for one key at once compile it once
     CHECK(st.compiles == 1);
     CHECK(st.waits == 7);
     CHECK(st.hits == 7);
-    CHECK(st.misses == 8);
+    CHECK(st.misses == 1);
     CHECK(st.corrupt == 0);
     CHECK(f.names("entries") == std::set<std::string>{hex});
     const skc::VerifyReport v = cache->verify_all();
@@ -440,7 +441,7 @@ TEST_CASE("single flight holds when the entry a waiter saw is evicted before it 
     CHECK(once_of(f.stdout_of("c")).result == "miss, compiled");
     REQUIRE(wait_for_file(pauses / "lock2.shared", milliseconds(30000)));
     auto cache = f.open();
-    CHECK(cache->clear() == 1);  // say, `skc cache clear` in another shell
+    CHECK(cache->clear().removed == 1);  // say, `skc cache clear` in another shell
     CHECK(f.visible("entries").empty());
     skc_test::spit(pauses / "go2", "");
 

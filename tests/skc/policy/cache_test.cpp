@@ -117,7 +117,7 @@ TEST_CASE_TEMPLATE("cache law: miss compiles once, then hits; the hit names the 
     const skc::CacheStats s = cache->stats();
     CHECK(s.compiles == 1);
     CHECK(s.hits == 1);
-    CHECK(s.misses == 2);  // the explicit lookup and the first get_or_compile
+    CHECK(s.misses == 2);  // the explicit lookup and the first get_or_compile: one per call
     CHECK(fx.log.lines->empty());
 }
 
@@ -213,10 +213,13 @@ TEST_CASE_TEMPLATE("cache law: clear removes what is not in use", C, FsFileLock,
     Compiler compiler{fx.dir.path()};
     for (int i = 30; i < 33; ++i) cache->get_or_compile(key_of(i), [&] { return compiler(key_of(i)); });
     auto pinned = cache->lookup(key_of(30));
-    CHECK(cache->clear() == 2);
+    const skc::PruneReport first = cache->clear();
+    CHECK(first.removed == 2);
+    CHECK(first.skipped_in_use == 1);
+    CHECK(first.entries_left == 1);
     pinned.reset();
     CHECK(cache->entries().size() == 1);
-    CHECK(cache->clear() == 1);
+    CHECK(cache->clear().removed == 1);
     CHECK(cache->entries().empty());
 }
 
@@ -439,8 +442,12 @@ TEST_CASE("fault: verify_all finds what a lookup cannot: same size, same identit
     const skc::VerifyReport r = cache.verify_all();
     CHECK(r.checked == 3);
     REQUIRE(r.bad.size() == 2);
-    CHECK(r.bad[0] == "entries/" + a.hex() + ": the package's checksum does not match the entry");
-    CHECK(r.bad[1] == "entries/" + std::string(32, 'f') + ": the entry is unreadable (truncated or altered)");
+    CHECK(r.bad[0].key == a.hex());
+    CHECK(r.bad[0].reason == "the package's checksum does not match the entry");
+    CHECK(r.bad[0].removed);
+    CHECK(r.bad[1].key == std::string(32, 'f'));
+    CHECK(r.bad[1].reason == "the entry is unreadable (truncated or altered)");
+    CHECK(r.bad[1].removed);
     CHECK(cache.entries().size() == 1);
     CHECK(cache.lookup(b).has_value());
 }
@@ -515,4 +522,46 @@ TEST_CASE("durations in messages are exact to the millisecond") {
     CHECK(skc::detail::format_ms(300ms) == "0.3 s");
     CHECK(skc::detail::format_ms(2999ms) == "2.999 s");
     CHECK(skc::detail::format_ms(7200000ms) == "7200 s");
+}
+
+TEST_CASE("statistics: one hit or one miss per call; a hit that fails verification is a miss") {
+    skc_test::TempDir dir;
+    skc::MemoryStorage store;
+    Compiler compiler{dir.path()};
+    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, skc::ProcessLock{}, skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey k = key_of(80);
+    cache.get_or_compile(k, [&] { return compiler(k); });
+    std::string evil = Compiler::content(k);
+    evil[9] = '#';
+    store.corrupt_in_place("packages/" + k.hex() + ".run", evil);
+    {
+        skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> fresh(store, skc::ProcessLock{}, skc::CacheConfig{{}, 1h, skc::null_log()});
+        const auto o = fresh.get_or_compile(k, [&] { return compiler(k); });
+        CHECK(o.result == skc::CacheResult::compiled);
+        const skc::CacheStats s = fresh.stats();
+        CHECK(s.hits == 0);
+        CHECK(s.misses == 1);
+        CHECK(s.corrupt == 1);
+        CHECK(s.compile_time_saved_ns == 0);
+        fresh.get_or_compile(k, [&] { return compiler(k); });
+        CHECK(fresh.stats().hits == 1);
+    }
+}
+
+TEST_CASE("FilesystemStorage: a symlink, folder or FIFO where an entry should be is no entry, and verify removes it") {
+    skc_test::TempDir dir;
+    const skc::Layout layout(dir.path());
+    auto cache = skc::open_cache(layout, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    const fs::path entries = layout.cache_dir() / "CANN-8.0_dev" / "entries";
+    fs::create_directories(entries);
+    skc_test::spit(dir / "planted", "x");
+    fs::create_symlink(dir / "planted", entries / std::string(32, 'a'));
+    fs::create_directory(entries / std::string(32, 'b'));
+    REQUIRE(::mkfifo((entries / std::string(32, 'c')).c_str(), 0644) == 0);
+    CHECK(cache->entries().empty());
+    const skc::VerifyReport r = cache->verify_all();
+    CHECK(r.checked == 3);
+    CHECK(r.bad.size() == 3);
+    CHECK(fs::is_empty(entries));
+    CHECK(skc_test::slurp(dir / "planted") == "x");  // the link was removed, not its target
 }
