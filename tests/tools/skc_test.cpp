@@ -1,0 +1,960 @@
+// The skc tool, run as a user runs it: a child process (posix_spawn, no shell) on a real cache that
+// the test fills through skc::open_cache, publish() and lookup(). Standard output and error go to
+// files; exit statuses, outputs, JSON documents and the files left in the cache are checked.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <skc/op_info_io.hpp>
+#include <skc/op_set.hpp>
+#include <skc/policy/cache.hpp>
+
+#include "test_support.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using skc_test::TempDir;
+
+const std::string tool = SKC_TOOL;
+const std::string ns_a = "CANN-8.0.RC1_Ascend910B";
+const std::string ns_b = "CANN-7.0_Ascend310P";
+const std::string shown_cache = "base/static_kernel_compile_outputs/static_kernel_cache";
+
+struct Run {
+    int status = -1;
+    std::string out;
+    std::string err;
+};
+
+/// Runs the tool in `cwd` with TZ=UTC (times are printed in local time), stdin from /dev/null.
+Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) {
+    TempDir io;
+    const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
+    posix_spawn_file_actions_t fa;
+    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+    REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
+    std::vector<char*> argv{const_cast<char*>(tool.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings{"TZ=UTC"};
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::strncmp(*e, "TZ=", 3) != 0) env_strings.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE(rc == 0);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    Run r;
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = skc_test::slurp(out_file);
+    r.err = skc_test::slurp(err_file);
+    return r;
+}
+
+std::int64_t now_s() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void set_mtime(const fs::path& p, std::int64_t unix_s) {
+    const timespec ts[2] = {{static_cast<time_t>(unix_s), 0}, {static_cast<time_t>(unix_s), 0}};
+    REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, AT_SYMLINK_NOFOLLOW) == 0);
+}
+
+std::string utc(std::int64_t unix_s) {
+    const auto t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    return std::string(buf, std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm));
+}
+
+const skc::Value& at(const skc::Value& v, std::string_view key) {
+    const skc::Value* m = v.find(key);
+    REQUIRE_MESSAGE(m != nullptr, "missing member " << key);
+    return *m;
+}
+
+std::uint64_t num(const skc::Value& v, std::string_view key) {
+    const skc::Value& m = at(v, key);
+    REQUIRE(m.is_integer());
+    return m.kind() == skc::Kind::integer ? static_cast<std::uint64_t>(m.as_int()) : m.as_uint();
+}
+
+std::string str(const skc::Value& v, std::string_view key) {
+    const skc::Value& m = at(v, key);
+    REQUIRE(m.is_string());
+    return m.as_string();
+}
+
+/// One published entry, as the test knows it.
+struct Stored {
+    std::string ns;
+    skc::CacheKey key;
+    skc::CacheEntry entry;
+    std::int64_t last_used_s = 0;
+};
+
+/// A cache with two namespaces:
+///   A = CANN-8.0.RC1_Ascend910B: a0 (1 op, 1 KiB, compiled in 1.5 s, last used 40 days ago),
+///       a1 (2 ops, 2 KiB, 3 s, 2 days ago), a2 (3 ops, 3 KiB, 4.5 s, 1 hour ago);
+///       lookups: a0 and a1 hit, one miss.
+///   B = CANN-7.0_Ascend310P: b0 (1 op, 100 bytes, no compile time, 10 days ago); one hit.
+struct Fixture {
+    TempDir tmp;
+    fs::path base = tmp / "base";
+    fs::path cache_dir = base / "static_kernel_compile_outputs" / "static_kernel_cache";
+    Stored a0, a1, a2, b0;
+    std::int64_t now = now_s();
+
+    Fixture() {
+        fs::create_directories(base);
+        fs::create_directories(tmp / "pkgs");
+        const std::vector<std::string> files = {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json",
+                                                "Mul_float_ND_2_16_16_10.json"};
+        skc::CacheConfig quiet;
+        quiet.log = skc::null_log();
+        {
+            auto cache = skc::open_cache(skc::Layout(base), "8.0.RC1", "Ascend910B", quiet);
+            skc::OpSet set;
+            Stored* slots[] = {&a0, &a1, &a2};
+            for (std::size_t i = 0; i < 3; ++i) {
+                set.insert(skc::read_op_info(skc_test::example_ops_dir() / files[i]), files[i]);
+                const skc::CacheKey key = skc::make_cache_key(set, {"8.0.RC1", "Ascend910B", false, {"--opt=1"}});
+                const fs::path pkg = tmp / "pkgs" / ("a" + std::to_string(i) + ".run");
+                skc_test::spit(pkg, std::string(1024 * (i + 1), static_cast<char>('a' + i)));
+                slots[i]->ns = ns_a;
+                slots[i]->entry = cache->publish(key, pkg, std::chrono::milliseconds(1500 * (i + 1)));
+                slots[i]->key = key;
+                if (i < 2) CHECK(cache->lookup(key).has_value());
+            }
+            CHECK_FALSE(cache->lookup(skc::make_cache_key(set, {"8.0.RC1", "Ascend910B", true, {}})).has_value());
+        }
+        {
+            auto cache = skc::open_cache(skc::Layout(base), "7.0", "Ascend310P", quiet);
+            skc::OpSet set;
+            set.insert(skc::read_op_info(skc_test::example_ops_dir() / "Transpose_float_ND_2_16_64_5.json"));
+            const skc::CacheKey key = skc::make_cache_key(set, {"7.0", "Ascend310P", true, {}});
+            const fs::path pkg = tmp / "pkgs" / "b0.run";
+            skc_test::spit(pkg, std::string(100, 'b'));
+            b0.ns = ns_b;
+            b0.entry = cache->publish(key, pkg);
+            b0.key = key;
+            CHECK(cache->lookup(key).has_value());
+        }
+        // The caches flushed on destruction (touching the hits); now set the last uses.
+        a0.last_used_s = now - 40 * 86400;
+        a1.last_used_s = now - 2 * 86400;
+        a2.last_used_s = now - 3600;
+        b0.last_used_s = now - 10 * 86400;
+        for (Stored* s : {&a0, &a1, &a2, &b0}) set_mtime(entry_file(*s), s->last_used_s);
+    }
+
+    [[nodiscard]] fs::path entry_file(const Stored& s) const { return cache_dir / s.ns / "entries" / s.entry.key; }
+    [[nodiscard]] fs::path package_file(const Stored& s) const {
+        return cache_dir / s.ns / "packages" / (s.entry.key + ".run");
+    }
+    [[nodiscard]] bool present(const Stored& s) const { return fs::exists(entry_file(s)) && fs::exists(package_file(s)); }
+    [[nodiscard]] bool gone(const Stored& s) const {
+        return !fs::exists(fs::symlink_status(entry_file(s))) && !fs::exists(fs::symlink_status(package_file(s)));
+    }
+
+    Run run(std::vector<std::string> args) const { return run_skc(tmp.path(), args); }
+
+    /// A pinned hit: the entry is in use while the returned cache and hit live. (It counts as a hit
+    /// in the statistics when the cache is destroyed.)
+    struct Pin {
+        std::unique_ptr<skc::IndexCache<skc::FilesystemStorage, skc::FileLock>> cache;
+        std::optional<skc::CacheHit<skc::FileLock::Guard>> hit;
+    };
+    Pin pin(const Stored& s) const {
+        skc::CacheConfig quiet;
+        quiet.log = skc::null_log();
+        const std::string version = s.ns == ns_a ? "8.0.RC1" : "7.0", device = s.ns == ns_a ? "Ascend910B" : "Ascend310P";
+        Pin p{skc::open_cache(skc::Layout(base), version, device, quiet), std::nullopt};
+        p.hit = p.cache->lookup(s.key);
+        REQUIRE(p.hit.has_value());
+        return p;
+    }
+
+    /// The cache's content (every file with its bytes), leaving out what bookkeeping may change:
+    /// lock files and the statistics.
+    [[nodiscard]] std::set<std::string> content() const {
+        std::set<std::string> out;
+        for (const std::string& line : skc_test::snapshot(cache_dir)) {
+            const std::string path = line.substr(0, line.find('='));
+            if (path.ends_with(".lock") || path.find("/keys") != std::string::npos || path.ends_with("/stats")) continue;
+            out.insert(line);
+        }
+        return out;
+    }
+
+    /// `before` without the entry and package of each of `removed`.
+    static std::set<std::string> without(std::set<std::string> before, std::initializer_list<const Stored*> removed) {
+        for (const Stored* s : removed) {
+            const std::string entry = s->ns + "/entries/" + s->entry.key + "=";
+            const std::string package = s->ns + "/packages/" + s->entry.key + ".run=";
+            std::erase_if(before, [&](const std::string& l) { return l.starts_with(entry) || l.starts_with(package); });
+        }
+        return before;
+    }
+};
+
+/// A row of `skc cache ls`.
+std::string ls_row(const Stored& s, const std::string& compile_time) {
+    const auto size = [](std::uint64_t b) {
+        char buf[32];
+        if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+        else std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+        return std::string(buf);
+    };
+    char line[256];
+    std::snprintf(line, sizeof line, "%-34s%10s%6llu  %-21s%-21s%s\n", s.entry.key.c_str(), size(s.entry.size).c_str(),
+                  static_cast<unsigned long long>(s.entry.ops), utc(s.entry.created_unix).c_str(),
+                  utc(s.last_used_s).c_str(), compile_time.c_str());
+    return line;
+}
+
+const std::string ls_header =
+    "key                                     size   ops  created              last used            compile time\n";
+
+}  // namespace
+
+TEST_CASE("help, version and usage") {
+    TempDir tmp;
+    const Run help = run_skc(tmp.path(), {"--help"});
+    CHECK(help.status == 0);
+    CHECK(help.err.empty());
+    CHECK(help.out.starts_with("usage: skc <command> [<args>]\n"));
+    CHECK(help.out.find("\n  cache    inspect and maintain the package cache") != std::string::npos);
+    CHECK(run_skc(tmp.path(), {"-h"}).out == help.out);
+    CHECK(run_skc(tmp.path(), {"help"}).out == help.out);
+
+    const Run cache_help = run_skc(tmp.path(), {"cache", "--help"});
+    CHECK(cache_help.status == 0);
+    CHECK(cache_help.err.empty());
+    CHECK(cache_help.out.starts_with("usage: skc cache <command> --base DIR [--namespace NAME] [--json]\n"));
+    for (const char* c : {"stats", "ls", "verify", "prune", "clear"})
+        CHECK(cache_help.out.find("\n  " + std::string(c) + " ") != std::string::npos);
+    for (const char* o : {"--base DIR", "--namespace NAME", "--json", "--max-size SIZE", "--max-entries N",
+                          "--older-than DURATION"})
+        CHECK(cache_help.out.find("\n  " + std::string(o) + " ") != std::string::npos);
+    CHECK(cache_help.out.find("exit status: 0 done, 1 verify found bad entries, 2 bad usage, 3 the cache could not be "
+                              "read or changed\n") != std::string::npos);
+    CHECK(run_skc(tmp.path(), {"help", "cache"}).out == cache_help.out);
+    CHECK(run_skc(tmp.path(), {"cache", "prune", "-h"}).out == cache_help.out);
+    CHECK(run_skc(tmp.path(), {"cache", "stats", "--base", "nowhere", "--help"}).out == cache_help.out);
+
+    const Run version = run_skc(tmp.path(), {"--version"});
+    CHECK(version.status == 0);
+    CHECK(version.out == "skc " SKC_VERSION_STRING "\n");
+}
+
+TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted, exit status 2") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    skc_test::spit(tmp / "file", "x");
+    fs::create_symlink(tmp / "base", tmp / "link");
+    const std::string all_cache_options =
+        "--base DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
+    const std::string cache_commands = "commands: stats, ls, verify, prune, clear (see skc cache --help)";
+    const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
+    const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
+                                   "e.g. 10G, 500M, 1024K or 65536";
+    const std::string duration_forms = "expected a whole number followed by d, h, m or s, e.g. 30d, 12h, 15m or 90s";
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{}, "skc: no command given; commands: cache (see skc --help)"},
+        {{"frob"}, "skc: unknown command 'frob'; commands: cache (see skc --help)"},
+        {{"--frob"}, "skc: unknown option '--frob'; options: --help, --version (see skc --help)"},
+        {{"help", "frob"}, "skc: unknown command 'frob'; commands: cache (see skc --help)"},
+        {{"cache"}, "skc cache: no command given; " + cache_commands},
+        {{"cache", "frob", "--base", "base"}, "skc cache: unknown command 'frob'; " + cache_commands},
+        {{"cache", "--frob"}, "skc cache: unknown option '--frob'; options: " + all_cache_options},
+        {{"cache", "stats", "--frob"},
+         "skc cache stats: unknown option '--frob'; options: --base DIR, --namespace NAME, --json"},
+        {{"cache", "prune", "--frob"}, "skc cache prune: unknown option '--frob'; options: " + all_cache_options},
+        {{"cache", "stats", "ls", "--base", "base"},
+         "skc cache stats: unexpected argument 'ls'; give one command, then options (see skc cache --help)"},
+        {{"cache", "stats"},
+         "skc cache stats: --base DIR is required: the folder that holds static_kernel_compile_outputs"},
+        {{"cache", "ls", "--base"},
+         "skc cache ls: option --base needs a value: DIR, the folder that holds static_kernel_compile_outputs"},
+        {{"cache", "prune", "--base", "base", "--max-size"},
+         "skc cache prune: option --max-size needs a value: SIZE, keep at most SIZE bytes per namespace: 10G, 500M, "
+         "1024K, 65536"},
+        {{"cache", "prune", "--base", "base", "--older-than"},
+         "skc cache prune: option --older-than needs a value: DURATION, remove entries unused for longer: 30d, 12h, "
+         "15m, 90s"},
+        {{"cache", "prune", "--base", "base", "--max-entries"},
+         "skc cache prune: option --max-entries needs a value: N, keep at most N entries per namespace"},
+        {{"cache", "ls", "--base", "base", "--namespace"},
+         "skc cache ls: option --namespace needs a value: NAME, only the namespace NAME, CANN-<version>_<device> "
+         "(default: all)"},
+        {{"cache", "stats", "--json=yes", "--base", "base"}, "skc cache stats: option --json takes no value"},
+        {{"cache", "stats", "--base", "base", "--base=base"}, "skc cache stats: option --base is given twice; give it once"},
+        {{"cache", "stats", "--base", "nowhere"}, "skc cache stats: --base 'nowhere': no such directory; " + accepted_base},
+        {{"cache", "clear", "--base", "file"}, "skc cache clear: --base 'file': not a directory; " + accepted_base},
+        {{"cache", "verify", "--base="}, "skc cache verify: --base is empty; " + accepted_base},
+        {{"cache", "ls", "--base", "base/../base"},
+         "skc cache ls: --base 'base/../base': the path contains a '..' component; give a path without one"},
+        {{"cache", "stats", "--base", "link"},
+         "skc cache stats: --base 'link': component '" + (tmp / "link").string() +
+             "' is a symbolic link; give the real path instead"},
+        {{"cache", "stats", "--base", "base", "--max-size", "1G"},
+         "skc cache stats: option --max-size applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "NAME, --json"},
+        {{"cache", "clear", "--base", "base", "--older-than", "1d"},
+         "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "NAME, --json"},
+        {{"cache", "ls", "--base", "base", "--max-entries", "3"},
+         "skc cache ls: option --max-entries applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "NAME, --json"},
+        {{"cache", "prune", "--base", "base"},
+         "skc cache prune: nothing to prune by; give at least one of --max-size SIZE, --max-entries N, --older-than "
+         "DURATION"},
+        {{"cache", "prune", "--base", "base", "--max-size", "10X"}, "skc cache prune: bad --max-size '10X': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "G"}, "skc cache prune: bad --max-size 'G': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "-5"}, "skc cache prune: bad --max-size '-5': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "1.5G"}, "skc cache prune: bad --max-size '1.5G': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "0"},
+         "skc cache prune: bad --max-size '0': the size must be at least 1 byte; to remove every entry use 'skc cache "
+         "clear'"},
+        {{"cache", "prune", "--base", "base", "--max-size", "16777216T"},
+         "skc cache prune: bad --max-size '16777216T': the size is too large; " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-entries", "many"},
+         "skc cache prune: bad --max-entries 'many': expected a whole number of entries, at least 1, e.g. 1000 (to "
+         "remove every entry use 'skc cache clear')"},
+        {{"cache", "prune", "--base", "base", "--max-entries", "0"},
+         "skc cache prune: bad --max-entries '0': expected a whole number of entries, at least 1, e.g. 1000 (to "
+         "remove every entry use 'skc cache clear')"},
+        {{"cache", "prune", "--base", "base", "--older-than", "5y"}, "skc cache prune: bad --older-than '5y': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "30"}, "skc cache prune: bad --older-than '30': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "d"}, "skc cache prune: bad --older-than 'd': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "106752d"},
+         "skc cache prune: bad --older-than '106752d': the duration is too long; at most 106751d"},
+        {{"cache", "stats", "--base", "base", "--namespace", "Ascend910B"},
+         "skc cache stats: bad --namespace 'Ascend910B': expected a namespace name CANN-<version>_<device>, without "
+         "'/' (skc cache stats lists them)"},
+        {{"cache", "stats", "--base", "base", "--namespace", "CANN-x/../y"},
+         "skc cache stats: bad --namespace 'CANN-x/../y': expected a namespace name CANN-<version>_<device>, without "
+         "'/' (skc cache stats lists them)"},
+    };
+    for (const auto& [args, message] : cases) {
+        std::string joined;
+        for (const std::string& a : args) joined += " " + a;
+        INFO("skc" << joined);
+        const Run r = run_skc(tmp.path(), args);
+        CHECK(r.status == 2);
+        CHECK(r.out.empty());
+        CHECK(r.err == message + "\n");
+    }
+    // Nothing was created by any of them.
+    CHECK(fs::is_empty(tmp / "base"));
+    // The largest values still accepted.
+    for (const char* size : {"16777215T", "18446744073709551615"}) {
+        const Run r = run_skc(tmp.path(), {"cache", "prune", "--base", "base", "--max-size", size});
+        CHECK(r.status == 0);
+        CHECK(r.err.empty());
+    }
+    CHECK(run_skc(tmp.path(), {"cache", "prune", "--base", "base", "--older-than", "106751d"}).status == 0);
+}
+
+TEST_CASE("no cache below the base: every command says so, exits with 0 and creates nothing") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::vector<std::vector<std::string>> commands = {
+        {"stats"}, {"ls"}, {"verify"}, {"prune", "--max-entries", "1"}, {"clear"}};
+    for (const auto& c : commands) {
+        INFO("skc cache " << c.front());
+        std::vector<std::string> args{"cache"};
+        args.insert(args.end(), c.begin(), c.end());
+        args.insert(args.end(), {"--base", "base"});
+        const Run text = run_skc(tmp.path(), args);
+        CHECK(text.status == 0);
+        CHECK(text.err.empty());
+        CHECK(text.out == "no cache at " + shown_cache + "\n");
+        args.emplace_back("--json");
+        const Run json = run_skc(tmp.path(), args);
+        CHECK(json.status == 0);
+        CHECK(json.err.empty());
+        CHECK(json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": false,\n  \"namespaces\": []\n}\n");
+    }
+    CHECK(fs::is_empty(tmp / "base"));
+
+    // An absolute base is shown as given.
+    const Run abs = run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "base").string()});
+    CHECK(abs.out == "no cache at " + (tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache").string() + "\n");
+
+    // A cache folder without namespaces.
+    fs::create_directories(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "not-a-namespace");
+    const Run empty = run_skc(tmp.path(), {"cache", "ls", "--base", "base"});
+    CHECK(empty.status == 0);
+    CHECK(empty.out == "no cache namespaces in " + shown_cache + "\n");
+    const Run empty_json = run_skc(tmp.path(), {"cache", "clear", "--base", "base", "--json"});
+    CHECK(empty_json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
+}
+
+TEST_CASE("stats: per namespace and in total") {
+    Fixture f;
+    const auto before = skc_test::snapshot(f.cache_dir);
+    const Run r = f.run({"cache", "stats", "--base", "base"});
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == "cache directory: " + shown_cache +
+                       "\n"
+                       "\n"
+                       "CANN-7.0_Ascend310P\n"
+                       "  entries:             1\n"
+                       "  size:                100 B\n"
+                       "  hits:                1\n"
+                       "  misses:              0\n"
+                       "  hit rate:            100.00 %\n"
+                       "  corrupt entries:     0\n"
+                       "  evictions:           0\n"
+                       "  compiles:            0\n"
+                       "  waits:               0\n"
+                       "  lock wait time:      0 s\n"
+                       "  compile time saved:  0 s\n"
+                       "\n"
+                       "CANN-8.0.RC1_Ascend910B\n"
+                       "  entries:             3\n"
+                       "  size:                6.0 KiB (6144 bytes)\n"
+                       "  hits:                2\n"
+                       "  misses:              1\n"
+                       "  hit rate:            66.67 %\n"
+                       "  corrupt entries:     0\n"
+                       "  evictions:           0\n"
+                       "  compiles:            0\n"
+                       "  waits:               0\n"
+                       "  lock wait time:      0 s\n"
+                       "  compile time saved:  4.50 s\n"
+                       "\n"
+                       "total (2 namespaces)\n"
+                       "  entries:             4\n"
+                       "  size:                6.1 KiB (6244 bytes)\n"
+                       "  hits:                3\n"
+                       "  misses:              1\n"
+                       "  hit rate:            75.00 %\n"
+                       "  corrupt entries:     0\n"
+                       "  evictions:           0\n"
+                       "  compiles:            0\n"
+                       "  waits:               0\n"
+                       "  lock wait time:      0 s\n"
+                       "  compile time saved:  4.50 s\n");
+
+    const Run one = f.run({"cache", "stats", "--base", "base", "--namespace", ns_b});
+    CHECK(one.status == 0);
+    CHECK(one.out == "cache directory: " + shown_cache +
+                         "\n\nCANN-7.0_Ascend310P\n"
+                         "  entries:             1\n"
+                         "  size:                100 B\n"
+                         "  hits:                1\n"
+                         "  misses:              0\n"
+                         "  hit rate:            100.00 %\n"
+                         "  corrupt entries:     0\n"
+                         "  evictions:           0\n"
+                         "  compiles:            0\n"
+                         "  waits:               0\n"
+                         "  lock wait time:      0 s\n"
+                         "  compile time saved:  0 s\n");
+
+    const Run json = f.run({"cache", "stats", "--base", "base", "--json"});
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());
+    const skc::Value doc = skc::parse_json(json.out);
+    CHECK(str(doc, "cache_dir") == shown_cache);
+    CHECK(at(doc, "exists").as_bool());
+    const skc::Array& list = at(doc, "namespaces").as_array();
+    REQUIRE(list.size() == 2);
+    CHECK(str(list[0], "namespace") == ns_b);
+    CHECK(str(list[1], "namespace") == ns_a);
+    const skc::Value& a = list[1];
+    CHECK(num(a, "entries") == 3);
+    CHECK(num(a, "bytes") == 6144);
+    CHECK(num(a, "hits") == 2);
+    CHECK(num(a, "misses") == 1);
+    CHECK(at(a, "hit_rate").as_double() == doctest::Approx(2.0 / 3.0));
+    CHECK(num(a, "corrupt") == 0);
+    CHECK(num(a, "evictions") == 0);
+    CHECK(num(a, "compiles") == 0);
+    CHECK(num(a, "waits") == 0);
+    CHECK(num(a, "lock_wait_ns") == 0);
+    CHECK(num(a, "compile_time_saved_ns") == 4500000000ULL);
+    const skc::Value& total = at(doc, "total");
+    CHECK(total.find("namespace") == nullptr);
+    CHECK(num(total, "entries") == 4);
+    CHECK(num(total, "bytes") == 6244);
+    CHECK(num(total, "hits") == 3);
+    CHECK(num(total, "misses") == 1);
+    CHECK(at(total, "hit_rate").as_double() == 0.75);
+    CHECK(num(total, "compile_time_saved_ns") == 4500000000ULL);
+
+    const Run missing = f.run({"cache", "stats", "--base", "base", "--namespace", "CANN-9.9_Nowhere"});
+    CHECK(missing.status == 0);
+    CHECK(missing.out == "no cache namespace CANN-9.9_Nowhere in " + shown_cache + "; it holds " + ns_b + ", " + ns_a + "\n");
+    const Run missing_json = f.run({"cache", "stats", "--base", "base", "--namespace", "CANN-9.9_Nowhere", "--json"});
+    CHECK(missing_json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
+
+    // stats reads only: not even a lock file is created.
+    CHECK(skc_test::snapshot(f.cache_dir) == before);
+}
+
+TEST_CASE("stats: every counter as the cache stored it, and a namespace with no entries yet") {
+    TempDir tmp;
+    skc::CacheConfig quiet;
+    quiet.log = skc::null_log();
+    (void)skc::open_cache(skc::Layout(tmp / "base"), "8.0", "Ascend910B", quiet);  // the manifest, no entries
+    skc::CacheStats s;
+    s.hits = 5;
+    s.misses = 3;
+    s.corrupt = 1;
+    s.evictions = 4;
+    s.compiles = 3;
+    s.waits = 2;
+    s.lock_wait_ns = 123456789;                 // 123.5 ms
+    s.compile_time_saved_ns = 7384000000000LL;  // 2 h 3 min 4 s
+    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_Ascend910B")
+        .write("stats", s.encode());
+    const Run r = run_skc(tmp.path(), {"cache", "stats", "--base", "base"});
+    CHECK(r.status == 0);
+    CHECK(r.out == "cache directory: " + shown_cache +
+                       "\n\nCANN-8.0_Ascend910B\n"
+                       "  entries:             0\n"
+                       "  size:                0 B\n"
+                       "  hits:                5\n"
+                       "  misses:              3\n"
+                       "  hit rate:            62.50 %\n"
+                       "  corrupt entries:     1\n"
+                       "  evictions:           4\n"
+                       "  compiles:            3\n"
+                       "  waits:               2\n"
+                       "  lock wait time:      123.5 ms\n"
+                       "  compile time saved:  2h 03m 04s\n");
+    const skc::Value doc = skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", "base", "--json"}).out);
+    const skc::Value& n = at(doc, "namespaces").as_array().at(0);
+    CHECK(num(n, "corrupt") == 1);
+    CHECK(num(n, "evictions") == 4);
+    CHECK(num(n, "compiles") == 3);
+    CHECK(num(n, "waits") == 2);
+    CHECK(num(n, "lock_wait_ns") == 123456789);
+    CHECK(num(n, "compile_time_saved_ns") == 7384000000000ULL);
+    CHECK(at(n, "hit_rate").as_double() == 0.625);
+
+    // No lookups at all: no hit rate.
+    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_Ascend910B")
+        .write("stats", skc::CacheStats{}.encode());
+    CHECK(run_skc(tmp.path(), {"cache", "stats", "--base", "base"}).out.find("  hit rate:            -\n") !=
+          std::string::npos);
+    const skc::Value none = skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", "base", "--json"}).out);
+    CHECK(at(at(none, "namespaces").as_array().at(0), "hit_rate").is_null());
+}
+
+TEST_CASE("ls: one line per entry, least recently used first; --json gives every field") {
+    Fixture f;
+    const auto before = skc_test::snapshot(f.cache_dir);
+    const Run r = f.run({"cache", "ls", "--base", "base"});
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == ns_b + ": 1 entry, 100 B\n" + ls_header + ls_row(f.b0, "-") + "\n" + ns_a + ": 3 entries, 6.0 KiB\n" +
+                       ls_header + ls_row(f.a0, "1.50 s") + ls_row(f.a1, "3.00 s") + ls_row(f.a2, "4.50 s"));
+
+    const Run one = f.run({"cache", "ls", "--namespace", ns_a, "--base", "base"});
+    CHECK(one.out == ns_a + ": 3 entries, 6.0 KiB\n" + ls_header + ls_row(f.a0, "1.50 s") + ls_row(f.a1, "3.00 s") +
+                         ls_row(f.a2, "4.50 s"));
+
+    const Run json = f.run({"cache", "ls", "--base", "base", "--json"});
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());
+    const skc::Value doc = skc::parse_json(json.out);
+    CHECK(str(doc, "cache_dir") == shown_cache);
+    const skc::Array& list = at(doc, "namespaces").as_array();
+    REQUIRE(list.size() == 2);
+    const auto check_entries = [&](const skc::Value& n, const std::string& ns, std::vector<const Stored*> expected) {
+        CHECK(str(n, "namespace") == ns);
+        const skc::Array& entries = at(n, "entries").as_array();
+        REQUIRE(entries.size() == expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            const skc::Value& e = entries[i];
+            const skc::CacheEntry& want = expected[i]->entry;
+            CHECK(str(e, "key") == want.key);
+            CHECK(num(e, "size") == want.size);
+            CHECK(num(e, "ops") == want.ops);
+            CHECK(num(e, "created_unix") == static_cast<std::uint64_t>(want.created_unix));
+            CHECK(num(e, "last_used_ns") == static_cast<std::uint64_t>(expected[i]->last_used_s) * 1000000000ULL);
+            CHECK(num(e, "compile_ns") == static_cast<std::uint64_t>(want.compile_ns));
+            CHECK(str(e, "checksum") == want.checksum.hex());
+            CHECK(num(e, "identity") == want.identity);
+            CHECK(str(e, "package") == "packages/" + want.key + ".run");
+            CHECK(str(e, "package_path") == shown_cache + "/" + ns + "/packages/" + want.key + ".run");
+            const skc::Object& components = at(e, "components").as_object();
+            REQUIRE(components.size() == expected[i]->key.components.size());
+            for (std::size_t k = 0; k < components.size(); ++k) {
+                CHECK(components[k].key == expected[i]->key.components[k].first);
+                CHECK(components[k].value.as_string() == expected[i]->key.components[k].second);
+            }
+        }
+    };
+    check_entries(list[0], ns_b, {&f.b0});
+    check_entries(list[1], ns_a, {&f.a0, &f.a1, &f.a2});
+    // The key components, by name.
+    const skc::Value& a2 = at(list[1], "entries").as_array()[2];
+    CHECK(str(at(a2, "components"), "toolchain_version") == "8.0.RC1");
+    CHECK(str(at(a2, "components"), "device") == "Ascend910B");
+    CHECK(str(at(a2, "components"), "op_count") == "3");
+    CHECK(str(at(a2, "components"), "compiler_option[0]") == "--opt=1");
+    CHECK(num(a2, "compile_ns") == 4500000000ULL);
+
+    // ls reads only: not even a lock file is created.
+    CHECK(skc_test::snapshot(f.cache_dir) == before);
+
+    // An empty namespace.
+    const Run cleared = f.run({"cache", "clear", "--base", "base", "--namespace", ns_b});
+    CHECK(cleared.status == 0);
+    CHECK(f.run({"cache", "ls", "--base", "base", "--namespace", ns_b}).out == ns_b + ": 0 entries, 0 B\n");
+}
+
+TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
+    Fixture f;
+    const auto untouched = skc_test::snapshot(f.cache_dir);
+    const Run clean = f.run({"cache", "verify", "--base", "base"});
+    CHECK(clean.status == 0);
+    CHECK(clean.err.empty());
+    CHECK(clean.out == ns_b + ": checked 1 entry, all good\n" + ns_a + ": checked 3 entries, all good\n");
+    CHECK(skc_test::snapshot(f.cache_dir) == untouched);  // a good cache is only read
+
+    const auto before = f.content();
+    {  // a1's package changed in place (same size), a2's entry truncated, b0's package gone
+        const int fd = ::open(f.package_file(f.a1).c_str(), O_WRONLY);
+        REQUIRE(fd >= 0);
+        REQUIRE(::pwrite(fd, "XY", 2, 100) == 2);
+        ::close(fd);
+        fs::resize_file(f.entry_file(f.a2), 20);
+        fs::remove(f.package_file(f.b0));
+    }
+    const auto damaged = f.content();
+    const Stored* a_bad[] = {&f.a1, &f.a2};
+    std::sort(std::begin(a_bad), std::end(a_bad), [](const Stored* x, const Stored* y) { return x->entry.key < y->entry.key; });
+    const auto reason = [&](const Stored* s) {
+        return s == &f.a1 ? "the package was replaced or modified after it was stored"
+                          : "the entry is unreadable (truncated or altered)";
+    };
+    const Run r = f.run({"cache", "verify", "--base", "base"});
+    CHECK(r.status == 1);
+    CHECK(r.err.empty());
+    CHECK(r.out == ns_b + ": checked 1 entry, 1 bad\n  " + f.b0.entry.key + ": the package is missing (removed)\n" + ns_a +
+                       ": checked 3 entries, 2 bad\n  " + a_bad[0]->entry.key + ": " + reason(a_bad[0]) +
+                       " (removed)\n  " + a_bad[1]->entry.key + ": " + reason(a_bad[1]) +
+                       " (removed)\n3 bad entries found, 3 removed\n");
+    CHECK(f.gone(f.a1));
+    CHECK(f.gone(f.a2));
+    CHECK(f.gone(f.b0));
+    CHECK(f.present(f.a0));
+    CHECK(f.content() == Fixture::without(damaged, {&f.a1, &f.a2, &f.b0}));
+    CHECK(f.content() == Fixture::without(before, {&f.a1, &f.a2, &f.b0}));
+
+    // The removals are counted as corrupt entries.
+    const skc::Value stats = skc::parse_json(f.run({"cache", "stats", "--base", "base", "--json"}).out);
+    CHECK(num(at(stats, "total"), "corrupt") == 3);
+    CHECK(num(at(stats, "total"), "entries") == 1);
+
+    const Run again = f.run({"cache", "verify", "--base", "base"});
+    CHECK(again.status == 0);
+    CHECK(again.out == ns_b + ": checked 0 entries, all good\n" + ns_a + ": checked 1 entry, all good\n");
+}
+
+TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
+    Fixture f;
+    const Run clean = f.run({"cache", "verify", "--base", "base", "--json", "--namespace", ns_a});
+    CHECK(clean.status == 0);
+    CHECK(clean.out == "{\n  \"cache_dir\": \"" + shown_cache +
+                           "\",\n  \"exists\": true,\n  \"namespaces\": [\n    {\n      \"namespace\": \"" + ns_a +
+                           "\",\n      \"checked\": 3,\n      \"bad\": []\n    }\n  ],\n  \"total\": {\n    \"checked\": 3,\n"
+                           "    \"bad\": 0,\n    \"removed\": 0\n  }\n}\n");
+
+    std::optional<Fixture::Pin> pin = f.pin(f.a1);  // a1 is in use ...
+    skc_test::spit(f.package_file(f.a0), std::string(1024, 'z'));  // ... a0 and a1 are damaged
+    {
+        const int fd = ::open(f.package_file(f.a1).c_str(), O_WRONLY);
+        REQUIRE(fd >= 0);
+        REQUIRE(::pwrite(fd, "XY", 2, 0) == 2);
+        ::close(fd);
+    }
+    const auto damaged = f.content();
+    const Run r = f.run({"cache", "verify", "--base", "base", "--json"});
+    CHECK(r.status == 1);
+    CHECK(r.err.empty());
+    const skc::Value doc = skc::parse_json(r.out);
+    CHECK(num(at(doc, "total"), "checked") == 4);
+    CHECK(num(at(doc, "total"), "bad") == 2);
+    CHECK(num(at(doc, "total"), "removed") == 1);
+    const skc::Array& list = at(doc, "namespaces").as_array();
+    REQUIRE(list.size() == 2);
+    CHECK(str(list[0], "namespace") == ns_b);
+    CHECK(num(list[0], "checked") == 1);
+    CHECK(at(list[0], "bad").as_array().empty());
+    CHECK(str(list[1], "namespace") == ns_a);
+    CHECK(num(list[1], "checked") == 3);
+    const skc::Array& bad = at(list[1], "bad").as_array();
+    REQUIRE(bad.size() == 2);
+    std::map<std::string, const skc::Value*> by_key;
+    for (const skc::Value& b : bad) by_key[str(b, "key")] = &b;
+    REQUIRE(by_key.count(f.a0.entry.key) == 1);
+    REQUIRE(by_key.count(f.a1.entry.key) == 1);
+    CHECK(str(*by_key[f.a0.entry.key], "reason") == "the package was replaced or modified after it was stored");
+    CHECK(at(*by_key[f.a0.entry.key], "removed").as_bool());
+    CHECK(str(*by_key[f.a1.entry.key], "reason") == "the package was replaced or modified after it was stored");
+    CHECK_FALSE(at(*by_key[f.a1.entry.key], "removed").as_bool());
+    CHECK(f.gone(f.a0));
+    CHECK(f.present(f.a1));
+    CHECK(f.content() == Fixture::without(damaged, {&f.a0}));
+
+    // In text, the entry in use says so.
+    const Run text = f.run({"cache", "verify", "--base", "base", "--namespace", ns_a});
+    CHECK(text.status == 1);
+    CHECK(text.out == ns_a + ": checked 2 entries, 1 bad\n  " + f.a1.entry.key +
+                          ": the package was replaced or modified after it was stored (in use, not removed)\n"
+                          "1 bad entry found, 0 removed\n");
+    // Once it is let go, the next verify removes it.
+    pin.reset();
+    const Run after = f.run({"cache", "verify", "--base", "base", "--namespace", ns_a});
+    CHECK(after.status == 1);
+    CHECK(after.out == ns_a + ": checked 2 entries, 1 bad\n  " + f.a1.entry.key +
+                           ": the package was replaced or modified after it was stored (removed)\n"
+                           "1 bad entry found, 1 removed\n");
+    CHECK(f.gone(f.a1));
+    CHECK(f.run({"cache", "verify", "--base", "base"}).status == 0);
+}
+
+TEST_CASE("prune --max-entries removes the least recently used entries of each namespace") {
+    Fixture f;
+    const auto before = f.content();
+    const Run r = f.run({"cache", "prune", "--base", "base", "--max-entries", "2"});
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == ns_b + ": removed 0 entries (0 B), 1 left (100 B), 0 skipped because in use\n" + ns_a +
+                       ": removed 1 entry (1.0 KiB), 2 left (5.0 KiB), 0 skipped because in use\n"
+                       "total: removed 1 entry (1.0 KiB), 3 left (5.1 KiB), 0 skipped because in use\n");
+    CHECK(f.gone(f.a0));
+    CHECK(f.content() == Fixture::without(before, {&f.a0}));
+    // Counted as evictions.
+    const skc::Value stats = skc::parse_json(f.run({"cache", "stats", "--base", "base", "--json"}).out);
+    CHECK(num(at(stats, "namespaces").as_array()[1], "evictions") == 1);
+
+    const Run json = f.run({"cache", "prune", "--base", "base", "--max-entries", "1", "--json"});
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());
+    CHECK(json.out == "{\n"
+                      "  \"cache_dir\": \"" + shown_cache + "\",\n"
+                      "  \"exists\": true,\n"
+                      "  \"limits\": {\n"
+                      "    \"max_bytes\": null,\n"
+                      "    \"max_entries\": 1,\n"
+                      "    \"older_than_s\": null\n"
+                      "  },\n"
+                      "  \"namespaces\": [\n"
+                      "    {\n"
+                      "      \"namespace\": \"" + ns_b + "\",\n"
+                      "      \"removed\": 0,\n"
+                      "      \"removed_bytes\": 0,\n"
+                      "      \"skipped_in_use\": 0,\n"
+                      "      \"entries_left\": 1,\n"
+                      "      \"bytes_left\": 100\n"
+                      "    },\n"
+                      "    {\n"
+                      "      \"namespace\": \"" + ns_a + "\",\n"
+                      "      \"removed\": 1,\n"
+                      "      \"removed_bytes\": 2048,\n"
+                      "      \"skipped_in_use\": 0,\n"
+                      "      \"entries_left\": 1,\n"
+                      "      \"bytes_left\": 3072\n"
+                      "    }\n"
+                      "  ],\n"
+                      "  \"total\": {\n"
+                      "    \"removed\": 1,\n"
+                      "    \"removed_bytes\": 2048,\n"
+                      "    \"skipped_in_use\": 0,\n"
+                      "    \"entries_left\": 2,\n"
+                      "    \"bytes_left\": 3172\n"
+                      "  }\n"
+                      "}\n");
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1}));
+    CHECK(f.present(f.a2));
+    CHECK(f.present(f.b0));
+}
+
+TEST_CASE("prune --older-than removes entries unused for longer") {
+    Fixture f;
+    const auto before = f.content();
+    const Run r = f.run({"cache", "prune", "--base", "base", "--older-than", "30d"});
+    CHECK(r.status == 0);
+    CHECK(r.out == ns_b + ": removed 0 entries (0 B), 1 left (100 B), 0 skipped because in use\n" + ns_a +
+                       ": removed 1 entry (1.0 KiB), 2 left (5.0 KiB), 0 skipped because in use\n"
+                       "total: removed 1 entry (1.0 KiB), 3 left (5.1 KiB), 0 skipped because in use\n");
+    CHECK(f.content() == Fixture::without(before, {&f.a0}));
+
+    // Only the namespace asked for: b0 (10 days) stays although it is older than 36 hours.
+    const Run json = f.run({"cache", "prune", "--base", "base", "--older-than", "36h", "--namespace", ns_a, "--json"});
+    CHECK(json.status == 0);
+    const skc::Value doc = skc::parse_json(json.out);
+    CHECK(num(at(doc, "limits"), "older_than_s") == 36 * 3600);
+    CHECK(at(at(doc, "limits"), "max_bytes").is_null());
+    const skc::Array& list = at(doc, "namespaces").as_array();
+    REQUIRE(list.size() == 1);
+    CHECK(str(list[0], "namespace") == ns_a);
+    CHECK(num(list[0], "removed") == 1);
+    CHECK(num(list[0], "removed_bytes") == 2048);
+    CHECK(num(list[0], "entries_left") == 1);
+    CHECK(num(list[0], "bytes_left") == 3072);
+    CHECK(num(at(doc, "total"), "removed") == 1);
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1}));
+
+    // Minutes and seconds: a2 was used an hour ago.
+    CHECK(f.run({"cache", "prune", "--base", "base", "--older-than", "61m", "--namespace", ns_a}).out ==
+          ns_a + ": removed 0 entries (0 B), 1 left (3.0 KiB), 0 skipped because in use\n");
+    CHECK(f.run({"cache", "prune", "--base", "base", "--older-than", "3500s", "--namespace", ns_a}).out ==
+          ns_a + ": removed 1 entry (3.0 KiB), 0 left (0 B), 0 skipped because in use\n");
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1, &f.a2}));
+    CHECK(f.present(f.b0));
+}
+
+TEST_CASE("prune --max-size, with an entry in use skipped") {
+    Fixture f;
+    const auto before = f.content();
+    const Run r = f.run({"cache", "prune", "--base", "base", "--max-size", "5K"});
+    CHECK(r.status == 0);
+    CHECK(r.out.find(ns_a + ": removed 1 entry (1.0 KiB), 2 left (5.0 KiB), 0 skipped because in use\n") !=
+          std::string::npos);
+    CHECK(f.content() == Fixture::without(before, {&f.a0}));
+
+    const Fixture::Pin pin = f.pin(f.a2);  // the newest is in use
+    const Run json = f.run({"cache", "prune", "--base", "base", "--max-size", "2048", "--json"});
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());
+    const skc::Value doc = skc::parse_json(json.out);
+    CHECK(num(at(doc, "limits"), "max_bytes") == 2048);
+    const skc::Value& a = at(doc, "namespaces").as_array()[1];
+    CHECK(str(a, "namespace") == ns_a);
+    CHECK(num(a, "removed") == 1);
+    CHECK(num(a, "removed_bytes") == 2048);
+    CHECK(num(a, "skipped_in_use") == 1);
+    CHECK(num(a, "entries_left") == 1);
+    CHECK(num(a, "bytes_left") == 3072);
+    CHECK(num(at(doc, "total"), "skipped_in_use") == 1);
+    CHECK(f.present(f.a2));
+    CHECK(f.present(f.b0));
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1}));
+
+    const Run text = f.run({"cache", "prune", "--base", "base", "--max-size", "1k", "--namespace", ns_a});
+    CHECK(text.out == ns_a + ": removed 0 entries (0 B), 1 left (3.0 KiB), 1 skipped because in use\n");
+    CHECK(f.present(f.a2));
+
+    // Suffixes M, G and T parse (nothing is over such limits here).
+    for (const char* size : {"1M", "10G", "2T", "500m"})
+        CHECK(f.run({"cache", "prune", "--base", "base", "--max-size", size}).status == 0);
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1}));
+}
+
+TEST_CASE("clear removes every entry not in use") {
+    Fixture f;
+    const auto before = f.content();
+    std::optional<Fixture::Pin> pin = f.pin(f.a1);
+    const Run r = f.run({"cache", "clear", "--base", "base"});
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == ns_b + ": removed 1 entry, 0 left\n" + ns_a + ": removed 2 entries, 1 left\ntotal: removed 3 entries, 1 left\n");
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a2, &f.b0}));
+    CHECK(f.present(f.a1));
+    // The manifests stay: the namespaces are still there, empty.
+    CHECK(fs::is_regular_file(f.cache_dir / (ns_a + ".json")));
+    CHECK(fs::is_regular_file(f.cache_dir / (ns_b + ".json")));
+
+    pin.reset();
+    const Run json = f.run({"cache", "clear", "--base", "base", "--json"});
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());
+    CHECK(json.out == "{\n  \"cache_dir\": \"" + shown_cache +
+                          "\",\n  \"exists\": true,\n  \"namespaces\": [\n"
+                          "    {\n      \"namespace\": \"" + ns_b + "\",\n      \"removed\": 0,\n      \"entries_left\": 0\n    },\n"
+                          "    {\n      \"namespace\": \"" + ns_a + "\",\n      \"removed\": 1,\n      \"entries_left\": 0\n    }\n"
+                          "  ],\n  \"total\": {\n    \"removed\": 1,\n    \"entries_left\": 0\n  }\n}\n");
+    CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1, &f.a2, &f.b0}));
+    const skc::Value stats = skc::parse_json(f.run({"cache", "stats", "--base", "base", "--json"}).out);
+    CHECK(num(at(stats, "total"), "entries") == 0);
+    CHECK(num(at(stats, "total"), "evictions") == 4);
+    CHECK(num(at(stats, "total"), "hits") == 4);  // the statistics survive a clear (the pin was a hit)
+
+    // One namespace only.
+    Fixture g;
+    const auto g_before = g.content();
+    CHECK(g.run({"cache", "clear", "--base", "base", "--namespace", ns_b}).out == ns_b + ": removed 1 entry, 0 left\n");
+    CHECK(g.content() == Fixture::without(g_before, {&g.b0}));
+}
+
+TEST_CASE("symbolic links below the base are refused before anything is touched (exit status 2)") {
+    Fixture f;
+    const auto before = f.content();
+    const fs::path entries = f.cache_dir / ns_a / "entries";
+    fs::rename(entries, f.tmp / "elsewhere");
+    fs::create_directory_symlink(f.tmp / "elsewhere", entries);
+    const Run r = f.run({"cache", "clear", "--base", "base"});
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "skc cache clear: " + entries.string() + ": component '" + entries.string() +
+                       "' is a symbolic link; give the real path instead\n");
+    CHECK(f.present(f.b0));  // the other namespace was not cleared either
+    CHECK(fs::exists(f.tmp / "elsewhere" / f.a0.entry.key));
+
+    TempDir tmp;
+    fs::create_directories(tmp / "real" / "static_kernel_cache");
+    fs::create_directories(tmp / "base");
+    fs::create_directory_symlink(tmp / "real", tmp / "base" / "static_kernel_compile_outputs");
+    const Run link = run_skc(tmp.path(), {"cache", "stats", "--base", "base"});
+    CHECK(link.status == 2);
+    const std::string outputs = (tmp / "base" / "static_kernel_compile_outputs").string();
+    CHECK(link.err == "skc cache stats: " + outputs + "/static_kernel_cache: component '" + outputs +
+                          "' is a symbolic link; give the real path instead\n");
+}
+
+TEST_CASE("what is not a file where the statistics should be counts as no statistics; a file as cache folder is refused") {
+    Fixture f;
+    const fs::path stats = f.cache_dir / ns_a / "stats";
+    fs::remove(stats);
+    fs::create_directory(stats);
+    const Run r = f.run({"cache", "stats", "--base", "base", "--json"});
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(f.run({"cache", "ls", "--base", "base"}).status == 0);
+
+    TempDir tmp;
+    fs::create_directories(tmp / "base" / "static_kernel_compile_outputs");
+    skc_test::spit(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache", "not a folder");
+    const Run file = run_skc(tmp.path(), {"cache", "ls", "--base", "base"});
+    CHECK(file.status == 2);
+    CHECK(file.err == "skc cache ls: " + shown_cache + ": not a directory; the cache folder is expected there\n");
+}
