@@ -55,4 +55,29 @@ struct Selection;
 
 struct RecordingResult;
 
+enum class LockMode : unsigned char;
+class FileLock;
+class ProcessLock;
+class NoLock;
+
+struct ObjectInfo;
+class FilesystemStorage;
+class MemoryStorage;
+
+struct CacheKey;
+struct KeyInputs;
+struct CacheEntry;
+struct CacheStats;
+struct CacheLimits;
+struct CacheConfig;
+enum class CacheResult : unsigned char;
+struct PruneReport;
+struct VerifyReport;
+struct CacheLockNames;
+class NoCache;
+
+struct CompileRequest;
+struct CompileResult;
+class ProcessInvoker;
+
 }  // namespace skc

@@ -1,0 +1,52 @@
+// examples/host/dispatch.hpp: runs a recorded op with the shape-generic host kernels.
+//
+// run_generic() is the fallback when no shape-specialised kernel was compiled for an op, and the
+// reference the generated kernels are tested against. Pointers follow the convention of plan.hpp:
+// inputs[i] / outputs[i] are the data of input / output slot i.
+#pragma once
+
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
+
+#include "kernels.hpp"
+#include "plan.hpp"
+
+namespace skc_host {
+
+/// Runs the plan of an analysed op.
+inline void run_plan(const Plan& plan, const float* const* inputs, float* const* outputs) {
+    namespace k = kernels;
+    std::visit(
+        [&](const auto& p) {
+            using P = std::decay_t<decltype(p)>;
+            if constexpr (std::is_same_v<P, MatMulPlan>) {
+                k::batch_matmul(inputs[0], inputs[1], outputs[0], p.batch, p.a_batch, p.b_batch, p.m, p.k, p.n, p.ta, p.tb);
+            } else if constexpr (std::is_same_v<P, BinaryPlan>) {
+                if (p.kind == BinaryKind::add) k::add(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
+                else k::mul(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
+            } else if constexpr (std::is_same_v<P, UnaryPlan>) {
+                if (p.kind == UnaryKind::relu) k::relu(inputs[0], outputs[0], p.n);
+                else k::gelu(inputs[0], outputs[0], p.n);
+            } else if constexpr (std::is_same_v<P, SoftmaxPlan>) {
+                k::softmax(inputs[0], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, LayerNormPlan>) {
+                k::layer_norm(inputs[0], inputs[1], inputs[2], outputs[0], p.mean_out ? outputs[1] : nullptr,
+                              p.var_out ? outputs[2] : nullptr, p.rows, p.cols, p.epsilon);
+            } else {
+                static_assert(std::is_same_v<P, TransposePlan>);
+                k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);
+            }
+        },
+        plan);
+}
+
+/// Runs `op` with the generic kernels. Throws std::invalid_argument with the reason when the op is
+/// not supported.
+inline void run_generic(const skc::OpRecord& op, const float* const* inputs, float* const* outputs) {
+    const Analysis a = analyze(op);
+    if (!a.plan) throw std::invalid_argument(a.reason);
+    run_plan(*a.plan, inputs, outputs);
+}
+
+}  // namespace skc_host

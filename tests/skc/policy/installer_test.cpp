@@ -1,0 +1,413 @@
+// RunPackageInstaller with real makeself packages (built here with `makeself`, through posix_spawn)
+// and real processes (tests/workers/install_worker.cpp, started with posix_spawn).
+#include <doctest/doctest.h>
+
+#include <skc/policy/installer.hpp>
+
+#include "test_support.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using skc_test::slurp;
+using skc_test::spit;
+
+struct Kernel {
+    std::string digest, op_type, file, content;
+};
+
+/// Runs argv (no shell) with output to `log`; returns the exit status.
+int run(const std::vector<std::string>& args, const fs::path& log) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    ::posix_spawn_file_actions_init(&fa);
+    ::posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&fa);
+    REQUIRE(rc == 0);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string digest_of(int i) {
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%032x", i);
+    return buf;
+}
+
+/// Builds `<out>/<stem>.run` holding an index for `kernels` and their files.
+fs::path make_package(const fs::path& out, const std::string& stem, const std::vector<Kernel>& kernels,
+                      const std::string& device = "dev0") {
+    const fs::path src = out / ("src-" + stem);
+    fs::create_directories(src / "kernels");
+    std::string index = R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": ")" + device +
+                        R"(", "kernels": [)";
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+        const Kernel& k = kernels[i];
+        index += (i ? ", " : "") + std::string(R"({"digest": ")") + k.digest + R"(", "op_type": ")" + k.op_type +
+                 R"(", "file": ")" + k.file + R"(", "symbol": "sym_)" + stem + "_" + std::to_string(i) + R"("})";
+        if (!k.content.empty() && k.file.find("..") == std::string::npos) {
+            fs::create_directories((src / k.file).parent_path());
+            spit(src / k.file, k.content);
+        }
+    }
+    index += "]}\n";
+    spit(src / "binary_info_config.json", index);
+    spit(src / "setup.sh", "#!/bin/sh\nexit 0\n");
+    fs::permissions(src / "setup.sh", fs::perms::owner_all, fs::perm_options::add);
+    const fs::path pkg = out / (stem + ".run");
+    REQUIRE(run({"makeself", "--quiet", "--nox11", src.string(), pkg.string(), "skc test " + stem, "./setup.sh"},
+                out / ("makeself-" + stem + ".log")) == 0);
+    fs::remove_all(src);
+    return pkg;
+}
+
+fs::path make_simple(const fs::path& out, const std::string& stem, int digest) {
+    return make_package(out, stem, {{digest_of(digest), "Add", "kernels/" + stem + ".so", "kernel " + stem + "\n"}});
+}
+
+/// The global index as digest -> package.
+std::map<std::string, std::string> index_packages(const fs::path& lib, const std::string& device = "dev0") {
+    std::map<std::string, std::string> out;
+    const fs::path p = lib / "static_kernel/host/config" / device / "binary_info_config.json";
+    if (!fs::exists(p)) return out;
+    const skc::Value v = skc::parse_json(slurp(p));
+    for (const auto& m : v.find("kernels")->as_object()) out[m.key] = m.value.find("package")->as_string();
+    return out;
+}
+
+std::vector<std::string> config_stems(const fs::path& lib) {
+    std::vector<std::string> out;
+    std::istringstream in(slurp(lib / "static_kernel/host/config.ini"));
+    bool packages = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        if (line[0] == '[') packages = line == "[packages]";
+        else if (packages) out.push_back(line.substr(0, line.find(" = ")));
+    }
+    return out;
+}
+
+/// Processes started by a test; killed and reaped at scope exit.
+class Workers {
+public:
+    ~Workers() {
+        for (pid_t p : live_) {
+            ::kill(p, SIGKILL);
+            int s = 0;
+            ::waitpid(p, &s, 0);
+        }
+    }
+    pid_t spawn(const std::vector<std::string>& args, const fs::path& out) {
+        std::vector<std::string> all{SKC_INSTALL_WORKER};
+        all.insert(all.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (auto& a : all) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        ::posix_spawn_file_actions_init(&fa);
+        ::posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        ::posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        pid_t pid = -1;
+        const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+        ::posix_spawn_file_actions_destroy(&fa);
+        REQUIRE(rc == 0);
+        live_.insert(pid);
+        return pid;
+    }
+    int wait(pid_t pid, milliseconds timeout = milliseconds(20000)) {
+        const auto deadline = Clock::now() + timeout;
+        for (;;) {
+            int status = 0;
+            if (::waitpid(pid, &status, WNOHANG) == pid) {
+                live_.erase(pid);
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            }
+            if (Clock::now() > deadline) {
+                ::kill(pid, SIGKILL);
+                ::waitpid(pid, &status, 0);
+                live_.erase(pid);
+                return -1;
+            }
+            std::this_thread::sleep_for(milliseconds(2));
+        }
+    }
+
+private:
+    std::set<pid_t> live_;
+};
+
+/// Waits until `out` holds a line starting with "installed" (or an error); returns the text.
+std::string wait_installed(const fs::path& out) {
+    const auto deadline = Clock::now() + milliseconds(20000);
+    for (;;) {
+        const std::string t = slurp(out);
+        if (t.find('\n') != std::string::npos || Clock::now() > deadline) return t;
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+}
+
+std::size_t holder_count(const fs::path& lib, const std::string& stem) {
+    std::error_code ec;
+    std::size_t n = 0;
+    for (auto it = fs::directory_iterator(lib / "static_kernel/host/.holders" / stem, ec); !ec && it != fs::directory_iterator(); ++it) ++n;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("install lays out the package and the shared files; releasing removes them") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_package(tmp.path(), "static_kernel_20240101000000",
+                                      {{digest_of(1), "Add", "kernels/add.so", "add\n"},
+                                       {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
+    skc::RunPackageInstaller installer;
+    {
+        skc::Installation inst = installer.install(pkg, lib, {});
+        CHECK(inst.extracted());
+        CHECK(inst.holds());
+        const fs::path base = lib / "static_kernel/host";
+        CHECK(inst.folder() == base / "static_kernel_20240101000000");
+        CHECK(slurp(inst.folder() / "kernels/sub/mul.so") == "mul\n");
+        CHECK(fs::exists(inst.folder() / "binary_info_config.json"));
+        CHECK(fs::exists(inst.folder() / "uninstall.sh"));
+        CHECK(fs::exists(base / "uninstall.sh"));
+        CHECK(config_stems(lib) == std::vector<std::string>{"static_kernel_20240101000000"});
+        const skc::Value idx = skc::parse_json(slurp(base / "config/dev0/binary_info_config.json"));
+        const skc::Value* k = idx.find("kernels")->find(digest_of(2));
+        REQUIRE(k != nullptr);
+        CHECK(k->find("file")->as_string() == "static_kernel_20240101000000/kernels/sub/mul.so");
+        CHECK(k->find("symbol")->as_string() == "sym_static_kernel_20240101000000_1");
+        CHECK(k->find("op_type")->as_string() == "Mul");
+        CHECK(holder_count(lib, "static_kernel_20240101000000") == 1);
+        // A second install in the same process: no extraction, one more reference.
+        skc::Installation again = installer.install(pkg, lib, {});
+        CHECK_FALSE(again.extracted());
+        CHECK(holder_count(lib, "static_kernel_20240101000000") == 2);
+        again.release();
+        CHECK(fs::exists(inst.folder()));
+        const auto listed = installer.list(lib, "host");
+        REQUIRE(listed.size() == 1);
+        CHECK(listed[0].device == "dev0");
+        CHECK(listed[0].holders.size() == 1);
+    }
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/static_kernel_20240101000000"));
+    CHECK(config_stems(lib).empty());
+    CHECK(index_packages(lib).empty());
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/.holders/static_kernel_20240101000000"));
+}
+
+TEST_CASE("a persistent install stays until uninstall(persistent = true)") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "pk", 7);
+    skc::RunPackageInstaller installer;
+    skc::InstallOptions opt;
+    opt.persistent = true;
+    { skc::Installation inst = installer.install(pkg, lib, opt); CHECK_FALSE(inst.holds()); }
+    CHECK(installer.cleanup(lib, "host") == 0);
+    CHECK(index_packages(lib).at(digest_of(7)) == "pk");
+    CHECK_FALSE(installer.uninstall(lib, "pk", "host", false));
+    CHECK(installer.uninstall(lib, "pk", "host", true));
+    CHECK(index_packages(lib).empty());
+}
+
+TEST_CASE("two processes installing one package share it: the first to leave does not remove it") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "shared", 3);
+    Workers w;
+    const pid_t a = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-a").string()}, tmp / "a.out");
+    CHECK(wait_installed(tmp / "a.out") == "installed extracted=1\n");
+    const pid_t b = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-b").string()}, tmp / "b.out");
+    CHECK(wait_installed(tmp / "b.out") == "installed extracted=0\n");
+    CHECK(holder_count(lib, "shared") == 2);
+    spit(tmp / "go-a", "");
+    CHECK(w.wait(a) == 0);
+    CHECK(fs::exists(lib / "static_kernel/host/shared/kernels/shared.so"));
+    CHECK(index_packages(lib).at(digest_of(3)) == "shared");
+    CHECK(holder_count(lib, "shared") == 1);
+    spit(tmp / "go-b", "");
+    CHECK(w.wait(b) == 0);
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/shared"));
+    CHECK(index_packages(lib).empty());
+}
+
+TEST_CASE("process-scoped installs go at exit(), with the handle, and on SIGTERM; SIGKILL leaves an orphan") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "proc", 4);
+    const fs::path folder = lib / "static_kernel/host/proc";
+    skc::RunPackageInstaller installer;
+    Workers w;
+    for (const char* mode : {"exit", "scope"}) {
+        CAPTURE(mode);
+        const pid_t p = w.spawn({lib.string(), pkg.string(), mode}, tmp / "x.out");
+        CHECK(w.wait(p) == 0);
+        CHECK(slurp(tmp / "x.out") == "installed extracted=1\n");
+        CHECK_FALSE(fs::exists(folder));
+        CHECK(config_stems(lib).empty());
+    }
+    {  // SIGTERM: the handler unlinks the holder and the process dies of SIGTERM
+        const pid_t p = w.spawn({lib.string(), pkg.string(), "wait"}, tmp / "t.out");
+        CHECK(wait_installed(tmp / "t.out") == "installed extracted=1\n");
+        CHECK(holder_count(lib, "proc") == 1);
+        ::kill(p, SIGTERM);
+        CHECK(w.wait(p) == 128 + SIGTERM);
+        CHECK(holder_count(lib, "proc") == 0);
+        CHECK(installer.cleanup(lib, "host") == 1);
+        CHECK_FALSE(fs::exists(folder));
+        CHECK(index_packages(lib).empty());
+    }
+    {  // SIGKILL: the holder stays, names a dead process, and the next install cleans up
+        const pid_t p = w.spawn({lib.string(), pkg.string(), "wait"}, tmp / "k.out");
+        CHECK(wait_installed(tmp / "k.out") == "installed extracted=1\n");
+        ::kill(p, SIGKILL);
+        CHECK(w.wait(p) == 128 + SIGKILL);
+        CHECK(holder_count(lib, "proc") == 1);
+        CHECK(index_packages(lib).at(digest_of(4)) == "proc");
+        const fs::path other = make_simple(tmp.path(), "other", 5);
+        skc::Installation inst = installer.install(other, lib, {});
+        CHECK_FALSE(fs::exists(folder));
+        CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(5), "other"}});
+        CHECK(config_stems(lib) == std::vector<std::string>{"other"});
+    }
+}
+
+TEST_CASE("8 processes installing different packages at once") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    std::vector<fs::path> pkgs;
+    for (int i = 0; i < 8; ++i) pkgs.push_back(make_simple(tmp.path(), "conc" + std::to_string(i), 100 + i));
+    Workers w;
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 8; ++i)
+        pids.push_back(w.spawn({lib.string(), pkgs[i].string(), "persistent"}, tmp / ("c" + std::to_string(i) + ".out")));
+    for (pid_t p : pids) CHECK(w.wait(p) == 0);
+    const auto idx = index_packages(lib);
+    CHECK(idx.size() == 8);
+    for (int i = 0; i < 8; ++i) CHECK(idx.at(digest_of(100 + i)) == "conc" + std::to_string(i));
+    auto stems = config_stems(lib);
+    std::sort(stems.begin(), stems.end());
+    CHECK(stems == std::vector<std::string>{"conc0", "conc1", "conc2", "conc3", "conc4", "conc5", "conc6", "conc7"});
+    for (const auto& e : fs::directory_iterator(lib / "static_kernel/host"))
+        CHECK(e.path().filename().string().rfind(".staging", 0) != 0);
+}
+
+TEST_CASE("the last installed package wins a digest; uninstalling it brings the earlier one back") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const std::string d = digest_of(42);
+    const fs::path p1 = make_package(tmp.path(), "first", {{d, "Add", "kernels/a.so", "first\n"}});
+    const fs::path p2 = make_package(tmp.path(), "second", {{d, "Add", "kernels/b.so", "second\n"},
+                                                             {digest_of(43), "Mul", "kernels/c.so", "c\n"}});
+    skc::RunPackageInstaller installer;
+    skc::Installation i1 = installer.install(p1, lib, {});
+    skc::Installation i2 = installer.install(p2, lib, {});
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{d, "second"}, {digest_of(43), "second"}});
+    CHECK(config_stems(lib) == std::vector<std::string>{"first", "second"});
+    CHECK(installer.uninstall(lib, "second", "host", false));
+    CHECK_FALSE(fs::exists(i2.folder()));
+    i2.release();  // inert now
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{d, "first"}});
+    const skc::Value idx = skc::parse_json(slurp(lib / "static_kernel/host/config/dev0/binary_info_config.json"));
+    CHECK(idx.find("kernels")->find(d)->find("file")->as_string() == "first/kernels/a.so");
+}
+
+TEST_CASE("bad packages are refused and leave the op library unchanged") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    skc::RunPackageInstaller installer;
+    skc::InstallOptions keep;
+    keep.persistent = true;
+    installer.install(make_simple(tmp.path(), "good", 1), lib, keep);
+    const auto before = skc_test::snapshot(lib);
+    auto refused = [&](const fs::path& pkg) -> skc::Error {
+        try {
+            installer.install(pkg, lib, {});
+        } catch (const skc::Error& e) {
+            return e;
+        }
+        FAIL("installed " << pkg);
+        return skc::Error(skc::Errc::io_error, "");
+    };
+    SUBCASE("truncated") {
+        const fs::path good = make_simple(tmp.path(), "trunc", 2);
+        std::string bytes = slurp(good);
+        bytes.resize(bytes.size() - 40);
+        spit(good, bytes);
+        const skc::Error e = refused(good);
+        CHECK(e.code() == skc::Errc::corrupt);
+        CHECK(e.file() == good.string());
+        CHECK(e.message() ==
+              "run package trunc: extraction failed (makeself exited with status 2). Last lines of its output:\n"
+              " Unexpected archive size.");
+    }
+    SUBCASE("corrupt payload") {
+        const fs::path good = make_simple(tmp.path(), "corr", 2);
+        std::string bytes = slurp(good);
+        bytes[bytes.size() - 30] = static_cast<char>(bytes[bytes.size() - 30] ^ 0x55);
+        spit(good, bytes);
+        const skc::Error e = refused(good);
+        CHECK(e.code() == skc::Errc::corrupt);
+        CHECK(e.message().rfind("run package corr: extraction failed (makeself exited with status 2). Last lines of "
+                                "its output:\nError in MD5 checksums: ", 0) == 0);
+    }
+    SUBCASE("../ in a file name") {
+        const fs::path bad = make_package(tmp.path(), "evil", {{digest_of(9), "Add", "kernels/../../x.so", ""}});
+        const skc::Error e = refused(bad);
+        CHECK(e.code() == skc::Errc::unsafe_path);
+        CHECK(e.message() == "run package evil: kernel file name \"kernels/../../x.so\" is not accepted: it must be a "
+                             "relative path below kernels/ without '.', '..' or empty parts");
+    }
+    SUBCASE("missing kernel file") {
+        const fs::path bad = make_package(tmp.path(), "missing", {{digest_of(9), "Add", "kernels/none.so", ""}});
+        const skc::Error e = refused(bad);
+        CHECK(e.code() == skc::Errc::corrupt);
+        CHECK(e.message() == "run package missing: kernel file \"kernels/none.so\" is missing");
+    }
+    SUBCASE("bad digest") {
+        const fs::path bad = make_package(tmp.path(), "baddig", {{"xyz", "Add", "kernels/a.so", "a"}});
+        const skc::Error e = refused(bad);
+        CHECK(e.message() == "run package baddig: bad binary_info_config.json: kernels[0].digest must be 32 lowercase hex digits");
+    }
+    CHECK(skc_test::snapshot(lib) == before);
+}
+
+TEST_CASE("NoInstall records the calls") {
+    skc::NoInstall none;
+    skc::Installation i = none.install("/x/pkg_1.run", "/lib", {});
+    CHECK(i.stem() == "pkg_1");
+    CHECK_FALSE(i.holds());
+    CHECK_FALSE(none.uninstall("/lib", "pkg_1", "host", true));
+    CHECK(none.list("/lib", "host").empty());
+    REQUIRE(none.calls.size() == 3);
+    CHECK(none.calls[0].what == "install");
+    CHECK(none.calls[1].persistent);
+}
