@@ -54,18 +54,15 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../detail/process.hpp"
 #include "../error.hpp"
 #include "../op_info_io.hpp"
-#include "invoker.hpp"
 #include "lock.hpp"
 #include "storage.hpp"
-
-extern char** environ;
 
 namespace skc {
 
@@ -423,44 +420,12 @@ private:
         if (log_fd < 0) fail(Errc::io_error, package, std::string("cannot open the extraction log: ") + std::strerror(errno));
         const std::vector<std::string> args{shell_.string(), std::filesystem::absolute(package).string(), "--quiet",
                                             "--noexec", "--nox11", "--target", staging.string()};
-        std::vector<char*> argv;
-        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawnattr_init(&attr);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
-        posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-        sigset_t none, dflt;
-        sigemptyset(&none);
-        sigemptyset(&dflt);
-        for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&dflt, s);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &dflt);
-        posix_spawnattr_setpgroup(&attr, 0);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         pid_t pid = -1;
-        const int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
+        const int rc = detail::spawn_in_group(args, log_fd, false, pid);
         ::close(log_fd);
         if (rc != 0) fail(Errc::io_error, package, "cannot start " + shell_.string() + ": " + std::strerror(rc));
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
         int status = 0;
-        bool done = false;
-        auto pause = std::chrono::microseconds(200);
-        while (!done) {
-            const pid_t w = ::waitpid(pid, &status, WNOHANG);
-            if (w == pid) done = true;
-            else if (w < 0 && errno != EINTR) break;
-            else if (std::chrono::steady_clock::now() >= deadline) break;
-            else {
-                std::this_thread::sleep_for(pause);
-                pause = std::min(pause * 2, std::chrono::microseconds(5000));
-            }
-        }
+        const bool done = detail::wait_until(pid, std::chrono::steady_clock::now() + timeout, status);
         ::kill(-pid, SIGKILL);  // whatever is left of its process group (tar, gzip)
         if (!done) {
             while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

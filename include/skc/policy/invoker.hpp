@@ -30,17 +30,12 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../detail/process.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
-
-extern char** environ;
 
 namespace skc {
 
@@ -68,37 +63,12 @@ concept OpCompilerInvoker = requires(I& i, const CompileRequest& r) {
 
 namespace detail {
 
-/// The last `max_lines` lines of a file (at most its last 8 KiB), for error messages.
-inline std::string tail_of(const std::filesystem::path& p, std::size_t max_lines = 20) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return {};
-    struct stat st {};
-    ::fstat(fd, &st);
-    const off_t want = std::min<off_t>(st.st_size, 8192);
-    std::string buf(static_cast<std::size_t>(want), '\0');
-    const ssize_t n = ::pread(fd, buf.data(), buf.size(), st.st_size - want);
-    ::close(fd);
-    buf.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    while (!buf.empty() && buf.back() == '\n') buf.pop_back();
-    std::size_t lines = 0, start = buf.size();
-    while (start > 0) {
-        if (buf[start - 1] == '\n' && ++lines == max_lines) break;
-        --start;
-    }
-    return buf.substr(start);
-}
-
 inline std::set<std::filesystem::path> run_files(const std::filesystem::path& dir) {
     std::set<std::filesystem::path> out;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
         if (e.path().extension() == ".run") out.insert(e.path());
     return out;
-}
-
-inline std::string signal_name(int sig) {
-    const char* d = ::sigdescr_np(sig);
-    return "signal " + std::to_string(sig) + (d ? std::string(" (") + d + ")" : std::string());
 }
 
 }  // namespace detail
@@ -138,34 +108,9 @@ public:
             throw Error(Errc::io_error, std::string("cannot open the compiler log: ") + std::strerror(errno),
                         ErrorContext{res.log.string(), {}, {}});
 
-        const std::vector<std::string> args = command(r);
-        std::vector<char*> argv;
-        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawnattr_init(&attr);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
-        posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-        sigset_t none, all_default;
-        sigemptyset(&none);
-        sigemptyset(&all_default);
-        for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&all_default, s);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all_default);
-        posix_spawnattr_setpgroup(&attr, 0);  // its own process group: the timeout kills all of it
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
         const auto t0 = std::chrono::steady_clock::now();
         pid_t pid = -1;
-        const int rc = compiler_.has_parent_path()
-                           ? ::posix_spawn(&pid, compiler_.c_str(), &fa, &attr, argv.data(), environ)
-                           : ::posix_spawnp(&pid, compiler_.c_str(), &fa, &attr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
+        const int rc = detail::spawn_in_group(command(r), log_fd, !compiler_.has_parent_path(), pid);
         ::close(log_fd);
         if (rc != 0)
             throw Error(rc == ENOENT ? Errc::invalid_argument : Errc::io_error,
@@ -173,10 +118,10 @@ public:
                         ErrorContext{compiler_.string(), {}, {}});
 
         int status = 0;
-        const bool finished = wait_until(pid, t0 + r.timeout, status);
+        const bool finished = detail::wait_until(pid, t0 + r.timeout, status);
         if (!finished) {
             ::kill(-pid, SIGTERM);
-            if (!wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
+            if (!detail::wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
                 ::kill(-pid, SIGKILL);
                 while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
                 }
@@ -213,34 +158,6 @@ private:
         throw Error(code, what + (tail.empty() ? std::string(" (its log is empty)")
                                                : ". Last lines of its log:\n" + tail),
                     ErrorContext{log.string(), {}, {}});
-    }
-
-    /// Waits for `pid` until `deadline`; true (and `status`) when it ended.
-    static bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status) {
-        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-        for (;;) {
-            const pid_t w = ::waitpid(pid, &status, WNOHANG);
-            if (w == pid) {
-                if (pidfd >= 0) ::close(pidfd);
-                return true;
-            }
-            if (w < 0 && errno != EINTR) {
-                if (pidfd >= 0) ::close(pidfd);
-                throw Error(Errc::io_error, std::string("waitpid failed: ") + std::strerror(errno));
-            }
-            const auto now = std::chrono::steady_clock::now();
-            if (now >= deadline) {
-                if (pidfd >= 0) ::close(pidfd);
-                return false;
-            }
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-            if (pidfd >= 0) {
-                pollfd p{pidfd, POLLIN, 0};
-                ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000 * 60)));
-            } else {  // kernels without pidfd: a short sleep
-                std::this_thread::sleep_for(std::chrono::milliseconds(std::min<long long>(left, 10)));
-            }
-        }
     }
 
     std::filesystem::path compiler_;
