@@ -164,18 +164,7 @@ public:
         }
         std::string out;
         char buf[4096];
-        for (;;) {
-            const ssize_t n = ::read(fd, buf, sizeof buf);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                const int err = errno;
-                ::close(fd);
-                detail::storage_errno("cannot read", p, err);
-            }
-            if (n == 0) break;
-            out.append(buf, static_cast<std::size_t>(n));
-        }
-        ::close(fd);
+        drain(fd, p, buf, sizeof buf, [&](std::string_view c) { out.append(c); });
         return out;
     }
 
@@ -188,18 +177,8 @@ public:
             const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
             if (in < 0) detail::storage_errno("cannot open", file, errno);
             char buf[1 << 16];
-            for (;;) {
-                const ssize_t n = ::read(in, buf, sizeof buf);
-                if (n < 0) {
-                    if (errno == EINTR) continue;
-                    const int err = errno;
-                    ::close(in);
-                    detail::storage_errno("cannot read", file, err);
-                }
-                if (n == 0) break;
-                detail::write_all(fd, buf, static_cast<std::size_t>(n), tmp);
-            }
-            ::close(in);
+            drain(in, file, buf, sizeof buf,
+                  [&](std::string_view c) { detail::write_all(fd, c.data(), c.size(), tmp); });
         });
         return stat(name).value();
     }
@@ -282,22 +261,32 @@ public:
             detail::storage_errno("cannot open", p, errno);
         }
         std::string buf(1 << 20, '\0');
-        for (;;) {
-            const ssize_t n = ::read(fd, buf.data(), buf.size());
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                const int err = errno;
-                ::close(fd);
-                detail::storage_errno("cannot read", p, err);
-            }
-            if (n == 0) break;
-            fn(std::string_view(buf.data(), static_cast<std::size_t>(n)));
-        }
-        ::close(fd);
+        drain(fd, p, buf.data(), buf.size(), fn);
         return true;
     }
 
 private:
+    /// Reads `fd` to its end in pieces of up to `n` bytes through `fn`, then closes it (also when
+    /// reading or `fn` fails).
+    template <class Fn>
+    static void drain(int fd, const std::filesystem::path& p, char* buf, std::size_t n, Fn&& fn) {
+        try {
+            for (;;) {
+                const ssize_t got = ::read(fd, buf, n);
+                if (got < 0) {
+                    if (errno == EINTR) continue;
+                    detail::storage_errno("cannot read", p, errno);
+                }
+                if (got == 0) break;
+                fn(std::string_view(buf, static_cast<std::size_t>(got)));
+            }
+        } catch (...) {
+            ::close(fd);
+            throw;
+        }
+        ::close(fd);
+    }
+
     [[nodiscard]] std::filesystem::path path(std::string_view name) const {
         detail::check_object_name(name);
         return root_ / std::filesystem::path(std::string(name));
