@@ -7,6 +7,9 @@
 // encoding on the fly, without allocating (unless it carries unknown fields, whose order must be
 // sorted).
 //
+// A compile-time op's slot is remembered per thread and table generation, so its repeated lookups
+// cost one load and one compare.
+//
 // reload() (after a reselect) builds a new table and publishes it with one atomic store; lookups
 // running meanwhile finish on the old table. Old tables are kept until the KernelTable is
 // destroyed, so a reader never touches freed memory; a reload happens once per compile, so this
@@ -38,21 +41,25 @@ public:
 
     /// The kernel for digest `d`, or nullptr. Safe from any thread, also during reload().
     [[nodiscard]] const Kernel* find(const Digest& d) const noexcept {
-        const Snapshot* s = current_.load(std::memory_order_acquire);
-        std::size_t i = static_cast<std::size_t>(d.low64()) & s->mask;
-        for (;;) {
-            const Slot& slot = s->slots[i];
-            if (!slot.used) return nullptr;
-            if (slot.key == d) return &slot.kernel;
-            i = (i + 1) & s->mask;
-        }
+        return find_in(*current_.load(std::memory_order_acquire), d);
     }
 
-    /// The kernel of a compile-time op (OpDesc): its digest is a constant, so this is one probe.
+    /// The kernel of a compile-time op (OpDesc). Its digest is a constant, and the slot found is
+    /// remembered per thread for the table it was found in, so repeated lookups of the same op cost
+    /// one load and one compare until the next reload.
     template <class Op>
     [[nodiscard]] const Kernel* find() const noexcept {
         static constexpr Digest d = Op::digest;
-        return find(d);
+        struct Memo {
+            std::uint64_t snapshot_id = 0;  // ids are unique in the process: no stale match
+            const Kernel* kernel = nullptr;
+        };
+        thread_local Memo memo;
+        const Snapshot* s = current_.load(std::memory_order_acquire);
+        if (memo.snapshot_id == s->id) return memo.kernel;
+        const Kernel* k = find_in(*s, d);
+        memo = Memo{s->id, k};
+        return k;
     }
 
     /// The kernel of a recorded op; its digest is computed without heap allocation for records
@@ -76,7 +83,23 @@ private:
         std::vector<Slot> slots;
         std::size_t mask = 0;
         std::size_t size = 0;
+        std::uint64_t id = next_id();
     };
+
+    static std::uint64_t next_id() noexcept {
+        static std::atomic<std::uint64_t> counter{0};
+        return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    }
+
+    static const Kernel* find_in(const Snapshot& s, const Digest& d) noexcept {
+        std::size_t i = static_cast<std::size_t>(d.low64()) & s.mask;
+        for (;;) {
+            const Slot& slot = s.slots[i];
+            if (!slot.used) return nullptr;
+            if (slot.key.same_as(d)) return &slot.kernel;
+            i = (i + 1) & s.mask;
+        }
+    }
 
     static std::unique_ptr<Snapshot> build(const std::vector<Entry>& entries) {
         auto s = std::make_unique<Snapshot>();
@@ -86,7 +109,7 @@ private:
         s->mask = cap - 1;
         for (const auto& [key, kernel] : entries) {
             std::size_t i = static_cast<std::size_t>(key.low64()) & s->mask;
-            while (s->slots[i].used && !(s->slots[i].key == key)) i = (i + 1) & s->mask;
+            while (s->slots[i].used && !s->slots[i].key.same_as(key)) i = (i + 1) & s->mask;
             if (!s->slots[i].used) ++s->size;
             s->slots[i] = Slot{key, kernel, true};
         }

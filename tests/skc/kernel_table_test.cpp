@@ -107,3 +107,19 @@ TEST_CASE("reload while 4 threads look up: every lookup sees the old or the new 
     CHECK(bad.load() == 0);
     CHECK(*table.find(key(3)) == 1);
 }
+
+TEST_CASE("compile-time lookups follow reloads and do not confuse tables") {
+    skc::KernelTable<int> a({{Relu::digest, 1}});
+    skc::KernelTable<int> b({{Relu::digest, 2}});
+    CHECK(*a.find<Relu>() == 1);
+    CHECK(*b.find<Relu>() == 2);
+    CHECK(*a.find<Relu>() == 1);
+    a.reload({{Relu::digest, 3}});
+    CHECK(*a.find<Relu>() == 3);
+    a.reload({});
+    CHECK(a.find<Relu>() == nullptr);
+    for (int i = 0; i < 100; ++i) {  // tables at recycled addresses never see another's memo
+        auto t = std::make_unique<skc::KernelTable<int>>(std::vector<skc::KernelTable<int>::Entry>{{Relu::digest, i}});
+        CHECK(*t->find<Relu>() == i);
+    }
+}

@@ -58,9 +58,26 @@ struct Digest {
 
     /// The first eight bytes as a number: a well-mixed value for hash tables.
     [[nodiscard]] constexpr std::uint64_t low64() const noexcept {
+        if (!std::is_constant_evaluated()) {
+            std::uint64_t v;
+            std::memcpy(&v, bytes.data(), 8);
+            if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+            return v;
+        }
         std::uint64_t v = 0;
         for (std::size_t i = 0; i < 8; ++i) v |= std::uint64_t{bytes[i]} << (8 * i);
         return v;
+    }
+
+    /// Equality as two 64-bit compares (no memcmp call).
+    [[nodiscard]] constexpr bool same_as(const Digest& o) const noexcept {
+        if (!std::is_constant_evaluated()) {
+            std::uint64_t a[2], b[2];
+            std::memcpy(a, bytes.data(), 16);
+            std::memcpy(b, o.bytes.data(), 16);
+            return ((a[0] ^ b[0]) | (a[1] ^ b[1])) == 0;
+        }
+        return bytes == o.bytes;
     }
 };
 
