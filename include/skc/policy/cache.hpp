@@ -208,8 +208,10 @@ inline bool parse_hex_digest(std::string_view s, Digest& out) {
     return true;
 }
 
-/// Parses an entry; nullopt when it is truncated, altered or not an entry at all.
-inline std::optional<CacheEntry> decode_entry(std::string_view t) {
+/// Parses an entry; nullopt when it is truncated, altered or not an entry at all. Without
+/// `with_components` the key components are checked (the check line covers them) but not copied:
+/// lookups do not need them.
+inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_components = true) {
     const std::size_t check_at = t.rfind("check ");
     if (t.substr(0, entry_magic.size()) != entry_magic || check_at == std::string_view::npos || check_at == 0 ||
         t[check_at - 1] != '\n' || t.back() != '\n')
@@ -244,6 +246,7 @@ inline std::optional<CacheEntry> decode_entry(std::string_view t) {
         else if (name == "compile_ns") ok = parse_i64(value, e.compile_ns);
         else if (name == "ops") ok = parse_u64(value, e.ops);
         else if (name == "component") {
+            if (!with_components) continue;
             const std::size_t eq = value.find('=');
             if (eq == std::string_view::npos) return std::nullopt;
             e.components.emplace_back(unescape_line(value.substr(0, eq)), unescape_line(value.substr(eq + 1)));
@@ -364,7 +367,8 @@ constexpr std::string_view to_string(CacheResult r) noexcept {
     return {};
 }
 
-/// A usable entry, pinned: while this object lives the entry is not evicted or removed.
+/// A usable entry, pinned: while this object lives the entry is not evicted or removed. Its
+/// `entry.components` are left empty (a lookup does not copy them); entries() has them.
 template <class Guard>
 struct CacheHit {
     CacheEntry entry;
@@ -686,7 +690,7 @@ private:
         if (!pin.owns()) return std::nullopt;
         const std::optional<std::string> text = storage_.read("entries/" + hex);
         if (!text) return std::nullopt;
-        std::optional<CacheEntry> e = detail::decode_entry(*text);
+        std::optional<CacheEntry> e = detail::decode_entry(*text, /*with_components=*/false);
         std::optional<std::string> fault;
         if (!e || e->key != hex) fault = "the entry is unreadable (truncated or altered)";
         else fault = package_fault(*e);

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../detail/dir_handle.hpp"
 #include "../error.hpp"
 
 namespace skc {
@@ -109,7 +110,7 @@ public:
         int fd_ = -1;
     };
 
-    explicit FileLock(std::filesystem::path dir) : dir_(std::move(dir)) {}
+    explicit FileLock(std::filesystem::path dir) : dir_(std::move(dir)), dir_fd_(dir_) {}
 
     [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }
     [[nodiscard]] std::filesystem::path path_of(std::string_view name) const {
@@ -125,31 +126,46 @@ public:
 private:
     Guard acquire(std::string_view name, LockMode mode, LockClock::time_point deadline) {
         detail::check_lock_name(name);
-        const std::filesystem::path p = path_of(name);
+        const std::string rel = std::string(name) + ".lock";  // relative to the lock folder
         const int op = mode == LockMode::shared ? LOCK_SH : LOCK_EX;
         for (;;) {
-            int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            int fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             if (fd < 0 && errno == ENOENT) {
                 std::error_code ec;
-                std::filesystem::create_directories(p.parent_path(), ec);
-                fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+                std::filesystem::create_directories((dir_ / rel).parent_path(), ec);
+                fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             }
             if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared)
-                fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
+                fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
             if (fd < 0) {
                 const int err = errno;
                 throw Error(err == EACCES ? Errc::permission_denied : err == ELOOP ? Errc::unsafe_path : Errc::io_error,
                             std::string("cannot open lock file: ") +
                                 (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
-                            ErrorContext{p.string(), {}, {}});
+                            ErrorContext{path_of(name).string(), {}, {}});
             }
             Guard g(fd);
             if (!flock_until(fd, op, deadline)) return Guard{};
-            // The file we locked must still be the one at the path (not removed or replaced).
+            // An exclusive lock must be on the file that is at the path (not one removed or replaced
+            // meanwhile), or two processes could hold one name. skc never removes lock files; a
+            // shared lock on a removed file only weakens a reader's pin, so readers skip the check.
+            if (mode == LockMode::shared) return g;
             struct stat held {}, now {};
-            if (::fstat(fd, &held) == 0 && ::lstat(p.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
-                held.st_dev == now.st_dev)
+            const int dir = dir_fd_.get();
+            const int rc = dir >= 0 ? ::fstatat(dir, rel.c_str(), &now, AT_SYMLINK_NOFOLLOW)
+                                    : ::lstat((dir_ / rel).c_str(), &now);
+            if (::fstat(fd, &held) == 0 && rc == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev)
                 return g;
+        }
+    }
+
+    /// openat() relative to the lock folder's descriptor; the full path while the folder does not
+    /// exist yet, and again after it was removed and recreated.
+    int open_relative(const std::string& rel, int flags) const {
+        for (int attempt = 0;; ++attempt) {
+            const int dir = dir_fd_.get();
+            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags, 0644) : ::open((dir_ / rel).c_str(), flags, 0644);
+            if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_fd_.stale()) return fd;
         }
     }
 
@@ -173,6 +189,7 @@ private:
     }
 
     std::filesystem::path dir_;
+    detail::DirHandle dir_fd_;  // the lock folder, opened once: lock files are opened relative to it
 };
 
 /// Locks between the threads of one process. Copies share their locks; separate instances

@@ -42,6 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../detail/dir_handle.hpp"
 #include "../error.hpp"
 
 namespace skc {
@@ -144,27 +145,47 @@ inline ObjectInfo info_of(const struct stat& st) {
 /// Objects as files below a root folder.
 class FilesystemStorage {
 public:
-    explicit FilesystemStorage(std::filesystem::path root) : root_(std::move(root)) {}
+    explicit FilesystemStorage(std::filesystem::path root) : root_(std::move(root)), root_fd_(root_) {}
 
     [[nodiscard]] const std::filesystem::path& root() const noexcept { return root_; }
-    [[nodiscard]] std::optional<std::filesystem::path> local_path(std::string_view name) const { return path(name); }
+    [[nodiscard]] std::optional<std::filesystem::path> local_path(std::string_view name) const {
+        detail::check_object_name(name);
+        std::string p = root_.native();
+        p += '/';
+        p += name;
+        return std::filesystem::path(std::move(p));
+    }
 
-    /// nullopt also for what is not a regular file (a symlink, a folder, a FIFO): no object is there.
+    /// nullopt also for a symlink or a folder: no object is there (a FIFO reads as empty). Opened
+    /// relative to the root folder's descriptor: this is the hot path of a cache lookup.
     [[nodiscard]] std::optional<std::string> read(std::string_view name) const {
-        const std::filesystem::path p = path(name);
-        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        detail::check_object_name(name);
+        const std::string rel(name);
+        int fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == ENXIO) return std::nullopt;
-            detail::storage_errno("cannot open", p, errno);
+            detail::storage_errno("cannot open", path(name), errno);
         }
-        struct stat st {};
-        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd);
-            return std::nullopt;
+        // Entries are small: usually one read() into a 4 KiB buffer, and no fstat. A folder fails
+        // the read with EISDIR (no object); a FIFO reads as empty.
+        std::string out(4096, '\0');
+        std::size_t got = 0;
+        for (;;) {
+            const std::size_t want = out.size() - got;
+            const ssize_t n = ::read(fd, out.data() + got, want);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                const int err = errno;
+                ::close(fd);
+                if (err == EISDIR || err == EAGAIN) return std::nullopt;
+                detail::storage_errno("cannot read", path(name), err);
+            }
+            got += static_cast<std::size_t>(n);
+            if (static_cast<std::size_t>(n) < want) break;  // a short read of a file is its end
+            out.resize(out.size() * 2);
         }
-        std::string out;
-        char buf[4096];
-        drain(fd, p, buf, sizeof buf, [&](std::string_view c) { out.append(c); });
+        ::close(fd);
+        out.resize(got);
         return out;
     }
 
@@ -195,11 +216,12 @@ public:
     }
 
     [[nodiscard]] std::optional<ObjectInfo> stat(std::string_view name) const {
-        const std::filesystem::path p = path(name);
+        detail::check_object_name(name);
+        const std::string rel(name);
         struct stat st {};
-        if (::lstat(p.c_str(), &st) != 0) {
+        if (stat_relative(rel, st) != 0) {
             if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
-            detail::storage_errno("cannot stat", p, errno);
+            detail::storage_errno("cannot stat", path(name), errno);
         }
         return detail::info_of(st);
     }
@@ -266,6 +288,24 @@ public:
     }
 
 private:
+    /// openat() relative to the root's descriptor (the full path when the root does not exist yet);
+    /// a miss in a root that was removed and recreated is retried on the new one.
+    int open_relative(const std::string& rel, int flags) const {
+        for (int attempt = 0;; ++attempt) {
+            const int dir = root_fd_.get();
+            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags) : ::open((root_ / rel).c_str(), flags);
+            if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !root_fd_.stale()) return fd;
+        }
+    }
+    int stat_relative(const std::string& rel, struct stat& st) const {
+        for (int attempt = 0;; ++attempt) {
+            const int dir = root_fd_.get();
+            const int rc = dir >= 0 ? ::fstatat(dir, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW)
+                                    : ::lstat((root_ / rel).c_str(), &st);
+            if (rc == 0 || errno != ENOENT || dir < 0 || attempt > 0 || !root_fd_.stale()) return rc;
+        }
+    }
+
     /// Reads `fd` to its end in pieces of up to `n` bytes through `fn`, then closes it (also when
     /// reading or `fn` fails).
     template <class Fn>
@@ -328,6 +368,7 @@ private:
     }
 
     std::filesystem::path root_;
+    detail::DirHandle root_fd_;  // the root, opened once: lookups open names relative to it
 };
 
 /// Objects in memory, shared by copies of one instance; for tests and single-process caches.
