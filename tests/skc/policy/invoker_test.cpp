@@ -152,3 +152,12 @@ TEST_CASE("FunctionInvoker wraps a callable") {
     CHECK(inv.compile(request(dir)).package == dir / "out" / "x.run");
     CHECK(calls == 1);
 }
+
+TEST_CASE("zero jobs is refused before anything runs") {
+    skc_test::TempDir dir;
+    auto inv = fake("echo ran > \"$out/ran\"");
+    skc::CompileRequest r = request(dir);
+    r.jobs = 0;
+    CHECK_EQ(error_of(inv, r), "invalid_argument: jobs must be at least 1");
+    CHECK_FALSE(fs::exists(dir / "out"));
+}
