@@ -33,6 +33,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <concepts>
@@ -42,7 +43,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -614,13 +614,15 @@ public:
     /// recently used. Called by the destructor; cheap when there is nothing new.
     void flush() {
         CacheStats delta;
-        std::set<std::string> touched;
+        std::vector<std::array<char, 32>> touched;
         {
             std::lock_guard lock(mu_);
             delta = stats_;
             touched.swap(touched_);
         }
-        for (const std::string& key : touched) storage_.touch("entries/" + key);
+        std::sort(touched.begin(), touched.end());
+        touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+        for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
         if (delta == CacheStats{}) return;
         Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
         if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to save statistics");
@@ -644,7 +646,11 @@ private:
         std::lock_guard lock(mu_);
         ++stats_.hits;
         stats_.compile_time_saved_ns += h.entry.compile_ns;
-        touched_.insert(h.entry.key);
+        if (h.entry.key.size() == 32) {  // kept as fixed arrays: no allocation per hit
+            std::array<char, 32> k;
+            std::copy(h.entry.key.begin(), h.entry.key.end(), k.begin());
+            touched_.push_back(k);
+        }
     }
 
     void add_wait(std::chrono::nanoseconds d) {
@@ -823,7 +829,7 @@ private:
     mutable std::mutex mu_;
     CacheStats stats_;           // not yet flushed
     mutable CacheStats flushed_;  // flushed by this process
-    std::set<std::string> touched_;
+    std::vector<std::array<char, 32>> touched_;  // keys hit since the last flush (may repeat)
     std::unordered_set<std::string> verified_;
 };
 
