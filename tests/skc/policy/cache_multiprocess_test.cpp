@@ -6,6 +6,8 @@
 #include <skc/policy/cache.hpp>
 #include <skc/skc.hpp>
 
+#include "cache_fixtures.hpp"
+
 #include "test_support.hpp"
 
 #include <cerrno>
@@ -46,32 +48,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// ---- shared with the worker (kept identical there) ---------------------------------------------------
-
-skc::CacheKey make_key(std::size_t i) {
-    skc::OpSet ops;
-    for (std::size_t j = 0; j <= i % 3; ++j) {
-        skc::OpRecord r;
-        r.op_type = "Add";
-        skc::TensorDesc t;
-        t.dtype = "float16";
-        t.shape = skc::RuntimeShape{1, static_cast<std::int64_t>(i) + 1, static_cast<std::int64_t>(j) + 1};
-        t.format = "ND";
-        r.inputs.emplace_back(t);
-        r.outputs.emplace_back(t);
-        ops.insert(std::move(r));
-    }
-    return skc::make_cache_key(ops, skc::KeyInputs{"8.0", "dev", false, {}});
-}
-
-std::string package_content(const std::string& hex) {
-    const std::size_t size = 2048 + std::stoul(hex.substr(0, 4), nullptr, 16) % 4096;
-    std::string out;
-    for (std::size_t line = 0; out.size() < size; ++line)
-        out += "skc test package " + hex + " line " + std::to_string(line) + "\n";
-    out.resize(size);
-    return out;
-}
+using skc_test::make_key;
+using skc_test::package_content;
 
 // ---- children ------------------------------------------------------------------------------------------
 
