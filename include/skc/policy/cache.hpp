@@ -464,9 +464,7 @@ public:
             std::lock_guard lock(mu_);
             if (verified_.count(memo) != 0) return true;
         }
-        const Digest sum = detail::checksum_of(
-            [&](const ChunkFn& fn) { return storage_.read_chunks(hit.entry.package, fn); });
-        if (sum == hit.entry.checksum) {
+        if (package_intact(hit.entry)) {
             std::lock_guard lock(mu_);
             verified_.insert(memo);
             return true;
@@ -573,14 +571,11 @@ public:
         for (const std::string& name : storage_.list("entries")) {
             ++r.checked;
             const std::string hex = name.substr(name.find('/') + 1);
-            const std::optional<std::string> text = storage_.read(name);
+            const Loaded l = load_entry(hex, /*with_components=*/false);
             std::string reason;
-            std::optional<CacheEntry> e = text ? detail::decode_entry(*text) : std::nullopt;
-            if (!e || e->key != hex) reason = "the entry is unreadable (truncated or altered)";
-            else if (auto why = package_fault(*e)) reason = *why;
-            else if (detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e->package, fn); }) !=
-                     e->checksum)
-                reason = "the package's checksum does not match the entry";
+            if (l.fault) reason = *l.fault;
+            else if (!l.entry) reason = "the entry is unreadable (truncated or altered)";  // listed, not a file
+            else if (!package_intact(*l.entry)) reason = "the package's checksum does not match the entry";
             if (reason.empty()) continue;
             r.bad.push_back(BadEntry{hex, reason, discard(hex, reason)});
         }
@@ -675,18 +670,31 @@ private:
         return std::nullopt;
     }
 
+    /// Entry `hex` read and checked (its check line, its package's size and identity): the entry,
+    /// or why it cannot be used, or neither when there is no entry object at all.
+    struct Loaded {
+        std::optional<CacheEntry> entry;
+        std::optional<std::string> fault;
+    };
+    Loaded load_entry(const std::string& hex, bool with_components) const {
+        const std::optional<std::string> text = storage_.read("entries/" + hex);
+        if (!text) return {};
+        std::optional<CacheEntry> e = detail::decode_entry(*text, with_components);
+        if (!e || e->key != hex) return {std::nullopt, "the entry is unreadable (truncated or altered)"};
+        if (auto fault = package_fault(*e)) return {std::nullopt, std::move(fault)};
+        return {std::move(e), std::nullopt};
+    }
+
+    /// Whether the package's bytes still have the checksum the entry recorded (reads all of it).
+    bool package_intact(const CacheEntry& e) const {
+        return detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) == e.checksum;
+    }
+
     /// Reads and checks entry `hex`; a bad one is removed (when `repair`) and reported as absent.
     std::optional<CacheEntry> read_entry(const std::string& hex, bool repair) {
-        const std::string name = "entries/" + hex;
-        const std::optional<std::string> text = storage_.read(name);
-        if (!text) return std::nullopt;
-        std::optional<CacheEntry> e = detail::decode_entry(*text);
-        std::optional<std::string> fault;
-        if (!e || e->key != hex) fault = "the entry is unreadable (truncated or altered)";
-        else fault = package_fault(*e);
-        if (!fault) return e;
-        if (repair) discard(hex, *fault);
-        return std::nullopt;
+        Loaded l = load_entry(hex, /*with_components=*/false);
+        if (l.fault && repair) discard(hex, *l.fault);
+        return std::move(l.entry);
     }
 
     std::optional<Hit> lookup_pinned(const std::string& hex, bool wait,
@@ -694,18 +702,13 @@ private:
         Guard pin = wait ? locks_.lock_until(key_lock(hex), LockMode::shared, deadline)
                          : locks_.try_lock(key_lock(hex), LockMode::shared);
         if (!pin.owns()) return std::nullopt;
-        const std::optional<std::string> text = storage_.read("entries/" + hex);
-        if (!text) return std::nullopt;
-        std::optional<CacheEntry> e = detail::decode_entry(*text, /*with_components=*/false);
-        std::optional<std::string> fault;
-        if (!e || e->key != hex) fault = "the entry is unreadable (truncated or altered)";
-        else fault = package_fault(*e);
-        if (fault) {
+        Loaded l = load_entry(hex, /*with_components=*/false);
+        if (l.fault) {
             pin = Guard{};
-            discard(hex, *fault);
-            return std::nullopt;
+            discard(hex, *l.fault);
         }
-        Hit h{std::move(*e), {}, std::move(pin)};
+        if (!l.entry) return std::nullopt;
+        Hit h{std::move(*l.entry), {}, std::move(pin)};
         h.package_path = StorageTraits<S>::local_path(storage_, h.entry.package);
         return h;
     }
@@ -721,13 +724,8 @@ private:
         log(LogLevel::warning, "cache entry " + hex + " is unusable and treated as a miss: " + reason);
         Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
         if (!ex.owns()) return false;  // in use or being rebuilt: whoever holds it will see the fault
-        if (const std::optional<std::string> text = storage_.read("entries/" + hex)) {
-            const std::optional<CacheEntry> e = detail::decode_entry(*text);
-            if (e && e->key == hex && !package_fault(*e) &&
-                detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e->package, fn); }) ==
-                    e->checksum)
-                return false;  // rebuilt and sound
-        }
+        if (const Loaded l = load_entry(hex, /*with_components=*/false); l.entry && package_intact(*l.entry))
+            return false;  // rebuilt and sound
         storage_.remove("entries/" + hex);
         storage_.remove("packages/" + hex + ".run");
         return true;

@@ -59,15 +59,7 @@ namespace detail {
 /// Lock names become file paths below the lock folder: '/'-separated parts, none empty, none
 /// starting with '.', no NUL byte.
 inline void check_lock_name(std::string_view name) {
-    bool ok = !name.empty() && name.size() <= 1000 && name.find('\0') == std::string_view::npos;
-    std::size_t start = 0;
-    while (ok && start <= name.size()) {
-        const std::size_t end = std::min(name.find('/', start), name.size());
-        const std::string_view part = name.substr(start, end - start);
-        ok = !part.empty() && part.front() != '.';
-        start = end + 1;
-    }
-    if (!ok)
+    if (name.size() > 1000 || !is_plain_relative_path(name))
         throw Error(Errc::invalid_argument,
                     "lock name \"" + std::string(name.substr(0, name.find('\0'))) +
                         "\" is not accepted: use '/'-separated parts, none empty or starting with '.'");

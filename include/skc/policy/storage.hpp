@@ -95,15 +95,7 @@ struct StorageTraits {
 namespace detail {
 
 inline void check_object_name(std::string_view name) {
-    bool ok = !name.empty() && name.front() != '/' && name.find('\0') == std::string_view::npos;
-    std::size_t start = 0;
-    while (ok && start <= name.size()) {
-        const std::size_t end = std::min(name.find('/', start), name.size());
-        const std::string_view part = name.substr(start, end - start);
-        ok = !part.empty() && part != "." && part != ".." && part.front() != '.';
-        start = end + 1;
-    }
-    if (!ok)
+    if (!is_plain_relative_path(name))
         throw Error(Errc::invalid_argument, "storage object name \"" + std::string(name.substr(0, name.find('\0'))) +
                                                 "\" is not a plain relative path");
 }
