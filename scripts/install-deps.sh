@@ -7,6 +7,7 @@ packages=(
   libboost-dev nlohmann-json3-dev             # Boost.Hana and nlohmann/json (the headers include them)
   doctest-dev libbenchmark-dev libssl-dev     # tests; benchmarks (OpenSSL's SHA-256 is a baseline)
   makeself                                    # run packages
+  libopenblas-dev                             # benchmarks: OpenBLAS sgemm beside the host MatMul
 )
 
 missing=()

@@ -21,4 +21,5 @@
 #include "policy/cache.hpp"
 #include "policy/invoker.hpp"
 #include "policy/installer.hpp"
+#include "policy/reselect.hpp"
 #include "kernel_table.hpp"
