@@ -54,6 +54,32 @@ struct RecordingResult {
     std::size_t supported = 0;  // files in `<pid>_opcompile`
 };
 
+/// Writes the op info folders of a finished recording into `run` (SPEC section 6, step 2):
+/// `<pid>_debug` every record, `<pid>` the targets, `<pid>_opcompile` the supported ones (without
+/// bin_type/bin_info), in the order given. OpRecorder::stop() uses it; so does a host whose records
+/// come from elsewhere (a folder of op info files).
+template <TargetPolicy Targets = DefaultTargets, SupportPolicy Support = DefaultSupport>
+RecordingResult write_session(const RunLayout& run, const std::vector<const OpRecord*>& records,
+                              const Targets& targets = {}, const Support& support = {}) {
+    RecordingResult res;
+    detail::make_dir(run.debug());
+    detail::make_dir(run.targets());
+    detail::make_dir(run.opcompile());
+    for (const OpRecord* r : records) {
+        write_op_info(run.debug(), *r, WriteOptions{true, false});
+        ++res.recorded;
+        if (targets.is_target(r->op_type)) {
+            write_op_info(run.targets(), *r, WriteOptions{true, false});
+            ++res.targets;
+        }
+        if (support.supports(r->op_type)) {
+            write_op_info(run.opcompile(), *r, WriteOptions{false, false});
+            ++res.supported;
+        }
+    }
+    return res;
+}
+
 template <TargetPolicy Targets = DefaultTargets, SupportPolicy Support = DefaultSupport>
 class OpRecorder {
 public:
@@ -128,25 +154,9 @@ public:
                 throw Error(Errc::no_session, "the recording session was already stopped");
         }
         release();
-        RecordingResult res;
-        const std::vector<const Item*> items = ordered();
-        detail::make_dir(run.debug());
-        detail::make_dir(run.targets());
-        detail::make_dir(run.opcompile());
-        for (const Item* it : items) {
-            const OpRecord& r = it->record;
-            write_op_info(run.debug(), r, WriteOptions{true, false});
-            ++res.recorded;
-            if (targets_.is_target(r.op_type)) {
-                write_op_info(run.targets(), r, WriteOptions{true, false});
-                ++res.targets;
-            }
-            if (support_.supports(r.op_type)) {
-                write_op_info(run.opcompile(), r, WriteOptions{false, false});
-                ++res.supported;
-            }
-        }
-        return res;
+        std::vector<const OpRecord*> records;
+        for (const Item* it : ordered()) records.push_back(&it->record);
+        return write_session(run, records, targets_, support_);
     }
 
 private:

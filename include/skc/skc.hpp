@@ -23,3 +23,4 @@
 #include "policy/installer.hpp"
 #include "policy/reselect.hpp"
 #include "kernel_table.hpp"
+#include "compiler.hpp"

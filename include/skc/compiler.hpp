@@ -1,0 +1,464 @@
+// skc/compiler.hpp: StaticKernelCompiler, the host that walks SPEC's flow once per call.
+//
+//   layout    a fresh run folder `ts<timestamp>_pid<pid>_outputs/` under the resolved base
+//   record    the recording session's op info folders (`<pid>_debug`, `<pid>`, `<pid>_opcompile`)
+//   select    blacklist, already compiled in this process, duplicates (`<pid>_opcompile_selected`)
+//   key       the digest of the selected set and every kernel-changing input
+//   cache     hit, or single-flight compile through the Invoker (one process per key compiles)
+//   install   the package into the op library (reference-counted, process-scoped by default)
+//   reselect  the hook that makes the runtime use the installed kernels
+//
+// Every step is a policy with a default, so `StaticKernelCompiler<MyInvoker>` is a working
+// configuration: the file-system cache with file locks, the makeself installer, no reselect hook,
+// the original's target and support lists. A policy that does not fit gets one static_assert per
+// missing member, naming the member and its signature, instead of a page of template errors.
+//
+// Packages from the cache are installed from the cache's copy, so every process that finds the
+// same key installs the same package (stem = the key in hex) and the installer's reference count
+// joins them; with the cache off the freshly compiled `static_kernel_<datetime>.run` is installed.
+// Installs live as long as the compiler object (or until process exit for persistent ones).
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+#include "layout.hpp"
+#include "log.hpp"
+#include "op_info_io.hpp"
+#include "op_record.hpp"
+#include "options.hpp"
+#include "policy/cache.hpp"
+#include "policy/installer.hpp"
+#include "policy/invoker.hpp"
+#include "policy/lock.hpp"
+#include "policy/reselect.hpp"
+#include "policy/storage.hpp"
+#include "recorder.hpp"
+#include "select.hpp"
+#include "value.hpp"
+
+namespace skc {
+
+/// What a compile needs beyond Options: the cache namespace and where to install.
+struct CompilerSettings {
+    std::string toolchain_version;     // cache namespace (SPEC section 7), part of the key
+    std::string device;                // passed to the compiler as -v; cache namespace; part of the key
+    std::filesystem::path op_library;  // empty: nothing is installed and no reselect happens
+    std::string backend = "host";      // L/static_kernel/<backend>
+    bool persistent_install = false;   // the install outlives the process (as running the package by hand)
+    std::chrono::seconds install_timeout{300};
+    CacheConfig cache{};               // limits, wait timeout for another process's compile, log
+    LogSink log = stderr_log();
+};
+
+/// How a compile() ended.
+enum class CompileOutcome : unsigned char {
+    skipped,   // nothing selected (SPEC section 6, step 5)
+    hit,       // the cache had the package
+    waited,    // another process compiled it while this one waited
+    compiled,  // compiled here, stored in the cache
+    disabled,  // compiled here, the cache is off
+};
+
+constexpr std::string_view to_string(CompileOutcome o) noexcept {
+    switch (o) {
+    case CompileOutcome::skipped: return "skipped";
+    case CompileOutcome::hit: return "hit";
+    case CompileOutcome::waited: return "hit after waiting";
+    case CompileOutcome::compiled: return "miss, compiled";
+    case CompileOutcome::disabled: return "cache disabled, compiled";
+    }
+    return {};
+}
+
+/// What one compile() did.
+struct CompileReport {
+    CompileOutcome outcome = CompileOutcome::skipped;
+    std::string key;                 // the cache key in hex; empty when skipped
+    std::filesystem::path run_dir;   // ts<timestamp>_pid<pid>_outputs
+    std::filesystem::path package;   // the package used (the cache's copy on a hit or after a compile)
+    std::string installed;           // stem of the installed package; empty when nothing was installed
+
+    std::size_t recorded = 0;          // distinct ops (`<pid>_debug`)
+    std::size_t targets = 0;           // `<pid>`
+    std::size_t supported = 0;         // `<pid>_opcompile`
+    std::size_t selected = 0;          // compiled (or looked up)
+    std::size_t blacklisted = 0;
+    std::size_t already_compiled = 0;  // by this process earlier
+    std::size_t unsupported = 0;       // only when selecting from `<pid>_debug`
+    std::size_t duplicates = 0;
+
+    /// Time per stage, in flow order: layout, record, select, key, cache, compile, install, reselect
+    /// (stages that did not run are absent).
+    std::vector<std::pair<std::string, std::chrono::nanoseconds>> stages;
+
+    [[nodiscard]] std::chrono::nanoseconds stage(std::string_view name) const noexcept {
+        for (const auto& [n, t] : stages)
+            if (n == name) return t;
+        return std::chrono::nanoseconds{0};
+    }
+    [[nodiscard]] std::chrono::nanoseconds total() const noexcept {
+        std::chrono::nanoseconds t{0};
+        for (const auto& s : stages) t += s.second;
+        return t;
+    }
+    [[nodiscard]] bool cache_hit() const noexcept {
+        return outcome == CompileOutcome::hit || outcome == CompileOutcome::waited;
+    }
+
+    /// The report as JSON (`skc compile --json`; docs/cli.md lists the fields).
+    [[nodiscard]] Value to_value() const {
+        Object counts{{"recorded", Value(recorded)},       {"targets", Value(targets)},
+                      {"supported", Value(supported)},     {"selected", Value(selected)},
+                      {"blacklisted", Value(blacklisted)}, {"already_compiled", Value(already_compiled)},
+                      {"unsupported", Value(unsupported)}, {"duplicates", Value(duplicates)}};
+        Object times;
+        for (const auto& [n, t] : stages) times.push_back({n, Value(static_cast<double>(t.count()) / 1e6)});
+        return Value(Object{{"outcome", Value(to_string(outcome))},
+                            {"cache_hit", Value(cache_hit())},
+                            {"key", Value(key)},
+                            {"run_dir", Value(run_dir.string())},
+                            {"package", Value(package.string())},
+                            {"installed", Value(installed)},
+                            {"counts", Value(std::move(counts))},
+                            {"stage_ms", Value(std::move(times))},
+                            {"total_ms", Value(static_cast<double>(total().count()) / 1e6)}});
+    }
+
+    /// One line for a log.
+    [[nodiscard]] std::string summary() const {
+        std::string s = "static kernel compile: " + std::string(to_string(outcome));
+        if (!key.empty()) s += ", key " + key;
+        s += ", " + std::to_string(selected) + " of " + std::to_string(recorded) + " ops selected";
+        if (!installed.empty()) s += ", installed " + installed;
+        const auto ms = static_cast<double>(total().count()) / 1e6;
+        return s + ", " + std::to_string(static_cast<long long>(ms)) + " ms";
+    }
+};
+
+namespace detail {
+
+/// IndexCache<S, L> when both policies fit (checked by the host's static_asserts), else a stand-in
+/// so that a misfit reports the host's messages and not the cache's constraint failure.
+template <bool Fits, class S, class L>
+struct cache_for {
+    using type = NoCache;
+};
+template <class S, class L>
+struct cache_for<true, S, L> {
+    using type = IndexCache<S, L>;
+};
+
+/// A policy object for a folder: constructed from the path when it takes one (FilesystemStorage,
+/// FileLock), default-constructed otherwise (MemoryStorage, ProcessLock).
+template <class P>
+P make_for_dir(const std::filesystem::path& dir) {
+    if constexpr (std::is_constructible_v<P, std::filesystem::path>) return P(dir);
+    else return P{};
+}
+
+class StageClock {
+public:
+    explicit StageClock(CompileReport& r) : r_(r), t_(std::chrono::steady_clock::now()) {}
+    /// Ends the current stage as `name`.
+    void lap(std::string name) {
+        const auto now = std::chrono::steady_clock::now();
+        r_.stages.emplace_back(std::move(name), now - t_);
+        t_ = now;
+    }
+    /// Ends the current stage as two: `inner` took `inner_time` of it, `outer` the rest.
+    void split(std::string outer, std::string inner, std::chrono::nanoseconds inner_time) {
+        const auto now = std::chrono::steady_clock::now();
+        const std::chrono::nanoseconds all = now - t_;
+        r_.stages.emplace_back(std::move(outer), all > inner_time ? all - inner_time : std::chrono::nanoseconds{0});
+        r_.stages.emplace_back(std::move(inner), inner_time);
+        t_ = now;
+    }
+
+private:
+    CompileReport& r_;
+    std::chrono::steady_clock::time_point t_;
+};
+
+}  // namespace detail
+
+/// The host of DESIGN.md's one picture. See the header comment.
+template <class Invoker, class Storage = FilesystemStorage, class Lock = FileLock, class Install = RunPackageInstaller,
+          class Reselect = NoReselect, class Support = DefaultSupport, class Targets = DefaultTargets>
+class StaticKernelCompiler {
+    // One check per requirement, each naming what is missing (tests/compile_fail/ holds one test each).
+    static_assert(requires(Invoker& i, const CompileRequest& r) { i.compile(r); },
+                  "skc::StaticKernelCompiler: the Invoker policy needs a member "
+                  "`CompileResult compile(const CompileRequest&)`");
+    static_assert(OpCompilerInvoker<Invoker>,
+                  "skc::StaticKernelCompiler: the Invoker's `compile(const CompileRequest&)` must return CompileResult");
+
+    static_assert(requires(const Storage& s, std::string_view n) { { s.read(n) } -> std::same_as<std::optional<std::string>>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`std::optional<std::string> read(std::string_view name) const`");
+    static_assert(requires(Storage& s, std::string_view n, std::string_view d) { { s.write(n, d) } -> std::same_as<void>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`void write(std::string_view name, std::string_view data)`");
+    static_assert(requires(Storage& s, std::string_view n, const std::filesystem::path& f) {
+                      { s.import_file(n, f) } -> std::same_as<ObjectInfo>;
+                  },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`ObjectInfo import_file(std::string_view name, const std::filesystem::path& file)`");
+    static_assert(requires(Storage& s, std::string_view n) { { s.remove(n) } -> std::same_as<bool>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member `bool remove(std::string_view name)`");
+    static_assert(requires(const Storage& s, std::string_view n) { { s.stat(n) } -> std::same_as<std::optional<ObjectInfo>>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`std::optional<ObjectInfo> stat(std::string_view name) const`");
+    static_assert(requires(Storage& s, std::string_view n) { { s.touch(n) } -> std::same_as<void>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member `void touch(std::string_view name)`");
+    static_assert(requires(const Storage& s, std::string_view n) { { s.list(n) } -> std::same_as<std::vector<std::string>>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`std::vector<std::string> list(std::string_view prefix) const`");
+    static_assert(requires(const Storage& s, std::string_view n, const ChunkFn& fn) { { s.read_chunks(n, fn) } -> std::same_as<bool>; },
+                  "skc::StaticKernelCompiler: the Storage policy needs a member "
+                  "`bool read_chunks(std::string_view name, const ChunkFn& fn) const`");
+
+    static_assert(requires { typename Lock::Guard; },
+                  "skc::StaticKernelCompiler: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
+    static_assert(requires(Lock& l, std::string_view n, LockMode m) { l.try_lock(n, m); },
+                  "skc::StaticKernelCompiler: the Lock policy needs a member "
+                  "`Guard try_lock(std::string_view name, LockMode mode)`");
+    static_assert(requires(Lock& l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
+                  "skc::StaticKernelCompiler: the Lock policy needs a member "
+                  "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
+    static_assert(requires(Lock& l, std::string_view n, LockMode m) { l.lock(n, m); },
+                  "skc::StaticKernelCompiler: the Lock policy needs a member `Guard lock(std::string_view name, LockMode mode)`");
+    static_assert(LockPolicy<Lock>,
+                  "skc::StaticKernelCompiler: the Lock policy's members must return its `Guard`, which must be movable "
+                  "and have `bool owns() const`");
+
+    static_assert(requires(Install& i, const std::filesystem::path& p, const InstallOptions& o) {
+                      { i.install(p, p, o) } -> std::same_as<Installation>;
+                  },
+                  "skc::StaticKernelCompiler: the Install policy needs a member `Installation install(const "
+                  "std::filesystem::path& package, const std::filesystem::path& library, const InstallOptions&)`");
+    static_assert(requires(Install& i, const std::filesystem::path& p, std::string_view s, bool b) {
+                      { i.uninstall(p, s, s, b) } -> std::same_as<bool>;
+                  },
+                  "skc::StaticKernelCompiler: the Install policy needs a member `bool uninstall(const "
+                  "std::filesystem::path& library, std::string_view stem, std::string_view backend, bool persistent)`");
+    static_assert(requires(Install& i, const std::filesystem::path& p, std::string_view b) {
+                      { i.list(p, b) } -> std::same_as<std::vector<InstalledPackage>>;
+                  },
+                  "skc::StaticKernelCompiler: the Install policy needs a member `std::vector<InstalledPackage> "
+                  "list(const std::filesystem::path& library, std::string_view backend)`");
+
+    static_assert(ReselectHook<Reselect>,
+                  "skc::StaticKernelCompiler: the Reselect policy needs a member `void reselect(const ReselectContext&)`");
+    static_assert(SupportPolicy<Support>,
+                  "skc::StaticKernelCompiler: the Support policy needs a member `bool supports(std::string_view op_type) const`");
+    static_assert(TargetPolicy<Targets>,
+                  "skc::StaticKernelCompiler: the Targets policy needs a member `bool is_target(std::string_view op_type) const`");
+
+    static constexpr bool cache_fits = skc::Storage<Storage> && LockPolicy<Lock>;
+
+public:
+    using Cache = typename detail::cache_for<cache_fits, Storage, Lock>::type;
+
+    /// Resolves the base directory (SPEC section 3; Error naming the path when it is unusable) and
+    /// opens the cache for (toolchain version, device) unless the options disable it.
+    StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Install installer = Install(),
+                         Reselect reselect = Reselect(), Support support = Support(), Targets targets = Targets())
+        : invoker_(std::move(invoker)),
+          options_(std::move(options)),
+          settings_(std::move(settings)),
+          installer_(std::move(installer)),
+          reselect_(std::move(reselect)),
+          support_(std::move(support)),
+          targets_(std::move(targets)),
+          layout_(resolve_base(options_)) {
+        if (!options_.static_kernel_compile)
+            throw Error(Errc::invalid_option, "static kernel compilation is off (static_kernel_compile is false)",
+                        ErrorContext{{}, {}, "static_kernel_compile"});
+        if (settings_.device.empty()) throw Error(Errc::invalid_argument, "the device name is empty");
+        if (settings_.toolchain_version.empty()) throw Error(Errc::invalid_argument, "the toolchain version is empty");
+        if (options_.jobs == 0) throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
+        const std::string stem = Layout::cache_stem(settings_.toolchain_version, settings_.device);  // checks both names
+        if (!settings_.op_library.empty()) check_path_safety(settings_.op_library, "op_library");
+        if (options_.cache_enabled()) {
+            if constexpr (std::is_same_v<Storage, FilesystemStorage> && std::is_same_v<Lock, FileLock>) {
+                cache_ = open_cache(layout_, settings_.toolchain_version, settings_.device, settings_.cache);
+            } else {
+                detail::make_dir(layout_.cache_dir() / stem);
+                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(layout_.cache_dir() / stem),
+                                                 detail::make_for_dir<Lock>(layout_.cache_dir()), settings_.cache,
+                                                 CacheLockNames{stem + "/keys/", stem});
+            }
+        }
+    }
+
+    StaticKernelCompiler(const StaticKernelCompiler&) = delete;
+    StaticKernelCompiler& operator=(const StaticKernelCompiler&) = delete;
+
+    /// Ends `recorder`'s session and runs the whole flow on what it recorded.
+    template <class Recorder>
+        requires requires(Recorder& r, const RunLayout& run) { { r.stop(run) } -> std::same_as<RecordingResult>; }
+    CompileReport compile(Recorder& recorder) {
+        CompileReport rep;
+        detail::StageClock clock(rep);
+        const RunLayout run = layout_.create_run();
+        clock.lap("layout");
+        const RecordingResult rec = recorder.stop(run);
+        clock.lap("record");
+        finish(run, rec, rep, clock);
+        return rep;
+    }
+
+    /// Runs the whole flow on `ops` as if a recording session had recorded them in this order
+    /// (`skc compile` on a folder of op info files).
+    CompileReport compile(const std::vector<OpRecord>& ops) {
+        CompileReport rep;
+        detail::StageClock clock(rep);
+        const RunLayout run = layout_.create_run();
+        clock.lap("layout");
+        std::vector<const OpRecord*> records;
+        std::unordered_set<Digest, DigestHash> seen;
+        for (const OpRecord& r : ops)
+            if (seen.insert(digest(r)).second) records.push_back(&r);
+        const RecordingResult rec = write_session(run, records, targets_, support_);
+        clock.lap("record");
+        finish(run, rec, rep, clock);
+        return rep;
+    }
+
+    [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
+    [[nodiscard]] const Options& options() const noexcept { return options_; }
+    [[nodiscard]] const CompilerSettings& settings() const noexcept { return settings_; }
+    [[nodiscard]] Invoker& invoker() noexcept { return invoker_; }
+    [[nodiscard]] Install& installer() noexcept { return installer_; }
+    [[nodiscard]] Reselect& reselect_hook() noexcept { return reselect_; }
+    /// The cache; nullptr when disabled.
+    [[nodiscard]] Cache* cache() noexcept { return cache_.get(); }
+    /// The process-scoped installs this compiler holds (released with it).
+    [[nodiscard]] const std::vector<Installation>& installations() const noexcept { return installs_; }
+
+private:
+    void finish(const RunLayout& run, const RecordingResult& rec, CompileReport& rep, detail::StageClock& clock) {
+        rep.run_dir = run.dir();
+        rep.recorded = rec.recorded;
+        rep.targets = rec.targets;
+        rep.supported = rec.supported;
+
+        const Selection sel = select_for_compile(
+            run, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()}, process_compiled(), support_);
+        rep.selected = sel.ops.size();
+        rep.blacklisted = sel.count(Verdict::blacklisted);
+        rep.already_compiled = sel.count(Verdict::already_compiled);
+        rep.unsupported = sel.count(Verdict::unsupported);
+        rep.duplicates = sel.count(Verdict::duplicate);
+        clock.lap("select");
+        if (sel.skipped()) {
+            log(LogLevel::info, rep.summary());
+            return;
+        }
+
+        const CacheKey key = make_cache_key(sel.ops, key_inputs(options_, settings_.toolchain_version, settings_.device));
+        rep.key = key.hex();
+        clock.lap("key");
+
+        std::chrono::nanoseconds compile_time{0};
+        auto run_compiler = [&]() -> std::filesystem::path {
+            CompileRequest req;
+            req.json_dir = sel.compile_dir;
+            req.device = settings_.device;
+            req.jobs = options_.jobs;
+            req.output_dir = run.dir();
+            req.log_level = options_.log_level;
+            req.extra_args = options_.compiler_options;
+            req.timeout = options_.compile_timeout;
+            CompileResult res = invoker_.compile(req);
+            compile_time = res.elapsed;
+            return res.package;
+        };
+        if (cache_) {
+            auto out = cache_->get_or_compile(key, run_compiler);
+            conclude(out, run, sel, rep, clock, compile_time);  // `out` pins a hit until installed
+        } else {
+            auto out = NoCache().get_or_compile(key, run_compiler);
+            conclude(out, run, sel, rep, clock, compile_time);
+        }
+        log(LogLevel::info, rep.summary());
+    }
+
+    /// After the cache: the outcome, the package, the install and the reselect.
+    template <class Outcome>
+    void conclude(Outcome& out, const RunLayout& run, const Selection& sel, CompileReport& rep,
+                  detail::StageClock& clock, std::chrono::nanoseconds compile_time) {
+        switch (out.result) {
+        case CacheResult::hit: rep.outcome = CompileOutcome::hit; break;
+        case CacheResult::waited: rep.outcome = CompileOutcome::waited; break;
+        case CacheResult::compiled: rep.outcome = CompileOutcome::compiled; break;
+        case CacheResult::disabled: rep.outcome = CompileOutcome::disabled; break;
+        }
+        rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
+        clock.split("cache", "compile", compile_time);
+        process_compiled().mark(sel.ops);
+        if (settings_.op_library.empty()) return;
+
+        InstallOptions io;
+        io.backend = settings_.backend;
+        io.persistent = settings_.persistent_install;
+        io.timeout = settings_.install_timeout;
+        Installation inst = installer_.install(rep.package, settings_.op_library, io);
+        rep.installed = inst.stem();
+        installs_.push_back(std::move(inst));
+        clock.lap("install");
+        reselect_.reselect(ReselectContext{settings_.op_library, settings_.backend, settings_.device, rep.installed});
+        clock.lap("reselect");
+    }
+
+    /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages
+    /// that keep no files (MemoryStorage).
+    template <class Guard>
+    std::filesystem::path package_file(const CacheHit<Guard>& hit, const RunLayout& run) {
+        if (hit.package_path) return *hit.package_path;
+        if constexpr (!std::is_same_v<Cache, NoCache>) {
+            const std::optional<std::string> bytes = cache_->storage().read(hit.entry.package);
+            if (!bytes)
+                throw Error(Errc::corrupt, "the cache entry's package disappeared while in use",
+                            ErrorContext{hit.entry.package, {}, {}});
+            FilesystemStorage(run.dir()).write(hit.entry.key + ".run", *bytes);
+            return run.dir() / (hit.entry.key + ".run");
+        } else {
+            throw Error(Errc::corrupt, "the cache returned a package without a file");
+        }
+    }
+
+    void log(LogLevel level, const std::string& line) const {
+        if (settings_.log) settings_.log(level, line);
+    }
+
+    Invoker invoker_;
+    Options options_;
+    CompilerSettings settings_;
+    Install installer_;
+    Reselect reselect_;
+    Support support_;
+    Targets targets_;
+    Layout layout_;
+    std::unique_ptr<Cache> cache_;
+    std::vector<Installation> installs_;  // destroyed first: released before the cache goes
+};
+
+/// A configuration with everything in the process: the cache in memory, process-local locks and no
+/// installs (tests, dry runs).
+template <class Invoker>
+using InMemoryCompiler = StaticKernelCompiler<Invoker, MemoryStorage, ProcessLock, NoInstall>;
+
+}  // namespace skc

@@ -1,0 +1,373 @@
+// StaticKernelCompiler: the whole flow with every combination of the shipped policies, real
+// makeself packages (built by the test's invoker) and a real op library.
+#include <doctest/doctest.h>
+
+#include <skc/compiler.hpp>
+
+#include "run_packages.hpp"
+#include "test_support.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using skc_test::slurp;
+using skc_test::TempDir;
+
+using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
+using Inv = skc::FunctionInvoker<Fn>;
+
+/// An invoker that packs one placeholder kernel per op info file it is given into a real makeself
+/// package, as a kernel compiler would; counts its calls and remembers the requests.
+struct PackingCompiler {
+    int calls = 0;
+    std::vector<skc::CompileRequest> requests;
+    bool fail = false;
+
+    Inv invoker() {
+        return Inv(Fn([this](const skc::CompileRequest& r) {
+            ++calls;
+            requests.push_back(r);
+            if (fail) throw skc::Error(skc::Errc::compile_failed, "the compiler exited with status 1");
+            std::vector<skc_test::PackagedKernel> kernels;
+            int i = 0;
+            for (const skc::LoadedOp& op : skc::read_op_info_dir(r.json_dir).ops) {
+                const std::string file = "kernels/k" + std::to_string(i++) + ".so";
+                kernels.push_back({skc::digest(op.record).hex(), op.record.op_type, file, "kernel " + file + "\n"});
+            }
+            skc::CompileResult res;
+            res.package = skc_test::make_package(r.output_dir,
+                                                 "static_kernel_" + skc::timestamp(std::chrono::system_clock::now()),
+                                                 kernels, r.device);
+            return res;
+        }));
+    }
+};
+
+std::vector<skc::OpRecord> example_ops() {
+    std::vector<skc::OpRecord> out;
+    for (skc::LoadedOp& op : skc::read_op_info_dir(skc_test::example_ops_dir()).ops) out.push_back(std::move(op.record));
+    return out;
+}
+
+skc::Options options_for(const fs::path& base, bool cache = true) {
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.disable_static_kernel_compile_cache = !cache;
+    o.base_dir = base.string();
+    o.jobs = 2;
+    return o;
+}
+
+skc::CompilerSettings settings_for(const fs::path& lib) {
+    skc::CompilerSettings s;
+    s.toolchain_version = "8.0.RC1";
+    s.device = "dev0";
+    s.op_library = lib;
+    s.log = skc::null_log();
+    return s;
+}
+
+/// digest -> package stem in the op library's global index (empty when there is none).
+std::map<std::string, std::string> installed_index(const fs::path& lib) {
+    std::map<std::string, std::string> out;
+    const fs::path index = lib / "static_kernel/host/config/dev0/binary_info_config.json";
+    if (!fs::exists(index)) return out;
+    const skc::Value v = skc::parse_json(slurp(index));
+    for (const skc::Member& m : v.find("kernels")->as_object()) out[m.key] = m.value.find("package")->as_string();
+    return out;
+}
+
+struct SeenReselect {
+    std::vector<skc::ReselectContext>* seen = nullptr;
+    std::vector<std::size_t>* index_sizes = nullptr;
+    void reselect(const skc::ReselectContext& c) {
+        seen->push_back(c);
+        index_sizes->push_back(installed_index(c.op_library).size());
+    }
+};
+
+// The configurations the library ships, named by what differs from the defaults.
+using Defaults = skc::StaticKernelCompiler<Inv>;
+using FsProcessLock = skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::ProcessLock>;
+using MemFileLock = skc::StaticKernelCompiler<Inv, skc::MemoryStorage, skc::FileLock>;
+using MemProcessLock = skc::StaticKernelCompiler<Inv, skc::MemoryStorage, skc::ProcessLock>;
+using FsNoInstall = skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
+using InMemory = skc::InMemoryCompiler<Inv>;
+
+template <class C>
+constexpr bool installs = std::is_same_v<std::remove_reference_t<decltype(std::declval<C&>().installer())>, skc::RunPackageInstaller>;
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("compile, then the same ops again: the second run hits the cache and does not compile", C, Defaults,
+                   FsProcessLock, MemFileLock, MemProcessLock, FsNoInstall, InMemory) {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    const std::vector<skc::OpRecord> ops = example_ops();
+    C compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+
+    const skc::CompileReport first = compiler.compile(ops);
+    CHECK(first.outcome == skc::CompileOutcome::compiled);
+    CHECK(pc.calls == 1);
+    CHECK(first.key.size() == 32);
+    CHECK(first.recorded == 14);
+    CHECK(first.supported == 12);  // 15 files, two with the same content; all but ReduceSum and GatherV2
+    CHECK(first.selected == 12);
+    CHECK(fs::is_regular_file(first.package));
+    CHECK(first.run_dir.parent_path() == tmp / "static_kernel_compile_outputs");
+    REQUIRE(pc.requests.size() == 1);
+    CHECK(pc.requests[0].json_dir == first.run_dir / (std::to_string(::getpid()) + "_opcompile_selected"));
+    CHECK(pc.requests[0].output_dir == first.run_dir);
+    CHECK(pc.requests[0].device == "dev0");
+    CHECK(pc.requests[0].jobs == 2);
+    for (const char* s : {"layout", "record", "select", "key", "cache", "compile"}) CHECK(first.stage(s).count() >= 0);
+    CHECK(first.stages.size() == 8);  // layout, record, select, key, cache, compile, install, reselect
+
+    // A new process would not remember what it compiled; this one must forget to look it up again.
+    skc::process_compiled().clear();
+    const skc::CompileReport second = compiler.compile(ops);
+    CHECK(second.outcome == skc::CompileOutcome::hit);
+    CHECK(second.cache_hit());
+    CHECK(pc.calls == 1);
+    CHECK(second.key == first.key);
+    CHECK(second.run_dir != first.run_dir);
+    CHECK(second.stage("compile").count() == 0);
+
+    // Both runs installed the cache's copy: one package, held twice.
+    CHECK(first.installed == first.key);
+    CHECK(second.installed == first.key);
+    if constexpr (installs<C>) {
+        const std::map<std::string, std::string> index = installed_index(tmp / "lib");
+        CHECK(index.size() == 12);
+        for (const auto& [digest, stem] : index) CHECK(stem == first.key);
+        CHECK(compiler.installations().size() == 2);
+        CHECK(fs::is_directory(tmp / "lib/static_kernel/host" / first.key / "kernels"));
+    } else {
+        CHECK(compiler.installer().calls.size() == 2);
+        CHECK(compiler.installer().calls[0].package == first.package);
+        CHECK_FALSE(fs::exists(tmp / "lib"));
+    }
+}
+
+TEST_CASE("the installs live as long as the compiler") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    std::string key;
+    {
+        skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+        key = compiler.compile(example_ops()).key;
+        CHECK(installed_index(tmp / "lib").size() == 12);
+    }
+    CHECK(installed_index(tmp / "lib").empty());
+    CHECK_FALSE(fs::exists(tmp / "lib/static_kernel/host" / key));
+}
+
+TEST_CASE("a persistent install stays after the compiler and the process (skc compile --op-library)") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    s.persistent_install = true;
+    {
+        skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), s);
+        compiler.compile(example_ops());
+    }
+    CHECK(installed_index(tmp / "lib").size() == 12);
+    skc::RunPackageInstaller inst;
+    const auto listed = inst.list(tmp / "lib", "host");
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].persistent());
+}
+
+TEST_CASE("with the cache disabled every call compiles and nothing is read or written") {
+    TempDir tmp;
+    PackingCompiler pc;
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path(), /*cache=*/false), settings_for(tmp / "lib"));
+    CHECK(compiler.cache() == nullptr);
+    skc::process_compiled().clear();
+    const skc::CompileReport a = compiler.compile(example_ops());
+    skc::process_compiled().clear();
+    const skc::CompileReport b = compiler.compile(example_ops());
+    CHECK(a.outcome == skc::CompileOutcome::disabled);
+    CHECK(b.outcome == skc::CompileOutcome::disabled);
+    CHECK(pc.calls == 2);
+    CHECK(a.key == b.key);
+    CHECK_FALSE(fs::exists(tmp / "static_kernel_compile_outputs/static_kernel_cache"));
+    // The freshly compiled packages are installed under their own names; the later one wins.
+    CHECK(a.installed.rfind("static_kernel_", 0) == 0);
+    CHECK(b.installed.rfind("static_kernel_", 0) == 0);
+    CHECK(a.installed != b.installed);
+    for (const auto& [digest, stem] : installed_index(tmp / "lib")) CHECK(stem == b.installed);
+}
+
+TEST_CASE("ops compiled earlier in this process are not compiled again; nothing left skips quietly") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    compiler.compile(example_ops());
+    const skc::CompileReport again = compiler.compile(example_ops());
+    CHECK(again.outcome == skc::CompileOutcome::skipped);
+    CHECK(again.already_compiled == 12);
+    CHECK(again.selected == 0);
+    CHECK(again.key.empty());
+    CHECK(again.installed.empty());
+    CHECK(pc.calls == 1);
+    CHECK(again.stage("cache").count() == 0);
+}
+
+TEST_CASE("the blacklist and the key: blacklisted ops are left out and change the key") {
+    TempDir tmp;
+    PackingCompiler pc;
+    skc::Options o = options_for(tmp.path());
+    o.op_blacklist = {"MatMulV2"};
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv> all(pc.invoker(), options_for(tmp.path()), settings_for({}));
+    const skc::CompileReport full = all.compile(example_ops());
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv> some(pc.invoker(), o, settings_for({}));
+    const skc::CompileReport part = some.compile(example_ops());
+    CHECK(part.blacklisted == 5);
+    CHECK(part.selected == 7);
+    CHECK(part.key != full.key);
+    CHECK(part.outcome == skc::CompileOutcome::compiled);
+    CHECK(fs::is_directory(part.run_dir / (std::to_string(::getpid()) + "_opcompile_blacklist")));
+    CHECK(part.installed.empty());  // no op library: nothing installed
+    CHECK(part.stage("install").count() == 0);
+
+    o.op_blacklist = {"_"};  // every file name
+    skc::StaticKernelCompiler<Inv> none(pc.invoker(), o, settings_for({}));
+    skc::process_compiled().clear();
+    const skc::CompileReport nothing = none.compile(example_ops());
+    CHECK(nothing.outcome == skc::CompileOutcome::skipped);
+    CHECK(nothing.blacklisted == 12);
+    CHECK(pc.calls == 2);
+}
+
+TEST_CASE("the reselect hook runs once per install, after the shared files are written") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    std::vector<skc::ReselectContext> seen;
+    std::vector<std::size_t> sizes;
+    skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller, SeenReselect> compiler(
+        pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"), skc::RunPackageInstaller(), SeenReselect{&seen, &sizes});
+    const skc::CompileReport r = compiler.compile(example_ops());
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].op_library == tmp / "lib");
+    CHECK(seen[0].backend == "host");
+    CHECK(seen[0].device == "dev0");
+    CHECK(seen[0].package == r.installed);
+    CHECK(sizes[0] == 12);
+    CHECK(r.stages.back().first == "reselect");
+
+    // Without an op library there is nothing to reselect.
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller, SeenReselect> dry(
+        pc.invoker(), options_for(tmp.path()), settings_for({}), skc::RunPackageInstaller(), SeenReselect{&seen, &sizes});
+    dry.compile(example_ops());
+    CHECK(seen.size() == 1);
+}
+
+TEST_CASE("compile(recorder) ends the recording session and compiles what it recorded") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+    skc::OpRecorder<> rec;
+    for (const skc::OpRecord& r : example_ops()) rec.record(r);
+    for (const skc::OpRecord& r : example_ops()) rec.record(r);  // repeats are recorded once
+    const skc::CompileReport r = compiler.compile(rec);
+    CHECK_FALSE(rec.active());
+    CHECK_FALSE(skc::recording_session_active());
+    CHECK(r.recorded == 14);
+    CHECK(r.targets == 9);
+    CHECK(r.selected == 12);
+    CHECK(r.outcome == skc::CompileOutcome::compiled);
+    CHECK_THROWS_AS(compiler.compile(rec), skc::Error);  // already stopped: Errc::no_session
+}
+
+TEST_CASE("a failed compile stores nothing, installs nothing and is retried by the next call") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    pc.fail = true;
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    try {
+        compiler.compile(example_ops());
+        FAIL("expected an error");
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::compile_failed);
+        CHECK(e.message() == "the compiler exited with status 1");
+    }
+    CHECK(compiler.cache()->entries().empty());
+    CHECK(installed_index(tmp / "lib").empty());
+    pc.fail = false;
+    const skc::CompileReport r = compiler.compile(example_ops());  // the ops were not marked compiled
+    CHECK(r.outcome == skc::CompileOutcome::compiled);
+    CHECK(pc.calls == 2);
+    CHECK(compiler.cache()->entries().size() == 1);
+}
+
+TEST_CASE("bad settings are refused before anything is written") {
+    TempDir tmp;
+    PackingCompiler pc;
+    auto message_of = [&](skc::Options o, skc::CompilerSettings s) -> std::string {
+        try {
+            skc::StaticKernelCompiler<Inv> c(pc.invoker(), std::move(o), std::move(s));
+        } catch (const skc::Error& e) {
+            return e.message();
+        }
+        return "no error";
+    };
+    skc::Options off = options_for(tmp.path());
+    off.static_kernel_compile = false;
+    CHECK(message_of(off, settings_for({})) == "static kernel compilation is off (static_kernel_compile is false)");
+    skc::CompilerSettings s = settings_for({});
+    s.device = "";
+    CHECK(message_of(options_for(tmp.path()), s) == "the device name is empty");
+    s = settings_for({});
+    s.toolchain_version = "";
+    CHECK(message_of(options_for(tmp.path()), s) == "the toolchain version is empty");
+    s = settings_for({});
+    s.device = "a/b";
+    CHECK(message_of(options_for(tmp.path()), s).find("device name") != std::string::npos);
+    skc::Options zero = options_for(tmp.path());
+    zero.jobs = 0;
+    CHECK(message_of(zero, settings_for({})) == "jobs must be at least 1");
+    try {
+        skc::StaticKernelCompiler<Inv> c(pc.invoker(), options_for(tmp / "missing"), settings_for({}));
+        FAIL("expected an error");
+    } catch (const skc::Error& e) {
+        CHECK(e.message() == "cannot access: No such file or directory");
+        CHECK(e.file() == (tmp / "missing").string());
+    }
+    s = settings_for(tmp / "lib/../lib");
+    CHECK(message_of(options_for(tmp.path()), s).find("..") != std::string::npos);
+    CHECK(pc.calls == 0);
+    CHECK(skc_test::snapshot(tmp.path()).empty());
+}
+
+TEST_CASE("the report as JSON names the outcome, the key, the counts and the stage times") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    const skc::CompileReport r = compiler.compile(example_ops());
+    const skc::Value v = r.to_value();
+    CHECK(v.find("outcome")->as_string() == "miss, compiled");
+    CHECK(v.find("cache_hit")->as_bool() == false);
+    CHECK(v.find("key")->as_string() == r.key);
+    CHECK(v.find("installed")->as_string() == r.key);
+    CHECK(v.find("counts")->find("selected")->as_int() == 12);
+    CHECK(v.find("stage_ms")->as_object().size() == r.stages.size());
+    CHECK(r.summary().rfind("static kernel compile: miss, compiled, key " + r.key + ", 12 of 14 ops selected, installed ", 0) == 0);
+}
