@@ -8,4 +8,4 @@ if [ ! -f build/gcc/build.ninja ]; then
   CXX=g++ meson setup build/gcc -Dbenchmarks=enabled
 fi
 meson compile -C build/gcc
-./build/gcc/examples/inspect_ops examples/op_info "$@"
+./build/gcc/tools/skc ops inspect examples/op_info "$@"

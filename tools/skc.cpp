@@ -1,7 +1,13 @@
 // skc: the command-line tool of skc.
 //
+//   skc compile --ops DIR --base DIR --compiler PATH --device NAME --toolchain-version VER [...]
+//   skc ops inspect DIR [--blacklist SUBSTR]... [--json]
+//   skc uninstall --op-library DIR [PACKAGE]
 //   skc cache stats|ls|verify|prune|clear --base DIR [--namespace NAME] [--json] [prune limits]
 //   skc --help | --version
+//
+// compile, ops and uninstall live in compile.cpp and ops.cpp; their exit statuses are their own
+// (docs/cli.md). The rest of this header comment is about `skc cache`.
 //
 // `skc cache` inspects and maintains the package cache that compiles fill:
 // `<base>/static_kernel_compile_outputs/static_kernel_cache/`, one namespace `CANN-<version>_<device>`
@@ -43,159 +49,14 @@
 #include <skc/policy/cache.hpp>
 #include <skc/value.hpp>
 
+#include "commands.hpp"
+#include "common.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
+using namespace skc_tool;
 
-constexpr int exit_ok = 0;
-constexpr int exit_bad_entries = 1;
-constexpr int exit_usage = 2;
-constexpr int exit_failed = 3;
-
-/// Bad usage: the whole one-line message (already prefixed with the command), exit status 2.
-struct UsageError {
-    std::string message;
-};
-
-using Args = std::span<const std::string_view>;
-
-// ---- text ------------------------------------------------------------------------------------------
-
-void out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
-
-/// Control characters as \xNN, so that a hostile name cannot forge lines of output.
-std::string printable(std::string_view s) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string r;
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u == 0x7f) {
-            r += "\\x";
-            r += digits[u >> 4];
-            r += digits[u & 0xF];
-        } else {
-            r += c;
-        }
-    }
-    return r;
-}
-
-/// Valid UTF-8 for JSON: every byte that does not start a well-formed sequence becomes U+FFFD.
-/// (skc::dump_json refuses invalid UTF-8, and names and paths on disk are arbitrary bytes.)
-std::string utf8(std::string_view s) {
-    std::string r;
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-        const unsigned char c = b(i);
-        std::size_t n = 0;
-        unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-        if (c < 0x80) n = 1;
-        else if (c >= 0xC2 && c <= 0xDF) n = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 3;
-            if (c == 0xE0) lo = 0xA0;  // no overlong forms
-            if (c == 0xED) hi = 0x9F;  // no surrogates
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-        }
-        bool ok = n != 0 && i + n <= s.size();
-        for (std::size_t k = 1; ok && k < n; ++k) {
-            const unsigned char lower = k == 1 ? lo : 0x80, upper = k == 1 ? hi : 0xBF;
-            ok = b(i + k) >= lower && b(i + k) <= upper;
-        }
-        if (ok) {
-            r.append(s.substr(i, n));
-            i += n;
-        } else {
-            r += "\xEF\xBF\xBD";
-            ++i;
-        }
-    }
-    return r;
-}
-
-std::string pad_left(std::string s, std::size_t width) {
-    if (s.size() < width) s.insert(0, width - s.size(), ' ');
-    return s;
-}
-
-std::string pad_right(std::string s, std::size_t width) {
-    if (s.size() < width) s.append(width - s.size(), ' ');
-    return s;
-}
-
-template <class... T>
-std::string format(const char* fmt, T... args) {
-    char buf[128];
-    const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-    return std::string(buf, n < 0 ? 0 : std::min(static_cast<std::size_t>(n), sizeof buf - 1));
-}
-
-/// 1023 B, 1.0 KiB, 12.5 MiB, ... (powers of 1024, as --max-size reads them).
-std::string human_size(std::uint64_t bytes) {
-    if (bytes < 1024) return std::to_string(bytes) + " B";
-    static constexpr std::array<const char*, 6> units{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = static_cast<double>(bytes) / 1024;
-    std::size_t u = 0;
-    while (v >= 1024 && u + 1 < units.size()) {
-        v /= 1024;
-        ++u;
-    }
-    return format("%.1f %s", v, units[u]);
-}
-
-std::string human_duration(std::int64_t ns) {
-    if (ns <= 0) return "0 s";
-    const auto d = static_cast<double>(ns);
-    if (ns < 1000) return std::to_string(ns) + " ns";
-    if (ns < 1000000) return format("%.1f us", d / 1e3);
-    if (ns < 1000000000) return format("%.1f ms", d / 1e6);
-    if (ns < 60 * 1000000000LL) return format("%.2f s", d / 1e9);
-    const std::int64_t s = ns / 1000000000;
-    if (s < 3600) return format("%lldm %02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-    if (s < 86400)
-        return format("%lldh %02lldm %02llds", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
-                      static_cast<long long>(s % 60));
-    return format("%lldd %02lldh %02lldm", static_cast<long long>(s / 86400), static_cast<long long>(s / 3600 % 24),
-                  static_cast<long long>(s / 60 % 60));
-}
-
-/// `YYYY-mm-dd HH:MM:SS` in local time.
-std::string local_time(std::int64_t unix_seconds) {
-    const auto t = static_cast<std::time_t>(unix_seconds);
-    std::tm tm{};
-    if (::localtime_r(&t, &tm) == nullptr) return "-";
-    char buf[32];
-    const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-    return std::string(buf, n);
-}
-
-std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
-    return std::to_string(n) + " " + std::string(n == 1 ? one : many);
-}
-
-std::string percent(std::uint64_t part, std::uint64_t whole) {
-    return whole == 0 ? "-" : format("%.2f %%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
-}
-
-void print_json(skc::Object root) { out(skc::dump_json(skc::Value(std::move(root)), 2) + "\n"); }
-
-// ---- values of options -----------------------------------------------------------------------------
-
-std::optional<std::uint64_t> parse_count(std::string_view s) {
-    if (s.empty() || s.size() > 20) return std::nullopt;
-    std::uint64_t v = 0;
-    for (const char c : s) {
-        if (c < '0' || c > '9') return std::nullopt;
-        const auto d = static_cast<std::uint64_t>(c - '0');
-        if (v > (UINT64_MAX - d) / 10) return std::nullopt;
-        v = v * 10 + d;
-    }
-    return v;
-}
 
 /// `10G`, `500M`, `1024K`, `65536`: bytes, with an optional suffix K, M, G or T (powers of 1024).
 std::uint64_t parse_size(const std::string& prefix, std::string_view s) {
@@ -654,7 +515,7 @@ std::string cache_usage() {
         "The cache is <DIR>/static_kernel_compile_outputs/static_kernel_cache, one namespace\n"
         "CANN-<version>_<device> per toolchain version and device.\n"
         "\ncommands:\n";
-    for (const CacheCommand& c : cache_commands) r += "  " + pad_right(std::string(c.name), 9) + std::string(c.summary) + "\n";
+    for (const CacheCommand& c : cache_commands) r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
     r += "\noptions:\n";
     for (const OptionSpec& s : cache_option_specs)
         r += "  " + pad_right(std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value)), 23) +
@@ -863,6 +724,10 @@ struct Command {
 };
 
 constexpr std::array commands{
+    Command{"compile", "compile a folder of op info files into a run package (or find it in the cache)", run_compile,
+            compile_usage},
+    Command{"ops", "inspect a folder of op info files: what it holds and what a compile would select", run_ops, ops_usage},
+    Command{"uninstall", "remove packages that 'skc compile --op-library' installed", run_uninstall, uninstall_usage},
     Command{"cache", "inspect and maintain the package cache: stats, ls, verify, prune, clear", run_cache, cache_usage},
 };
 
@@ -874,7 +739,7 @@ std::string command_names() {
 
 std::string usage() {
     std::string r = "usage: skc <command> [<args>]\n\ncommands:\n";
-    for (const Command& c : commands) r += "  " + pad_right(std::string(c.name), 9) + std::string(c.summary) + "\n";
+    for (const Command& c : commands) r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
     r += "\nskc <command> --help shows a command's usage; skc --version prints the version.\n";
     return r;
 }

@@ -26,6 +26,7 @@
 #include <skc/op_set.hpp>
 #include <skc/policy/cache.hpp>
 
+#include "run_tool.hpp"
 #include "test_support.hpp"
 
 extern char** environ;
@@ -40,43 +41,10 @@ const std::string ns_a = "CANN-8.0.RC1_Ascend910B";
 const std::string ns_b = "CANN-7.0_Ascend310P";
 const std::string shown_cache = "base/static_kernel_compile_outputs/static_kernel_cache";
 
-struct Run {
-    int status = -1;
-    std::string out;
-    std::string err;
-};
+using skc_test::Run;
 
 /// Runs the tool in `cwd` with TZ=UTC (times are printed in local time), stdin from /dev/null.
-Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) {
-    TempDir io;
-    const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
-    posix_spawn_file_actions_t fa;
-    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
-    std::vector<char*> argv{const_cast<char*>(tool.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings{"TZ=UTC"};
-    for (char** e = environ; *e != nullptr; ++e)
-        if (std::strncmp(*e, "TZ=", 3) != 0) env_strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (std::string& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    REQUIRE(rc == 0);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    Run r;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = skc_test::slurp(out_file);
-    r.err = skc_test::slurp(err_file);
-    return r;
-}
+Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(tool, cwd, args, {"TZ=UTC"}); }
 
 std::int64_t now_s() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -252,7 +220,7 @@ TEST_CASE("help, version and usage") {
     CHECK(help.status == 0);
     CHECK(help.err.empty());
     CHECK(help.out.starts_with("usage: skc <command> [<args>]\n"));
-    CHECK(help.out.find("\n  cache    inspect and maintain the package cache") != std::string::npos);
+    CHECK(help.out.find("\n  cache      inspect and maintain the package cache") != std::string::npos);
     CHECK(run_skc(tmp.path(), {"-h"}).out == help.out);
     CHECK(run_skc(tmp.path(), {"help"}).out == help.out);
 
@@ -289,10 +257,10 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
                                    "e.g. 10G, 500M, 1024K or 65536";
     const std::string duration_forms = "expected a whole number followed by d, h, m or s, e.g. 30d, 12h, 15m or 90s";
     const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-        {{}, "skc: no command given; commands: cache (see skc --help)"},
-        {{"frob"}, "skc: unknown command 'frob'; commands: cache (see skc --help)"},
+        {{}, "skc: no command given; commands: compile, ops, uninstall, cache (see skc --help)"},
+        {{"frob"}, "skc: unknown command 'frob'; commands: compile, ops, uninstall, cache (see skc --help)"},
         {{"--frob"}, "skc: unknown option '--frob'; options: --help, --version (see skc --help)"},
-        {{"help", "frob"}, "skc: unknown command 'frob'; commands: cache (see skc --help)"},
+        {{"help", "frob"}, "skc: unknown command 'frob'; commands: compile, ops, uninstall, cache (see skc --help)"},
         {{"cache"}, "skc cache: no command given; " + cache_commands},
         {{"cache", "frob", "--base", "base"}, "skc cache: unknown command 'frob'; " + cache_commands},
         {{"cache", "--frob"}, "skc cache: unknown option '--frob'; options: " + all_cache_options},

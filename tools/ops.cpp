@@ -1,6 +1,4 @@
-// inspect_ops: what a directory of op info files holds, and what selection would compile.
-//
-//   inspect_ops DIR [--blacklist SUBSTR]... [--json]
+// skc ops inspect: what a folder of op info files holds, and what selection would compile.
 //
 // Prints, per op type, how many files, distinct instances (by content) and distinct input shapes
 // there are, whether the type is a tuning target, and how many instances would be selected for
@@ -8,7 +6,6 @@
 // Exit status: 0 when every file was read, 2 for bad usage or when some file is not a valid op
 // info file (the others are still reported).
 #include <cstdio>
-#include <iostream>
 #include <map>
 #include <set>
 #include <string>
@@ -17,7 +14,17 @@
 #include <skc/op_info_io.hpp>
 #include <skc/select.hpp>
 
+#include "commands.hpp"
+#include "common.hpp"
+
+namespace skc_tool {
+
 namespace {
+
+constexpr std::array inspect_specs{
+    OptionSpec{"--blacklist", "SUBSTR", "count files whose name contains SUBSTR as blacklisted (repeatable)", true},
+    OptionSpec{"--json", "", "print the result as JSON"},
+};
 
 struct TypeStats {
     std::size_t files = 0;
@@ -48,39 +55,37 @@ std::string input_shapes(const skc::OpRecord& r) {
     return out;
 }
 
-int usage(const char* msg) {
-    std::cerr << "inspect_ops: " << msg << "\nusage: inspect_ops DIR [--blacklist SUBSTR]... [--json]\n";
-    return 2;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-    std::string dir;
-    skc::SelectOptions opt;
-    bool json = false;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--json") json = true;
-        else if (a == "--blacklist") {
-            if (i + 1 >= argc) return usage("--blacklist needs a substring");
-            opt.blacklist.emplace_back(argv[++i]);
-            if (opt.blacklist.back().empty()) return usage("--blacklist needs a non-empty substring");
-        } else if (a == "-h" || a == "--help") {
-            std::cout << "usage: inspect_ops DIR [--blacklist SUBSTR]... [--json]\n";
-            return 0;
-        } else if (!a.empty() && a[0] == '-') return usage(("unknown option " + a).c_str());
-        else if (dir.empty()) dir = a;
-        else return usage("only one directory may be given");
+std::string ops_usage() {
+    return "usage: skc ops inspect DIR [--blacklist SUBSTR]... [--json]\n\n"
+           "Shows what the op info files in DIR hold and which ops a compile would select. Reads only.\n\noptions:\n" +
+           options_help(inspect_specs) + "\nexit status: 0 every file was read; 2 bad usage, or some file is not a valid op info file.\n";
+}
+
+int run_ops(Args args) {
+    if (args.empty() || (args.front() != "inspect" && args.front() != "--help" && args.front() != "-h"))
+        throw UsageError{"skc ops: " + (args.empty() ? std::string("no command given") : "unknown command '" + printable(args.front()) + "'") +
+                         "; commands: inspect (see skc ops --help)"};
+    const std::string prefix = "skc ops inspect: ";
+    const ParsedArgs p = parse_args(prefix, inspect_specs, args.front() == "inspect" ? args.subspan(1) : args, 1,
+                                    "skc ops --help");
+    if (p.help) {
+        out(ops_usage());
+        return exit_ok;
     }
-    if (dir.empty()) return usage("no directory given");
+    if (p.positional.empty()) throw UsageError{prefix + "no folder given (see skc ops --help)"};
+    const std::string dir = p.positional.front();
+    skc::SelectOptions opt;
+    opt.blacklist = p.all("--blacklist");
+    const bool json = p.has("--json");
 
     skc::DirReadResult in;
     try {
         in = skc::read_op_info_dir(dir, skc::OnBadFile::collect);
     } catch (const skc::Error& e) {
-        std::cerr << "inspect_ops: " << e.what() << "\n";
-        return 2;
+        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
+        return exit_usage;
     }
     const skc::DefaultTargets targets;
     const skc::CompiledSet none;  // a fresh process has compiled nothing
@@ -141,25 +146,25 @@ int main(int argc, char** argv) {
         skc::Array errors;
         for (const skc::Error& e : in.errors) errors.emplace_back(e.what());
         skc::Object root;
-        root.push_back({"directory", dir});
+        root.push_back({"directory", utf8(dir)});
         root.push_back({"files", in.ops.size()});
         root.push_back({"distinct", all_distinct.size()});
         root.push_back({"selected", selected});
         root.push_back({"op_types", skc::Value(std::move(types))});
         root.push_back({"decisions", skc::Value(std::move(files))});
         root.push_back({"errors", skc::Value(std::move(errors))});
-        std::cout << skc::dump_json(skc::Value(std::move(root)), 2) << "\n";
-        return in.errors.empty() ? 0 : 2;
+        print_json(std::move(root));
+        return in.errors.empty() ? exit_ok : exit_usage;
     }
 
     std::printf("%zu op info files in %s: %zu distinct ops, %zu selected for compilation\n\n", in.ops.size(),
-                dir.c_str(), all_distinct.size(), selected);
+                printable(dir).c_str(), all_distinct.size(), selected);
     std::printf("%-22s %6s %9s %7s %7s %9s  %s\n", "op type", "files", "distinct", "shapes", "target", "selected",
                 "not selected");
     for (const auto& [type, t] : by_type) {
         std::string why;
         for (const auto& [r, n] : t.not_selected) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + r;
-        std::printf("%-22s %6zu %9zu %7zu %7s %9zu%s%s\n", type.c_str(), t.files, t.distinct.size(), t.shapes.size(),
+        std::printf("%-22s %6zu %9zu %7zu %7s %9zu%s%s\n", printable(type).c_str(), t.files, t.distinct.size(), t.shapes.size(),
                     targets.is_target(type) ? "yes" : "no", t.selected, why.empty() ? "" : "  ", why.c_str());
     }
     bool header = false;
@@ -167,11 +172,14 @@ int main(int argc, char** argv) {
         if (decisions[i].verdict == skc::Verdict::selected) continue;
         if (!header) std::printf("\nNot selected:\n");
         header = true;
-        std::printf("  %-40s %s\n", decisions[i].name.c_str(), reason(decisions[i], in.ops[i].record).c_str());
+        std::printf("  %-40s %s\n", printable(decisions[i].name).c_str(),
+                    printable(reason(decisions[i], in.ops[i].record)).c_str());
     }
     if (!in.errors.empty()) {
         std::printf("\nUnreadable files (%zu):\n", in.errors.size());
-        for (const skc::Error& e : in.errors) std::printf("  %s\n", e.what());
+        for (const skc::Error& e : in.errors) std::printf("  %s\n", printable(e.what()).c_str());
     }
-    return in.errors.empty() ? 0 : 2;
+    return in.errors.empty() ? exit_ok : exit_usage;
 }
+
+}  // namespace skc_tool

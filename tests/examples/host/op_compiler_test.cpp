@@ -1,0 +1,599 @@
+// host_op_compiler (examples/host/op_compiler.cpp), run as skc runs it: a child process
+// (posix_spawn, no shell) with real C++ compiles and a real makeself package, which is then
+// installed with skc::RunPackageInstaller, loaded with skc_host::load_installed_kernels
+// (examples/host/loader.hpp) and run against the generic kernels. Bad command lines and bad input
+// are checked message by message; the loader's errors on a hand-made op library.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <skc/detail/process.hpp>
+#include <skc/op_info_io.hpp>
+#include <skc/policy/installer.hpp>
+
+#include "host/codegen.hpp"
+#include "host/dispatch.hpp"
+#include "host/loader.hpp"
+#include "test_support.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using skc_test::slurp;
+using skc_test::spit;
+using skc_test::TempDir;
+
+const std::string tool = SKC_HOST_OP_COMPILER;
+
+struct Run {
+    int status = -1;
+    std::string out;
+    std::string err;
+};
+
+/// Starts host_op_compiler with `args`, stdin from /dev/null, stdout and stderr to `io`/stdout and
+/// `io`/stderr, the environment plus `env` overrides ("NAME=value"; "NAME=" alone removes NAME).
+pid_t start_tool(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& io) {
+    const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
+    posix_spawn_file_actions_t fa;
+    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+    std::vector<char*> argv{const_cast<char*>(tool.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    auto overridden = [&](const char* e) {
+        for (const std::string& o : env) {
+            const std::string name = o.substr(0, o.find('=') + 1);
+            if (std::strncmp(e, name.c_str(), name.size()) == 0) return true;
+        }
+        return false;
+    };
+    for (char** e = environ; *e != nullptr; ++e)
+        if (!overridden(*e)) env_strings.emplace_back(*e);
+    for (const std::string& o : env)
+        if (o.back() != '=') env_strings.push_back(o);
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE(rc == 0);
+    return pid;
+}
+
+/// The wait status of `pid`.
+int wait_status(pid_t pid) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) {
+    }
+    return status;
+}
+
+/// Runs host_op_compiler (see start_tool) to its end.
+Run run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    TempDir io;
+    const int status = wait_status(start_tool(args, env, io.path()));
+    Run r;
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(io / "stdout");
+    r.err = slurp(io / "stderr");
+    return r;
+}
+
+/// Names in `dir` (not recursive), sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+/// A folder holding copies of the named example op info files.
+void copy_examples(const fs::path& dir, const std::vector<std::string>& names) {
+    fs::create_directories(dir);
+    for (const std::string& n : names) fs::copy_file(skc_test::example_ops_dir() / n, dir / n);
+}
+
+/// One float buffer per float slot (random for inputs), empty for absent or non-float slots.
+std::vector<std::vector<float>> buffers(const std::vector<skc::TensorSlot>& slots, std::mt19937& rng, bool random) {
+    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+    std::vector<std::vector<float>> out;
+    for (const skc::TensorSlot& s : slots) {
+        const auto* t = std::get_if<skc::TensorDesc>(&s);
+        if (t == nullptr || t->dtype != "float") {
+            out.emplace_back();
+            continue;
+        }
+        std::vector<float> v(static_cast<std::size_t>(t->shape.element_count().value()),
+                             std::numeric_limits<float>::quiet_NaN());
+        if (random)
+            for (float& f : v) f = dist(rng);
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+template <class T>
+std::vector<T*> pointers(std::vector<std::vector<float>>& b) {
+    std::vector<T*> p;
+    for (auto& v : b) p.push_back(v.empty() ? nullptr : v.data());
+    return p;
+}
+
+const std::string usage_first_line = "usage: host_op_compiler -p <json_dir> -v <device> -j <jobs> -o <output_dir>\n";
+
+/// A bad command line: exit status 2, the message, then the usage text; nothing on stdout.
+void check_usage_error(const Run& r, const std::string& message) {
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("host_op_compiler: " + message + "\n" + usage_first_line, 0) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("host_op_compiler compiles the example ops into a run package that installs, loads and matches the generic kernels") {
+    TempDir tmp;
+    const fs::path out = tmp / "out", lib = tmp / "lib";
+    const Run r = run_tool({"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "2", "-o", out.string()});
+    INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.err.empty());
+
+    // Exactly one package, nothing else left in the output folder (no work folder).
+    const std::vector<std::string> left = names_in(out);
+    REQUIRE(left.size() == 1);
+    const std::string& name = left[0];
+    CHECK(name.rfind("static_kernel_", 0) == 0);
+    CHECK(name.size() == std::string("static_kernel_").size() + 20 + 4);
+    CHECK(name.substr(name.size() - 4) == ".run");
+    const fs::path package = out / name;
+    const std::string stem = package.stem().string();
+
+    // What it printed: every unsupported file skipped with its reason, the duplicate, progress, summary.
+    const std::string supported_list =
+        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, Add, Mul, Relu, Gelu, "
+        "SoftmaxV2, LayerNorm, Transpose)\n";
+    CHECK(r.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
+                          ": 11 kernels to compile, 3 unsupported, 1 duplicate\n",
+                      0) == 0);
+    CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD" + supported_list) != std::string::npos);
+    CHECK(r.out.find("skipped GatherV2_float_ND_1000_64_13.json: GatherV2: op type GatherV2" + supported_list) != std::string::npos);
+    CHECK(r.out.find("skipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum" + supported_list) != std::string::npos);
+    CHECK(r.out.find("duplicate MatMulV2_float_ND_32_64_14.json: same op as MatMulV2_float_ND_32_64_1.json\n") != std::string::npos);
+    for (int i = 1; i <= 12; ++i) CHECK(r.out.find("[" + std::to_string(i) + "/12] compiled ") != std::string::npos);
+    CHECK(r.out.find("] compiled MatMulV2 [32,64] [64,192] -> [32,192]\n") != std::string::npos);
+    CHECK(r.out.find("] compiled entry table\n") != std::string::npos);
+    CHECK(r.out.find("linked kernels/" + stem + ".so (11 kernels)\n") != std::string::npos);
+    const std::string summary = "compiled 11 kernels (1 duplicate op info files compiled once), skipped 3 unsupported ops; package " +
+                                package.string() + "\n";
+    CHECK(r.out.size() >= summary.size());
+    CHECK(r.out.substr(r.out.size() - std::min(r.out.size(), summary.size())) == summary);
+
+    // Install it, then load what the global index names.
+    skc::RunPackageInstaller installer;
+    skc::Installation inst = installer.install(package, lib, skc::InstallOptions{});
+    CHECK(inst.extracted());
+    const fs::path base = lib / "static_kernel" / "host";
+    CHECK(fs::is_regular_file(base / stem / "binary_info_config.json"));
+    CHECK(fs::is_regular_file(base / stem / "kernels" / (stem + ".so")));
+    CHECK(fs::is_regular_file(base / stem / "setup.sh"));
+    const skc::Value own = skc::parse_json(slurp(base / stem / "binary_info_config.json"));
+    CHECK(own.find("format")->as_string() == "skc-run-package");
+    CHECK(own.find("version")->as_int() == 1);
+    CHECK(own.find("backend")->as_string() == "host");
+    CHECK(own.find("device")->as_string() == "dev0");
+    REQUIRE(own.find("kernels")->as_array().size() == 11);
+
+    const skc::ReselectContext ctx{lib, "host", "dev0", stem};
+    const auto loaded = skc_host::load_installed_kernels(ctx);
+    REQUIRE(loaded.size() == 11);
+    std::map<skc::Digest, skc_host::KernelFn> by_digest(loaded.begin(), loaded.end());
+    CHECK(by_digest.size() == 11);
+    CHECK(skc_host::load_installed_kernels(ctx) == loaded);  // the same handles, the same functions
+
+    // The library's entry table lists the same kernels without any index.
+    const auto table = skc_host::read_entry_table(base / stem / "kernels" / (stem + ".so"));
+    REQUIRE(table.size() == 11);
+    for (const auto& k : table) {
+        CAPTURE(k.digest.hex());
+        REQUIRE(by_digest.count(k.digest) == 1);
+        CHECK((by_digest[k.digest] == k.fn));
+    }
+
+    // Every supported example op: its static kernel equals the generic one on random inputs.
+    std::mt19937 rng(20240607);
+    std::set<std::string> types;
+    std::size_t checked = 0;
+    for (const skc::LoadedOp& op : skc::read_op_info_dir(skc_test::example_ops_dir()).ops) {
+        const std::string file = op.path.filename().string();
+        CAPTURE(file);
+        const skc::Digest d = skc::digest(skc::without_bin_fields(op.record));
+        if (!skc_host::supported(op.record)) {
+            CHECK(by_digest.count(d) == 0);
+            continue;
+        }
+        REQUIRE(by_digest.count(d) == 1);
+        const auto entry = std::find_if(table.begin(), table.end(), [&](const auto& k) { return k.digest == d; });
+        REQUIRE(entry != table.end());
+        CHECK(entry->op_type == op.record.op_type);
+        types.insert(op.record.op_type);
+
+        auto in = buffers(op.record.inputs, rng, true);
+        auto out_static = buffers(op.record.outputs, rng, false);
+        auto out_generic = buffers(op.record.outputs, rng, false);
+        const auto in_p = pointers<const float>(in);
+        by_digest[d](in_p.data(), pointers<float>(out_static).data());
+        skc_host::run_generic(op.record, in_p.data(), pointers<float>(out_generic).data());
+        double worst = 0.0;
+        std::size_t differ = 0, elements = 0, unwritten = 0;
+        for (std::size_t o = 0; o < out_static.size(); ++o) {
+            REQUIRE(out_static[o].size() == out_generic[o].size());
+            for (std::size_t e = 0; e < out_static[o].size(); ++e) {
+                const float s = out_static[o][e], g = out_generic[o][e];
+                unwritten += std::isfinite(s) ? 0 : 1;  // outputs start as NaN
+                worst = std::max(worst, std::abs(static_cast<double>(s) - g) / std::max(1.0, std::abs(static_cast<double>(g))));
+                differ += std::memcmp(&s, &g, sizeof s) != 0 ? 1 : 0;
+                ++elements;
+            }
+        }
+        CHECK(elements > 0);
+        CHECK_MESSAGE(unwritten == 0, unwritten << " output elements not written (or not finite)");
+        CHECK(worst <= 1e-5);
+        CHECK_MESSAGE(differ == 0, differ << " of " << elements << " elements differ in their bits (max relative error "
+                                          << worst << ")");
+        ++checked;
+    }
+    CHECK(checked == 12);  // 11 distinct kernels; one file is a duplicate
+    CHECK(types == std::set<std::string>{"Add", "BatchMatMulV2", "Gelu", "LayerNorm", "MatMulV2", "Mul", "SoftmaxV2",
+                                         "Transpose"});
+
+    // Uninstalled: no package folder, no index, nothing to load.
+    CHECK(installer.uninstall(lib, stem, "host", false));
+    CHECK_FALSE(fs::exists(base / stem));
+    CHECK_FALSE(fs::exists(base / "config" / "dev0" / "binary_info_config.json"));
+    CHECK(skc_host::load_installed_kernels(ctx).empty());
+    CHECK(installer.list(lib, "host").empty());
+}
+
+TEST_CASE("host_op_compiler: --opt-level, -l debug and -l error") {
+    TempDir tmp;
+    copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json", "ReduceSum_float_ND_32_64_11.json"});
+
+    SUBCASE("-l debug shows the compiler command lines with -O0") {
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", (tmp / "out").string(), "-l",
+                                "debug", "--opt-level", "0", "-f", "true"},
+                               {"CXX=c++"});
+        INFO(r.out << r.err);
+        REQUIRE(r.status == 0);
+        CHECK(r.err.empty());
+        CHECK(r.out.find("$ c++ -std=c++17 -O0 -fPIC -c -o ") != std::string::npos);
+        CHECK(r.out.find("$ c++ -shared -fPIC -o ") != std::string::npos);
+        CHECK(r.out.find("$ makeself --quiet --nox11 ") != std::string::npos);
+        CHECK(r.out.find("skipped ReduceSum_float_ND_32_64_11.json: ReduceSum: ") != std::string::npos);
+        CHECK(r.out.find("[2/2] compiled ") != std::string::npos);
+        CHECK(names_in(tmp / "out").size() == 1);
+    }
+    SUBCASE("-l error prints nothing on success") {
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "4", "-o", (tmp / "out").string(), "-l",
+                                "error", "--opt-level=1"});
+        REQUIRE(r.status == 0);
+        CHECK(r.out.empty());
+        CHECK(r.err.empty());
+        const std::vector<std::string> left = names_in(tmp / "out");
+        REQUIRE(left.size() == 1);
+        CHECK(left[0].rfind("static_kernel_", 0) == 0);
+    }
+}
+
+TEST_CASE("host_op_compiler: bad command lines exit 2 with the message and the usage") {
+    TempDir tmp;
+    const std::string ops = skc_test::example_ops_dir().string(), out = (tmp / "out").string();
+    check_usage_error(run_tool({"-v", "dev0", "-j", "1", "-o", out}), "missing -p <json_dir>");
+    check_usage_error(run_tool({"-p", ops, "-j", "1", "-o", out}), "missing -v <device>");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-o", out}), "missing -j <jobs>");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1"}), "missing -o <output_dir>");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "--fast"}), "unknown option '--fast'");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "extra"}), "unknown option 'extra'");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "0", "-o", out}), "-j: \"0\" is not a positive integer (1 to 1024)");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "-3", "-o", out}), "-j: \"-3\" is not a positive integer (1 to 1024)");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "2x", "-o", out}), "-j: \"2x\" is not a positive integer (1 to 1024)");
+    check_usage_error(run_tool({"-p", ops, "-v", "../dev", "-j", "1", "-o", out}),
+                      "-v: device name \"../dev\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
+    check_usage_error(run_tool({"-p", ops, "-v", "a b", "-j", "1", "-o", out}),
+                      "-v: device name \"a b\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "-l", "loud"}),
+                      "-l: \"loud\" is not one of debug, info, warning, error");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "--opt-level", "4"}),
+                      "--opt-level: \"4\" is not 0, 1, 2 or 3");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "-f", "yes"}), "-f: \"yes\" is not true or false");
+    check_usage_error(run_tool({"-p", ops, "-p", ops, "-v", "dev0", "-j", "1", "-o", out}), "option -p is given twice");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o"}), "option -o needs a value");
+    CHECK_FALSE(fs::exists(tmp / "out"));  // nothing was created
+}
+
+TEST_CASE("host_op_compiler: bad input") {
+    TempDir tmp;
+    const std::string out = (tmp / "out").string();
+
+    SUBCASE("a folder that cannot be read: exit 2 with the reader's message") {
+        const fs::path missing = tmp / "no-such-folder";
+        std::string expected;
+        try {
+            (void)skc::read_op_info_dir(missing);
+        } catch (const skc::Error& e) {
+            expected = e.what();
+        }
+        REQUIRE(!expected.empty());
+        const Run r = run_tool({"-p", missing.string(), "-v", "dev0", "-j", "1", "-o", out});
+        CHECK(r.status == 2);
+        CHECK(r.err == "host_op_compiler: " + expected + "\n");
+        CHECK(r.err.find(missing.string()) != std::string::npos);
+    }
+    SUBCASE("an invalid op info file: exit 2, the message names the file and the JSON path") {
+        copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json"});
+        const fs::path bad = tmp / "ops" / "Bad_float_ND_1_0.json";
+        spit(bad, R"({"op_type": "Add", "inputs": [{"dtype": "float", "shape": [2, -1], "format": "ND"}], "outputs": []})");
+        std::string expected;
+        try {
+            (void)skc::read_op_info(bad);
+        } catch (const skc::Error& e) {
+            expected = e.what();
+        }
+        REQUIRE(expected.rfind(bad.string() + ": inputs[0]", 0) == 0);
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out});
+        CHECK(r.status == 2);
+        CHECK(r.out.empty());
+        CHECK(r.err == "host_op_compiler: " + expected + "\n");
+        CHECK_FALSE(fs::exists(out));
+    }
+    SUBCASE("not JSON at all") {
+        fs::create_directories(tmp / "ops");
+        spit(tmp / "ops" / "x.json", "{not json");
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out});
+        CHECK(r.status == 2);
+        CHECK(r.err.rfind("host_op_compiler: " + (tmp / "ops" / "x.json").string() + ": ", 0) == 0);
+    }
+    SUBCASE("an empty folder: nothing to compile, exit 1") {
+        fs::create_directories(tmp / "ops");
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out});
+        CHECK(r.status == 1);
+        CHECK(r.out.empty());
+        CHECK(r.err == "host_op_compiler: nothing to compile in " + (tmp / "ops").string() +
+                           ": 0 op info file(s), 0 unsupported by the host kernels\n");
+        CHECK_FALSE(fs::exists(out));
+    }
+    SUBCASE("only unsupported ops: listed, then nothing to compile, exit 1") {
+        copy_examples(tmp / "ops", {"ConcatD_float_ND_2_16_64_12.json", "ReduceSum_float_ND_32_64_11.json"});
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out});
+        CHECK(r.status == 1);
+        CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD is not supported") == 0);
+        CHECK(r.out.find("\nskipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum is not supported") !=
+              std::string::npos);
+        CHECK(r.err == "host_op_compiler: nothing to compile in " + (tmp / "ops").string() +
+                           ": 2 op info file(s), 2 unsupported by the host kernels\n");
+        CHECK_FALSE(fs::exists(out));
+    }
+}
+
+TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes the output and leaves nothing") {
+    TempDir tmp;
+    copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json"});
+    const fs::path op_file = tmp / "ops" / "Add_float_ND_32_64_9.json";
+    const std::string symbol = "skc_k_" + skc::digest(skc::read_op_info(op_file)).hex();
+    const fs::path out = tmp / "out";
+
+    SUBCASE("a compiler script that prints and exits 1") {
+        const fs::path script = tmp / "bad-cxx";
+        spit(script, "#!/bin/sh\necho \"bad-cxx: cannot compile $7\" >&2\nexit 1\n");
+        fs::permissions(script, fs::perms::owner_all);
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out.string()},
+                               {"CXX=" + script.string()});
+        CHECK(r.status == 1);
+        const std::string head = "host_op_compiler: compiling " + op_file.string() + " (Add [32,64] [32,64] -> [32,64]) failed: " +
+                                 script.string() + " -std=c++17 -O3 -fPIC -c -o ";
+        INFO(r.err);
+        CHECK(r.err.rfind(head, 0) == 0);
+        const std::string tail = "/src/" + symbol + ".cpp exited with status 1. Its output:\nbad-cxx: cannot compile ";
+        CHECK(r.err.find(tail) != std::string::npos);
+        CHECK(r.err.substr(r.err.size() - (symbol.size() + 5)) == symbol + ".cpp\n");
+        CHECK(r.err.find("entry table") == std::string::npos);  // -j 1: nothing started after the failure
+        CHECK(names_in(out).empty());                           // no package, no work folder
+    }
+    SUBCASE("CXX=false") {
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "2", "-o", out.string()}, {"CXX=false"});
+        CHECK(r.status == 1);
+        CHECK(r.err.rfind("host_op_compiler: compiling " + op_file.string() + " (Add [32,64] [32,64] -> [32,64]) failed: false -std=c++17 -O3 ", 0) == 0);
+        CHECK(r.err.find(" exited with status 1. Its output:\n(no output)\n") != std::string::npos);
+        // -j 2: the entry table was compiled at the same time and failed too; reported second.
+        CHECK(r.err.find("\ncompiling the entry table failed: false -std=c++17 -O3 ") != std::string::npos);
+        CHECK(names_in(out).empty());
+    }
+    SUBCASE("a compiler that does not exist") {
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out.string()},
+                               {"CXX=skc-no-such-compiler"});
+        CHECK(r.status == 1);
+        CHECK(r.err == "host_op_compiler: compiling " + op_file.string() +
+                           " (Add [32,64] [32,64] -> [32,64]): cannot start \"skc-no-such-compiler\": No such file or directory\n");
+        CHECK(names_in(out).empty());
+    }
+    SUBCASE("makeself fails") {
+        // A makeself first in PATH that prints and exits 2; the real compiler runs.
+        fs::create_directories(tmp / "bin");
+        spit(tmp / "bin" / "makeself", "#!/bin/sh\necho \"makeself: no space left on device\" >&2\nexit 2\n");
+        fs::permissions(tmp / "bin" / "makeself", fs::perms::owner_all);
+        const char* path = std::getenv("PATH");
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out.string()},
+                               {"PATH=" + (tmp / "bin").string() + ":" + (path != nullptr ? path : "/usr/bin:/bin")});
+        INFO(r.err);
+        CHECK(r.status == 1);
+        CHECK(r.out.find("[2/2] compiled ") != std::string::npos);
+        CHECK(r.err.rfind("host_op_compiler: packing static_kernel_", 0) == 0);
+        CHECK(r.err.find(".run failed: makeself --quiet --nox11 ") != std::string::npos);
+        CHECK(r.err.find(" 'skc host kernels' ./setup.sh exited with status 2. Its output:\nmakeself: no space left on device\n") !=
+              std::string::npos);
+        CHECK(names_in(out).empty());
+    }
+}
+
+TEST_CASE("host_op_compiler: SIGTERM stops the compilers, removes the work folder and ends by the signal") {
+    TempDir tmp, io;
+    const fs::path out = tmp / "out";
+    const pid_t pid =
+        start_tool({"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {}, io.path());
+    // Wait until the first kernel is compiled (11 more compiles to go at -j 1), then stop it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (slurp(io / "stdout").find("[1/12] compiled ") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(::kill(pid, SIGTERM) == 0);
+    const int status = wait_status(pid);
+    INFO(slurp(io / "stdout") << slurp(io / "stderr"));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGTERM);
+    CHECK(slurp(io / "stderr") == "host_op_compiler: stopped by " + skc::detail::signal_name(SIGTERM) + "; no package written\n");
+    CHECK(slurp(io / "stdout").find("[12/12]") == std::string::npos);
+    CHECK(names_in(out).empty());
+}
+
+TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
+    TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path base = lib / "static_kernel" / "host";
+    const fs::path index = base / "config" / "dev0" / "binary_info_config.json";
+    const skc::ReselectContext ctx{lib, "host", "dev0", "pkg"};
+    const std::string digest = "0123456789abcdef0123456789abcdef";
+
+    // A real shared library to point the index at: the C math library this test is linked with.
+    Dl_info info{};
+    double (*cos_fn)(double) = &std::cos;
+    REQUIRE(::dladdr(reinterpret_cast<void*>(cos_fn), &info) != 0);
+    REQUIRE(info.dli_fname != nullptr);
+    fs::create_directories(base / "pkg" / "kernels");
+    fs::copy_file(info.dli_fname, base / "pkg" / "kernels" / "k.so");
+    spit(base / "pkg" / "kernels" / "garbage.so", "not a shared object\n");
+    fs::create_directories(index.parent_path());
+
+    auto with_kernels = [&](const std::string& kernels) {
+        spit(index, R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )" +
+                        kernels + "}\n");
+    };
+    auto entry = [&](const std::string& file, const std::string& symbol) {
+        return R"({")" + digest + R"(": {"package": "pkg", "file": ")" + file + R"(", "symbol": ")" + symbol +
+               R"(", "op_type": "Add"}})";
+    };
+    auto error_of = [&]() -> skc::Error {
+        try {
+            (void)skc_host::load_installed_kernels(ctx);
+        } catch (const skc::Error& e) {
+            return e;
+        }
+        FAIL("no error");
+        return skc::Error(skc::Errc::io_error, "");
+    };
+
+    SUBCASE("no index: no kernels") {
+        CHECK(skc_host::load_installed_kernels(ctx).empty());
+        CHECK(skc_host::load_installed_kernels(skc::ReselectContext{tmp / "nothing", "host", "dev0", ""}).empty());
+    }
+    SUBCASE("a good index pointing at a real library") {
+        with_kernels(entry("pkg/kernels/k.so", "cos"));
+        const auto k = skc_host::load_installed_kernels(ctx);
+        REQUIRE(k.size() == 1);
+        CHECK(k[0].first.hex() == digest);
+        CHECK((k[0].second != nullptr));
+        CHECK(skc_host::load_installed_kernels(ctx) == k);
+    }
+    SUBCASE("malformed indexes") {
+        struct Case {
+            std::string text, json_path, message;
+        };
+        const std::string head = R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )";
+        const std::vector<Case> cases{
+            {"[]", "", "bad installed kernel index: not a JSON object"},
+            {R"({"format": "skc-run-package", "version": 1})", "format", "bad installed kernel index: must be \"skc-installed-kernels\""},
+            {R"({"format": "skc-installed-kernels", "version": 2})", "version", "bad installed kernel index: must be 1"},
+            {R"({"format": "skc-installed-kernels", "version": 1, "backend": "npu", "device": "dev0", "kernels": {}})",
+             "backend", "bad installed kernel index: must be \"host\""},
+            {R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev1", "kernels": {}})",
+             "device", "bad installed kernel index: must be \"dev0\""},
+            {head + "[]}", "kernels", "bad installed kernel index: must be an object"},
+            {head + R"({"0123": {"file": "pkg/kernels/k.so", "symbol": "cos"}}})", "kernels.0123",
+             "bad installed kernel index: key is not a 32-lower-case-hex digest"},
+            {head + R"({"0123456789ABCDEF0123456789abcdef": {"file": "pkg/kernels/k.so", "symbol": "cos"}}})",
+             "kernels.0123456789ABCDEF0123456789abcdef", "bad installed kernel index: key is not a 32-lower-case-hex digest"},
+            {head + R"({")" + digest + R"(": "k.so"}})", "kernels." + digest, "bad installed kernel index: must be an object"},
+            {head + R"({")" + digest + R"(": {"symbol": "cos"}}})", "kernels." + digest, "bad installed kernel index: missing \"file\""},
+            {head + R"({")" + digest + R"(": {"file": "pkg/kernels/k.so", "symbol": ""}}})", "kernels." + digest + ".symbol",
+             "bad installed kernel index: must be a non-empty string"},
+            {head + R"({")" + digest + R"(": {"file": "../../k.so", "symbol": "cos"}}})", "kernels." + digest + ".file",
+             "bad installed kernel index: \"../../k.so\" is not a relative path inside the op library"},
+            {head + R"({")" + digest + R"(": {"file": "/usr/lib/k.so", "symbol": "cos"}}})", "kernels." + digest + ".file",
+             "bad installed kernel index: \"/usr/lib/k.so\" is not a relative path inside the op library"},
+        };
+        for (const Case& c : cases) {
+            CAPTURE(c.text);
+            spit(index, c.text);
+            const skc::Error e = error_of();
+            CHECK(e.code() == skc::Errc::corrupt);
+            CHECK(e.file() == index.string());
+            CHECK(e.json_path() == c.json_path);
+            CHECK(e.message() == c.message);
+        }
+        spit(index, "{\"format\": ");
+        const skc::Error e = error_of();
+        CHECK(e.code() == skc::Errc::invalid_json);
+        CHECK(e.file() == index.string());
+    }
+    SUBCASE("a missing symbol") {
+        with_kernels(entry("pkg/kernels/k.so", "skc_k_" + digest));
+        const skc::Error e = error_of();
+        CHECK(e.code() == skc::Errc::corrupt);
+        CHECK(e.file() == (base / "pkg/kernels/k.so").string());
+        CHECK(e.message() == "kernel symbol \"skc_k_" + digest + "\" (digest " + digest + ") not found in kernel file");
+    }
+    SUBCASE("a file that is not a shared object, or is missing") {
+        with_kernels(entry("pkg/kernels/garbage.so", "cos"));
+        skc::Error e = error_of();
+        CHECK(e.code() == skc::Errc::io_error);
+        CHECK(e.file() == (base / "pkg/kernels/garbage.so").string());
+        CHECK(e.message().rfind("cannot load kernel file: ", 0) == 0);
+        with_kernels(entry("pkg/kernels/gone.so", "cos"));
+        e = error_of();
+        CHECK(e.code() == skc::Errc::io_error);
+        CHECK(e.file() == (base / "pkg/kernels/gone.so").string());
+        CHECK(e.message().find("No such file or directory") != std::string::npos);
+    }
+    SUBCASE("a library without an entry table") {
+        CHECK_THROWS_WITH_AS((void)skc_host::read_entry_table(base / "pkg/kernels/k.so"),
+                             ((base / "pkg/kernels/k.so").string() +
+                              ": no kernel entry table (skc_host_kernel_table, skc_host_kernel_count) in kernel library")
+                                 .c_str(),
+                             skc::Error);
+    }
+}

@@ -1,0 +1,246 @@
+// skc compile, skc uninstall and skc ops inspect, run as a user runs them: the real host_op_compiler
+// (examples/host) compiles real kernels; small shell scripts stand in for compilers that hang or
+// fail. Exit statuses, messages, and what is left on disk are checked.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <skc/op_info_io.hpp>
+
+#include "run_tool.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using skc_test::Run;
+using skc_test::TempDir;
+
+const std::string tool = SKC_TOOL;
+const std::string host_compiler = SKC_HOST_OP_COMPILER;
+
+Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(tool, cwd, args); }
+
+/// A folder holding the given example op info files.
+fs::path ops_dir(const TempDir& tmp, const std::vector<std::string>& names) {
+    const fs::path dir = tmp / "ops";
+    fs::create_directories(dir);
+    for (const std::string& n : names) fs::copy_file(skc_test::example_ops_dir() / n, dir / n);
+    return dir;
+}
+
+/// An executable shell script standing in for a compiler.
+std::string script(const TempDir& tmp, const std::string& name, const std::string& body) {
+    const fs::path p = tmp / name;
+    skc_test::spit(p, "#!/bin/sh\n" + body + "\n");
+    fs::permissions(p, fs::perms::owner_all);
+    return p.string();
+}
+
+std::vector<std::string> compile_args(const TempDir& tmp, const fs::path& ops, const std::string& compiler) {
+    return {"compile", "--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler", compiler,
+            "--device", "host-cpu", "--toolchain-version", "1.0", "--jobs", "2"};
+}
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+std::size_t run_packages_in(const fs::path& run_dir) {
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator(run_dir)) n += e.path().extension() == ".run";
+    return n;
+}
+
+const std::string small_op = "Gelu_float_ND_32_256_8.json";
+
+}  // namespace
+
+TEST_CASE("skc compile: compiles with the real host compiler, installs, hits the cache the second time, uninstalls") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path lib = tmp / "lib";
+    const auto args = compile_args(tmp, skc_test::example_ops_dir(), host_compiler) +
+                      std::vector<std::string>{"--op-library", lib.string(), "--json"};
+
+    const Run first = run_skc(tmp.path(), args);
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const skc::Value a = skc::parse_json(first.out);
+    CHECK(a.find("outcome")->as_string() == "miss, compiled");
+    const std::string key = a.find("key")->as_string();
+    CHECK(a.find("installed")->as_string() == key);
+    CHECK(a.find("counts")->find("selected")->as_int() == 12);
+    const fs::path run1 = a.find("run_dir")->as_string();
+    CHECK(run_packages_in(run1) == 1);  // the compiler's own static_kernel_<datetime>.run
+    CHECK(fs::exists(run1 / "op_compiler.log"));
+    const fs::path index = lib / "static_kernel/host/config/host-cpu/binary_info_config.json";
+    const skc::Value installed = skc::parse_json(skc_test::slurp(index));
+    // host_op_compiler skips ConcatD (no host kernel): 11 kernels from 12 selected ops.
+    CHECK(installed.find("kernels")->as_object().size() == 11);
+
+    const Run second = run_skc(tmp.path(), args);
+    REQUIRE(second.status == 0);
+    const skc::Value b = skc::parse_json(second.out);
+    CHECK(b.find("outcome")->as_string() == "hit");
+    CHECK(b.find("key")->as_string() == key);
+    const fs::path run2 = b.find("run_dir")->as_string();
+    CHECK(run_packages_in(run2) == 0);  // the compiler did not run
+    CHECK_FALSE(fs::exists(run2 / "op_compiler.log"));
+    CHECK(b.find("stage_ms")->find("compile")->as_double() == 0.0);
+
+    const Run text = run_skc(tmp.path(), compile_args(tmp, skc_test::example_ops_dir(), host_compiler));
+    CHECK(text.status == 0);
+    CHECK(text.out.rfind("skc compile: hit\n  key        " + key + "\n", 0) == 0);
+    CHECK(text.out.find("  installed  no (give --op-library to install)\n") != std::string::npos);
+
+    const Run un = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string()});
+    CHECK(un.status == 0);
+    CHECK(un.out == "uninstalled " + key + "\n");
+    CHECK_FALSE(fs::exists(index));
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host" / key));
+
+    const Run none = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string()});
+    CHECK(none.status == 0);
+    CHECK(none.out == "nothing installed in " + (lib / "static_kernel/host").string() + "\n");
+    const Run unknown = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string(), "static_kernel_1"});
+    CHECK(unknown.status == 2);
+    CHECK(unknown.err == "skc uninstall: no package 'static_kernel_1' in " + (lib / "static_kernel/host").string() +
+                             "; none is installed\n");
+}
+
+TEST_CASE("skc compile --no-cache compiles every time and writes no cache") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const auto args = compile_args(tmp, ops_dir(tmp, {small_op}), host_compiler) + std::vector<std::string>{"--no-cache"};
+    for (int i = 0; i < 2; ++i) {
+        const Run r = run_skc(tmp.path(), args);
+        INFO(r.err);
+        CHECK(r.status == 0);
+        CHECK(r.out.rfind("skc compile: cache disabled, compiled\n", 0) == 0);
+    }
+    CHECK_FALSE(fs::exists(tmp / "base/static_kernel_compile_outputs/static_kernel_cache"));
+}
+
+TEST_CASE("skc compile: a compiler past --timeout is killed and the exit status is 3") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string hang = script(tmp, "hang.sh", "echo started\nsleep 60");
+    const auto t0 = std::chrono::steady_clock::now();
+    const Run r = run_skc(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), hang) + std::vector<std::string>{"--timeout", "1"});
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    CHECK(r.status == 3);
+    // The message names the compiler's log and quotes its last lines.
+    CHECK(r.err.rfind("skc compile: " + (tmp / "base/static_kernel_compile_outputs").string(), 0) == 0);
+    CHECK(r.err.find("/op_compiler.log: the compiler did not finish within 1 s; its process group was killed. Last "
+                     "lines of its log:\nstarted\n") != std::string::npos);
+}
+
+TEST_CASE("skc compile: a failing compiler is exit status 1 with the tail of its log, and nothing is cached") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string fail = script(tmp, "fail.sh", "echo 'error: kernel MatMul does not fit' >&2\nexit 4");
+    const Run r = run_skc(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), fail));
+    CHECK(r.status == 1);
+    CHECK(r.err.find("/op_compiler.log: the compiler exited with status 4. Last lines of its log:\n"
+                     "error: kernel MatMul does not fit\n") != std::string::npos);
+    const Run ls = run_skc(tmp.path(), {"cache", "ls", "--base", (tmp / "base").string(), "--json"});
+    CHECK(ls.status == 0);
+    CHECK(skc::parse_json(ls.out).find("namespaces")->as_array().at(0).find("entries")->as_array().empty());
+}
+
+TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing is written") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op});
+    auto check = [&](const std::vector<std::string>& args, const std::string& err) {
+        const Run r = run_skc(tmp.path(), args);
+        CHECK(r.status == 2);
+        CHECK(r.err == err);
+        CHECK(r.out.empty());
+        CHECK(skc_test::snapshot(tmp / "base").empty());
+    };
+    check({"compile", "--ops", ops.string()}, "skc compile: missing --base (see skc compile --help)\n");
+    check({"compile", "--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler", host_compiler, "--device",
+           "d", "--toolchain-version", "1", "--jobs", "0"},
+          "skc compile: bad --jobs '0': expected a whole number from 1 to 1000000\n");
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--timeout", "soon"},
+          "skc compile: bad --timeout 'soon': expected a whole number from 1 to 1000000\n");
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--log-level", "loud"},
+          "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
+          "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
+          "--toolchain-version, --op-library, --backend, --no-cache, --model-cache, --blacklist, --compiler-arg, "
+          "--deterministic, --jobs, --timeout, --log-level, --json\n");
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
+          "skc compile: option --device is given twice; give it once\n");
+
+    // A bad op info file: its name and the JSON path of the fault.
+    const fs::path bad = tmp / "bad";
+    fs::create_directories(bad);
+    skc_test::spit(bad / "Add_float_ND_1_0.json", R"({"op_type": 7})");
+    const Run r = run_skc(tmp.path(), compile_args(tmp, bad, host_compiler));
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("skc compile: ", 0) == 0);
+    CHECK(r.err.find("Add_float_ND_1_0.json") != std::string::npos);
+    CHECK(r.err.find("op_type") != std::string::npos);
+    CHECK(skc_test::snapshot(tmp / "base").empty());
+
+    fs::create_directories(tmp / "empty");
+    check(compile_args(tmp, tmp / "empty", host_compiler),
+          "skc compile: " + (tmp / "empty").string() + ": no op info files (*.json) in the folder\n");
+
+    // A compiler that does not exist is bad input too (the run folder is kept for its log).
+    const Run missing = run_skc(tmp.path(), compile_args(tmp, ops, (tmp / "no-such-compiler").string()));
+    CHECK(missing.status == 2);
+    CHECK(missing.err == "skc compile: " + (tmp / "no-such-compiler").string() +
+                             ": cannot start the compiler: No such file or directory\n");
+
+    const Run no_base = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                            std::vector<std::string>{"--base", (tmp / "nowhere").string()});
+    CHECK(no_base.status == 2);
+}
+
+TEST_CASE("skc compile: nothing selected is success without compiling") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string fail = script(tmp, "fail.sh", "exit 1");
+    const Run r = run_skc(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"}), fail) +
+                                      std::vector<std::string>{"--blacklist", "Gelu", "--blacklist", "Add"});
+    CHECK(r.status == 0);
+    CHECK(r.out.rfind("skc compile: skipped\n  nothing to compile: 2 distinct ops, 2 supported, 2 blacklisted\n", 0) == 0);
+}
+
+TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
+    TempDir tmp;
+    const Run text = run_skc(tmp.path(), {"ops", "inspect", skc_test::example_ops_dir().string()});
+    CHECK(text.status == 0);
+    CHECK(text.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
+                             ": 14 distinct ops, 12 selected for compilation\n", 0) == 0);
+    CHECK(text.out.find("  GatherV2_float_ND_1000_64_13.json        unsupported: GatherV2 does not support static "
+                        "compilation\n") != std::string::npos);
+
+    const Run json = run_skc(tmp.path(), {"ops", "inspect", skc_test::example_ops_dir().string(), "--json", "--blacklist", "Gelu"});
+    CHECK(json.status == 0);
+    const skc::Value v = skc::parse_json(json.out);
+    CHECK(v.find("files")->as_int() == 15);
+    CHECK(v.find("selected")->as_int() == 11);
+
+    const fs::path dir = ops_dir(tmp, {small_op});
+    skc_test::spit(dir / "Broken_1.json", "{");
+    const Run bad = run_skc(tmp.path(), {"ops", "inspect", dir.string()});
+    CHECK(bad.status == 2);
+    CHECK(bad.out.find("Unreadable files (1):") != std::string::npos);
+    CHECK(bad.out.find("Broken_1.json") != std::string::npos);
+
+    const Run no_cmd = run_skc(tmp.path(), {"ops"});
+    CHECK(no_cmd.status == 2);
+    CHECK(no_cmd.err == "skc ops: no command given; commands: inspect (see skc ops --help)\n");
+    const Run no_dir = run_skc(tmp.path(), {"ops", "inspect"});
+    CHECK(no_dir.status == 2);
+    CHECK(no_dir.err == "skc ops inspect: no folder given (see skc ops --help)\n");
+}

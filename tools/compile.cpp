@@ -1,0 +1,242 @@
+// skc compile and skc uninstall: the flow without a framework, on a folder of op info files, and
+// removing what it installed.
+//
+// `skc compile` reads the op info files first (a bad file is bad input: nothing is written), then
+// runs skc::StaticKernelCompiler with ProcessInvoker on them as if a recording session had recorded
+// them. With --op-library the package is installed persistently, as when a user runs it by hand;
+// `skc uninstall` removes such installs. Exit statuses (docs/cli.md): 0 done (hit, compiled or
+// nothing to compile), 2 bad usage or bad input, 3 a timeout, 1 any other failure.
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <skc/compiler.hpp>
+#include <skc/op_info_io.hpp>
+#include <skc/policy/installer.hpp>
+#include <skc/policy/invoker.hpp>
+
+#include "commands.hpp"
+#include "common.hpp"
+
+namespace skc_tool {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int exit_compile_failed = 1;
+constexpr int exit_timeout = 3;
+
+constexpr std::array compile_specs{
+    OptionSpec{"--ops", "DIR", "the op info files to compile (required)"},
+    OptionSpec{"--base", "DIR", "output base: static_kernel_compile_outputs/ and the cache go here (required)"},
+    OptionSpec{"--compiler", "PATH", "the kernel compiler, run as op_compiler (required)"},
+    OptionSpec{"--device", "NAME", "device name, passed as -v (required)"},
+    OptionSpec{"--toolchain-version", "VER", "toolchain version: with the device, names the cache (required)"},
+    OptionSpec{"--op-library", "DIR", "install the package here, persistently (default: do not install)"},
+    OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
+    OptionSpec{"--no-cache", "", "always compile; do not read or write the cache"},
+    OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
+    OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
+    OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
+    OptionSpec{"--deterministic", "", "ask for deterministic kernels; part of the cache key"},
+    OptionSpec{"--jobs", "N", "parallel jobs for the compiler (default: the number of CPUs)"},
+    OptionSpec{"--timeout", "SECONDS", "limit for the compile and for waiting on another process's compile (default 3600)"},
+    OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
+    OptionSpec{"--json", "", "print the report as JSON"},
+};
+
+constexpr std::array uninstall_specs{
+    OptionSpec{"--op-library", "DIR", "the op library (required)"},
+    OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
+};
+
+/// 1 to 10^6; `what` names the option in the message.
+unsigned parse_positive(const std::string& prefix, const std::string& what, const std::string& s) {
+    const std::optional<std::uint64_t> n = parse_count(s);
+    if (!n || *n == 0 || *n > 1000000)
+        throw UsageError{prefix + "bad " + what + " '" + printable(s) + "': expected a whole number from 1 to 1000000"};
+    return static_cast<unsigned>(*n);
+}
+
+std::string ms(std::chrono::nanoseconds t) {
+    const double v = static_cast<double>(t.count()) / 1e6;
+    return v < 1000 ? format("%.1f ms", v) : format("%.2f s", v / 1000);
+}
+
+/// Bad input is exit status 2, a timeout 3, anything else 1.
+int exit_status_of(const skc::Error& e) {
+    switch (e.code()) {
+    case skc::Errc::timeout: return exit_timeout;
+    case skc::Errc::invalid_json:
+    case skc::Errc::invalid_op_info:
+    case skc::Errc::limit_exceeded:
+    case skc::Errc::invalid_option:
+    case skc::Errc::invalid_name:
+    case skc::Errc::unsafe_path:
+    case skc::Errc::invalid_argument:
+    case skc::Errc::permission_denied: return exit_usage;
+    default: return exit_compile_failed;
+    }
+}
+
+void print_report(const skc::CompileReport& r, const fs::path& library, const std::string& backend) {
+    std::string s = "skc compile: " + std::string(skc::to_string(r.outcome)) + "\n";
+    if (r.outcome == skc::CompileOutcome::skipped) {
+        s += "  nothing to compile: " + plural(r.recorded, "distinct op", "distinct ops") + ", " +
+             std::to_string(r.supported) + " supported, " + std::to_string(r.blacklisted) + " blacklisted\n";
+    } else {
+        s += "  key        " + r.key + "\n";
+        s += "  package    " + printable(r.package.string()) + "\n";
+        s += "  installed  " +
+             (r.installed.empty() ? std::string("no (give --op-library to install)")
+                                  : printable(r.installed) + " in " +
+                                        printable(skc::RunPackageInstaller::base_of(library, backend).string())) +
+             "\n";
+        s += "  ops        " + std::to_string(r.selected) + " selected of " + std::to_string(r.recorded) + " distinct (" +
+             std::to_string(r.recorded - r.supported) + " unsupported, " + std::to_string(r.blacklisted) +
+             " blacklisted)\n";
+    }
+    std::string stages;
+    for (const auto& [name, t] : r.stages) stages += (stages.empty() ? "" : ", ") + name + " " + ms(t);
+    s += "  stages     " + stages + "\n";
+    s += "  run folder " + printable(r.run_dir.string()) + "\n";
+    out(s);
+}
+
+}  // namespace
+
+std::string compile_usage() {
+    return "usage: skc compile --ops DIR --base DIR --compiler PATH --device NAME --toolchain-version VER\n"
+           "                   [--op-library DIR] [--no-cache] [--model-cache] [--blacklist SUBSTR]...\n"
+           "                   [--jobs N] [--timeout SECONDS] [--json] [...]\n\n"
+           "Compiles the op info files in DIR into one run package, or finds it in the cache, as a framework\n"
+           "process would; with --op-library installs it there until 'skc uninstall'.\n\noptions:\n" +
+           options_help(compile_specs) +
+           "\nexit status: 0 done (cache hit, compiled, or nothing to compile); 1 the compile or the install\n"
+           "failed; 2 bad usage or bad input; 3 a timeout.\n";
+}
+
+int run_compile(Args args) {
+    const std::string prefix = "skc compile: ";
+    const ParsedArgs p = parse_args(prefix, compile_specs, args, 0, "skc compile --help");
+    if (p.help) {
+        out(compile_usage());
+        return exit_ok;
+    }
+    for (const char* required : {"--ops", "--base", "--compiler", "--device", "--toolchain-version"})
+        if (!p.has(required))
+            throw UsageError{prefix + "missing " + std::string(required) + " (see skc compile --help)"};
+
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.disable_static_kernel_compile_cache = p.has("--no-cache");
+    o.base_dir = *p.get("--base");
+    if (p.has("--model-cache")) {
+        o.model_compile_cache = true;
+        o.model_compile_cache_dir = o.base_dir;
+    }
+    o.op_blacklist = p.all("--blacklist");
+    o.compiler_options = p.all("--compiler-arg");
+    o.deterministic = p.has("--deterministic");
+    if (const auto j = p.get("--jobs")) o.jobs = parse_positive(prefix, "--jobs", *j);
+    if (const auto t = p.get("--timeout")) o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t));
+    if (const auto l = p.get("--log-level")) {
+        for (const skc::LogLevel level : {skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning, skc::LogLevel::error})
+            if (*l == skc::to_string(level)) o.log_level = level;
+        if (!o.log_level)
+            throw UsageError{prefix + "bad --log-level '" + printable(*l) + "': expected debug, info, warning or error"};
+    }
+
+    skc::CompilerSettings s;
+    s.toolchain_version = *p.get("--toolchain-version");
+    s.device = *p.get("--device");
+    s.op_library = p.get("--op-library").value_or("");
+    s.backend = p.get("--backend").value_or("host");
+    s.persistent_install = true;
+    s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
+    s.cache.log = skc::stderr_log();
+    s.log = skc::null_log();  // the report is printed below
+
+    try {
+        // Read everything first: a bad file is bad input, and nothing is written.
+        std::vector<skc::OpRecord> ops;
+        for (skc::LoadedOp& op : skc::read_op_info_dir(*p.get("--ops")).ops) ops.push_back(std::move(op.record));
+        if (ops.empty())
+            throw skc::Error(skc::Errc::invalid_argument, "no op info files (*.json) in the folder",
+                             skc::ErrorContext{*p.get("--ops"), {}, {}});
+        skc::StaticKernelCompiler<skc::ProcessInvoker> compiler(skc::ProcessInvoker(*p.get("--compiler")), o, s);
+        const skc::CompileReport r = compiler.compile(ops);
+        if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
+        else print_report(r, s.op_library, s.backend);
+        return exit_ok;
+    } catch (const skc::Error& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what(), /*keep_newlines=*/true).c_str());
+        return exit_status_of(e);
+    }
+}
+
+std::string uninstall_usage() {
+    return "usage: skc uninstall --op-library DIR [PACKAGE] [--backend NAME]\n\n"
+           "Removes the persistent install of PACKAGE (a package stem, as 'skc compile' printed it), or of every\n"
+           "package without PACKAGE. A package that running processes still use stays until the last one ends.\n\n"
+           "options:\n" +
+           options_help(uninstall_specs) + "\nexit status: 0 done; 1 the op library could not be changed; 2 bad usage, "
+           "or PACKAGE is not installed.\n";
+}
+
+int run_uninstall(Args args) {
+    const std::string prefix = "skc uninstall: ";
+    const ParsedArgs p = parse_args(prefix, uninstall_specs, args, 1, "skc uninstall --help");
+    if (p.help) {
+        out(uninstall_usage());
+        return exit_ok;
+    }
+    if (!p.has("--op-library")) throw UsageError{prefix + "missing --op-library (see skc uninstall --help)"};
+    const fs::path library = *p.get("--op-library");
+    const std::string backend = p.get("--backend").value_or("host");
+    try {
+        skc::check_path_safety(library, "--op-library");
+        skc::RunPackageInstaller installer;
+        const std::vector<skc::InstalledPackage> installed = installer.list(library, backend);
+        std::vector<std::string> stems;
+        if (!p.positional.empty()) {
+            const std::string& want = p.positional.front();
+            const bool found = std::any_of(installed.begin(), installed.end(),
+                                           [&](const skc::InstalledPackage& i) { return i.stem == want; });
+            if (!found) {
+                std::string names;
+                for (const auto& i : installed) names += (names.empty() ? "" : ", ") + printable(i.stem);
+                throw UsageError{prefix + "no package '" + printable(want) + "' in " +
+                                 printable(skc::RunPackageInstaller::base_of(library, backend).string()) + "; " +
+                                 (names.empty() ? std::string("none is installed") : "installed: " + names)};
+            }
+            stems.push_back(want);
+        } else {
+            for (const auto& i : installed) stems.push_back(i.stem);
+        }
+        if (stems.empty()) out("nothing installed in " + printable(skc::RunPackageInstaller::base_of(library, backend).string()) + "\n");
+        for (const std::string& stem : stems) {
+            if (installer.uninstall(library, stem, backend, /*persistent=*/true)) {
+                out("uninstalled " + printable(stem) + "\n");
+            } else {
+                std::size_t users = 0;
+                for (const auto& i : installer.list(library, backend))
+                    if (i.stem == stem) users = i.holders.size();
+                out(printable(stem) + " stays installed: " + plural(users, "running process uses", "running processes use") +
+                    " it\n");
+            }
+        }
+        return exit_ok;
+    } catch (const skc::Error& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
+        return e.code() == skc::Errc::unsafe_path || e.code() == skc::Errc::invalid_name ? exit_usage : exit_compile_failed;
+    }
+}
+
+}  // namespace skc_tool
