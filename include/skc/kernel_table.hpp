@@ -2,8 +2,9 @@
 //
 // Keys are op content digests (skc::digest of the record, or OpDesc::digest computed at compile
 // time). The table is an open-addressing hash table with linear probing over a power-of-two array
-// at most half full, indexed by the digest's first 8 bytes (already uniformly mixed), so a lookup
-// is one or two probes and no allocation. Looking up a run-time OpRecord hashes its canonical
+// of keys at most half full, indexed by the digest's first 8 bytes (already uniformly mixed), so a
+// lookup is one or two probes of 16 bytes and no allocation; the kernels are in a parallel array
+// that a lookup does not read. Looking up a run-time OpRecord hashes its canonical
 // encoding on the fly, without allocating (unless it carries unknown fields, whose order must be
 // sorted).
 //
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -50,10 +52,6 @@ public:
     template <class Op>
     [[nodiscard]] const Kernel* find() const noexcept {
         static constexpr Digest d = Op::digest;
-        struct Memo {
-            std::uint64_t snapshot_id = 0;  // ids are unique in the process: no stale match
-            const Kernel* kernel = nullptr;
-        };
         thread_local Memo memo;
         const Snapshot* s = current_.load(std::memory_order_acquire);
         if (memo.snapshot_id == s->id) return memo.kernel;
@@ -74,16 +72,18 @@ public:
     [[nodiscard]] std::size_t size() const noexcept { return current_.load(std::memory_order_acquire)->size; }
 
 private:
-    struct Slot {
-        Digest key;
-        Kernel kernel{};
-        bool used = false;
-    };
+    /// One published table. Keys and kernels are separate arrays, so a lookup reads only keys
+    /// (16 bytes a slot, four to a cache line) and returns the kernel's address without loading it.
+    /// An empty slot holds the all-zero digest; a kernel whose digest is all zero (which a real
+    /// digest is with probability 2^-128, but nothing forbids) is kept beside the array.
     struct Snapshot {
-        std::vector<Slot> slots;
+        std::uint64_t id = next_id();  // first: every find<Op>() reads it (at the end it cost a cycle)
+        std::unique_ptr<Digest[]> keys;
+        std::unique_ptr<Kernel[]> kernels;
         std::size_t mask = 0;
         std::size_t size = 0;
-        std::uint64_t id = next_id();
+        bool has_zero = false;
+        Kernel zero_kernel{};
     };
 
     static std::uint64_t next_id() noexcept {
@@ -91,27 +91,55 @@ private:
         return counter.fetch_add(1, std::memory_order_relaxed) + 1;
     }
 
+    static bool is_zero(const Digest& d) noexcept {
+        std::uint64_t w[2];
+        std::memcpy(w, d.bytes.data(), 16);
+        return (w[0] | w[1]) == 0;
+    }
+
+    /// A compile-time op's slot, remembered per thread (see find<Op>()).
+    struct Memo {
+        std::uint64_t snapshot_id = 0;  // ids are unique in the process: no stale match
+        const Kernel* kernel = nullptr;
+    };
+
+    /// The first probe; probe() handles collisions, absent keys and the zero digest.
     static const Kernel* find_in(const Snapshot& s, const Digest& d) noexcept {
-        std::size_t i = static_cast<std::size_t>(d.low64()) & s.mask;
+        const std::size_t i = static_cast<std::size_t>(d.low64()) & s.mask;
+        if (s.keys[i].same_as(d) && !is_zero(d)) [[likely]]
+            return &s.kernels[i];
+        return probe(s, d, i);
+    }
+
+    static const Kernel* probe(const Snapshot& s, const Digest& d, std::size_t i) noexcept {
+        if (is_zero(d)) return s.has_zero ? &s.zero_kernel : nullptr;
+        const Digest* keys = s.keys.get();
         for (;;) {
-            const Slot& slot = s.slots[i];
-            if (!slot.used) return nullptr;
-            if (slot.key.same_as(d)) return &slot.kernel;
+            if (is_zero(keys[i])) return nullptr;
             i = (i + 1) & s.mask;
+            if (keys[i].same_as(d)) return &s.kernels[i];
         }
     }
 
     static std::unique_ptr<Snapshot> build(const std::vector<Entry>& entries) {
         auto s = std::make_unique<Snapshot>();
         std::size_t cap = 8;
-        while (cap < entries.size() * 2) cap *= 2;
-        s->slots.resize(cap);
+        while (cap < entries.size() * 2) cap *= 2;  // at most half full
+        s->keys = std::make_unique<Digest[]>(cap);  // value-initialised: all zero, all empty
+        s->kernels = std::make_unique<Kernel[]>(cap);
         s->mask = cap - 1;
         for (const auto& [key, kernel] : entries) {
+            if (is_zero(key)) {
+                if (!s->has_zero) ++s->size;
+                s->has_zero = true;
+                s->zero_kernel = kernel;
+                continue;
+            }
             std::size_t i = static_cast<std::size_t>(key.low64()) & s->mask;
-            while (s->slots[i].used && !s->slots[i].key.same_as(key)) i = (i + 1) & s->mask;
-            if (!s->slots[i].used) ++s->size;
-            s->slots[i] = Slot{key, kernel, true};
+            while (!is_zero(s->keys[i]) && !s->keys[i].same_as(key)) i = (i + 1) & s->mask;
+            if (is_zero(s->keys[i])) ++s->size;
+            s->keys[i] = key;
+            s->kernels[i] = kernel;
         }
         return s;
     }

@@ -289,8 +289,8 @@ namespace detail {
 template <class Sink>
 class ObjectEmitter {
 public:
-    SKC_CONSTEXPR_RECORD ObjectEmitter(Sink& s, const Object& extra, std::size_t known_count)
-        : s_(s), extras_(sorted_members(extra)) {
+    SKC_CONSTEXPR_RECORD ObjectEmitter(Sink& s, const Object& extra, std::size_t known_count) : s_(s) {
+        if (!extra.empty()) extras_ = sorted_members(extra);  // most objects have no unknown fields
         canon::begin_object(s_, known_count + extras_.size());
     }
     template <class Emit>

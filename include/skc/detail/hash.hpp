@@ -103,11 +103,15 @@ constexpr std::uint64_t fmix64(std::uint64_t k) noexcept {
 ///
 /// Input is staged in a 128-byte buffer and hashed eight blocks at a time, so the many small
 /// pieces of a canonical encoding (a tag byte, an 8-byte length, a short key) each cost an append.
+/// The buffer has 16 bytes of slack past its 128, so a piece of up to 16 bytes is always copied
+/// whole, with fixed-size copies; what ran past the end is moved to the front once the 128 bytes
+/// are hashed.
 class Hasher {
     // Helpers come first: clang needs them defined before constexpr use from other classes.
     static constexpr std::uint64_t c1 = 0x87c37b91114253d5ULL;
     static constexpr std::uint64_t c2 = 0x4cf5ad432745937fULL;
     static constexpr std::size_t capacity = 128;  // a multiple of the 16-byte block
+    static constexpr std::size_t slack = 16;      // room past capacity for one short append
 
     template <class Byte>
     static constexpr std::uint64_t load64(const Byte* p) noexcept {
@@ -145,17 +149,50 @@ class Hasher {
         }
     }
 
-    constexpr void flush() noexcept {
+    /// Hashes the full buffer and keeps what an append wrote past it (at most `slack` bytes).
+    /// Out of line, so that the appends stay small enough to be inlined where they are used.
+    [[gnu::noinline]] constexpr void spill() noexcept {
         mix(h1_, h2_, buf_.data(), capacity / 16);
-        buffered_ = 0;
+        buffered_ -= capacity;
+        for (std::size_t i = 0; i < buffered_; ++i) buf_[i] = buf_[capacity + i];
     }
 
-public:
-    constexpr void update(std::string_view s) noexcept { update(s.data(), s.size()); }
+    /// Restores buffered_ < capacity after an append of at most `slack` bytes.
+    constexpr void settle() noexcept {
+        if (buffered_ >= capacity) spill();
+    }
 
-    constexpr void update(const char* p, std::size_t n) noexcept {
+    /// Appends n <= slack bytes (there is room: buffered_ < capacity on entry).
+    constexpr void append_short(const char* p, std::size_t n) noexcept {
+        unsigned char* dst = buf_.data() + buffered_;
+        if (std::is_constant_evaluated()) {
+            for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<unsigned char>(p[i]);
+        } else if (n >= 8) {  // fixed-size copies, overlapping when n < 16: no library call
+            std::uint64_t a, b;
+            std::memcpy(&a, p, 8);
+            std::memcpy(&b, p + n - 8, 8);
+            std::memcpy(dst, &a, 8);
+            std::memcpy(dst + n - 8, &b, 8);
+        } else if (n >= 4) {
+            std::uint32_t a, b;
+            std::memcpy(&a, p, 4);
+            std::memcpy(&b, p + n - 4, 4);
+            std::memcpy(dst, &a, 4);
+            std::memcpy(dst + n - 4, &b, 4);
+        } else if (n > 0) {
+            dst[0] = static_cast<unsigned char>(p[0]);
+            dst[n / 2] = static_cast<unsigned char>(p[n / 2]);
+            dst[n - 1] = static_cast<unsigned char>(p[n - 1]);
+        }
+        buffered_ += n;
         total_ += n;
-        if (buffered_ == 0 && n >= capacity) {  // long input: hash whole blocks in place
+        settle();
+    }
+
+    /// Appends a piece longer than `slack`: whole blocks in place when the buffer is empty.
+    [[gnu::noinline]] constexpr void append_long(const char* p, std::size_t n) noexcept {
+        total_ += n;
+        if (buffered_ == 0 && n >= capacity) {
             const std::size_t blocks = n / 16;
             mix(h1_, h2_, p, blocks);
             p += blocks * 16;
@@ -171,22 +208,26 @@ public:
             buffered_ += take;
             p += take;
             n -= take;
-            if (buffered_ == capacity) flush();
+            settle();
         }
+    }
+
+public:
+    constexpr void update(std::string_view s) noexcept { update(s.data(), s.size()); }
+
+    constexpr void update(const char* p, std::size_t n) noexcept {
+        if (n <= slack) append_short(p, n);
+        else append_long(p, n);
     }
 
     constexpr void update_byte(unsigned char b) noexcept {
         ++total_;
         buf_[buffered_++] = b;
-        if (buffered_ == capacity) flush();
+        settle();
     }
 
     /// Eight bytes, little-endian.
     constexpr void update_u64(std::uint64_t v) noexcept {
-        if (buffered_ + 8 > capacity) {
-            for (int i = 0; i < 8; ++i) update_byte(static_cast<unsigned char>(v >> (8 * i)));
-            return;
-        }
         if (!std::is_constant_evaluated()) {
             if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
             std::memcpy(buf_.data() + buffered_, &v, 8);
@@ -195,7 +236,7 @@ public:
         }
         buffered_ += 8;
         total_ += 8;
-        if (buffered_ == capacity) flush();
+        settle();
     }
 
     [[nodiscard]] constexpr Digest digest() const noexcept {
@@ -238,8 +279,8 @@ public:
 private:
     std::uint64_t h1_ = 0, h2_ = 0;
     std::uint64_t total_ = 0;
-    std::array<unsigned char, capacity> buf_{};
-    std::size_t buffered_ = 0;
+    std::array<unsigned char, capacity + slack> buf_{};
+    std::size_t buffered_ = 0;  // < capacity between calls
 };
 
 /// One-shot hash of a byte string.

@@ -1,0 +1,164 @@
+// benchmarks/compiler_bench.cpp: what StaticKernelCompiler costs around the kernel compiler.
+//
+//   BM_Hit_Orchestration/<n>  compile(ops) of n distinct ops whose package the cache holds, without an
+//                             op library (no install): the run folder, the op info folders (`<pid>_debug`,
+//                             `<pid>`, `<pid>_opcompile`: up to 3 files per op), selection (reads
+//                             `<pid>_opcompile` back, writes `<pid>_opcompile_selected`), the key and
+//                             the cache hit (per-key lock, entry, package checksum once per process).
+//                             Counters: the average time of each stage, in ms.
+//   BM_Floor_WriteOpInfo/<n>  writing the n op info files once into one folder with skc::write_op_info:
+//                             the least any implementation of SPEC's file interface does per call (the
+//                             original writes `<pid>_debug` and `<pid>` too). The ratio of the two is
+//                             the orchestration's cost in units of "writing the op info once".
+//   BM_EndToEnd/compile       the example op info files (examples/op_info) through the whole flow with
+//                             ProcessInvoker running the real host_op_compiler, in a fresh base each
+//                             iteration, installed into an op library: the first run of a job.
+//   BM_EndToEnd/hit           the same on a warm base: the second run (cache hit, install, no compile).
+//
+// Run folders are removed between iterations, outside the timing.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <skc/compiler.hpp>
+#include <skc/op_info_io.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
+
+/// A fresh folder under $TMPDIR, removed at scope exit.
+struct Scratch {
+    fs::path dir;
+    Scratch() {
+        const char* t = std::getenv("TMPDIR");
+        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/skc-bench-XXXXXX";
+        if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        dir = tmpl;
+    }
+    ~Scratch() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
+/// n distinct MatMulV2 instances: the example op with its first input's rows varied.
+std::vector<skc::OpRecord> distinct_ops(std::size_t n) {
+    const skc::OpRecord base =
+        skc::without_bin_fields(skc::read_op_info(fs::path(SKC_BENCH_OP_INFO_DIR) / "MatMulV2_float_ND_32_64_0.json"));
+    std::vector<skc::OpRecord> out;
+    for (std::size_t i = 0; i < n; ++i) {
+        skc::OpRecord r = base;
+        auto& x = std::get<skc::TensorDesc>(r.inputs[0]);
+        x.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
+        auto& y = std::get<skc::TensorDesc>(r.outputs[0]);
+        y.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), std::get<skc::TensorDesc>(r.inputs[1]).shape[1]};
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+skc::Options options_for(const fs::path& base) {
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.base_dir = base.string();
+    o.jobs = 2;
+    return o;
+}
+
+skc::CompilerSettings settings_for(const fs::path& lib) {
+    skc::CompilerSettings s;
+    s.toolchain_version = "bench";
+    s.device = "host-cpu";
+    s.op_library = lib;
+    s.log = skc::null_log();
+    return s;
+}
+
+/// Packs nothing real: the hit path never runs it after the first call.
+Fn placeholder_compiler() {
+    return [](const skc::CompileRequest& r) {
+        skc::CompileResult res;
+        res.package = r.output_dir / "static_kernel_placeholder.run";
+        skc::FilesystemStorage(r.output_dir).write(res.package.filename().string(), "placeholder package\n");
+        return res;
+    };
+}
+
+void BM_Hit_Orchestration(benchmark::State& state) {
+    const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));
+    Scratch s;
+    skc::StaticKernelCompiler<skc::FunctionInvoker<Fn>> compiler(skc::FunctionInvoker<Fn>(placeholder_compiler()),
+                                                                  options_for(s.dir), settings_for({}));
+    skc::process_compiled().clear();
+    fs::remove_all(compiler.compile(ops).run_dir);  // the miss that fills the cache
+    std::map<std::string, double> stage_ms;
+    for (auto _ : state) {
+        skc::process_compiled().clear();  // as a new process: nothing compiled yet
+        const skc::CompileReport r = compiler.compile(ops);
+        state.PauseTiming();
+        if (r.outcome != skc::CompileOutcome::hit) state.SkipWithError("expected a cache hit");
+        for (const auto& [name, t] : r.stages) stage_ms[name] += static_cast<double>(t.count()) / 1e6;
+        fs::remove_all(r.run_dir);
+        state.ResumeTiming();
+    }
+    for (const auto& [name, ms] : stage_ms)
+        state.counters[name + "_ms"] = benchmark::Counter(ms / static_cast<double>(state.iterations()));
+    state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Hit_Orchestration)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Floor_WriteOpInfo(benchmark::State& state) {
+    const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));
+    Scratch s;
+    for (auto _ : state) {
+        const fs::path dir = s.dir / "ops";
+        fs::create_directories(dir);
+        for (const skc::OpRecord& r : ops) skc::write_op_info(dir, r, skc::WriteOptions{false, false});
+        state.PauseTiming();
+        fs::remove_all(dir);
+        state.ResumeTiming();
+    }
+    state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Floor_WriteOpInfo)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EndToEnd(benchmark::State& state, bool hit) {
+    std::vector<skc::OpRecord> ops;
+    for (skc::LoadedOp& op : skc::read_op_info_dir(SKC_BENCH_OP_INFO_DIR).ops) ops.push_back(std::move(op.record));
+    Scratch s;
+    using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker>;
+    auto run_once = [&](const fs::path& base) {
+        fs::create_directories(base);
+        Compiler c(skc::ProcessInvoker(SKC_BENCH_HOST_OP_COMPILER), options_for(base), settings_for(s.dir / "lib"));
+        skc::process_compiled().clear();
+        return c.compile(ops);  // the install ends with the compiler, as at the end of a process
+    };
+    if (hit) run_once(s.dir / "warm");
+    int n = 0;
+    for (auto _ : state) {
+        const fs::path base = hit ? s.dir / "warm" : s.dir / ("cold" + std::to_string(n++));
+        const skc::CompileReport r = run_once(base);
+        state.PauseTiming();
+        if (r.cache_hit() != hit) state.SkipWithError(hit ? "expected a cache hit" : "expected a compile");
+        state.counters["compile_s"] = benchmark::Counter(static_cast<double>(r.stage("compile").count()) / 1e9);
+        state.counters["install_ms"] = benchmark::Counter(static_cast<double>(r.stage("install").count()) / 1e6);
+        fs::remove_all(r.run_dir);
+        if (!hit) fs::remove_all(base);
+        state.ResumeTiming();
+    }
+}
+BENCHMARK_CAPTURE(BM_EndToEnd, compile, false)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_EndToEnd, hit, true)->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

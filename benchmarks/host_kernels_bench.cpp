@@ -1,0 +1,375 @@
+// benchmarks/host_kernels_bench.cpp: the host (CPU) reference backend's kernels, generic against
+// shape-specialised ("static"), and OpenBLAS beside the matrix products.
+//
+//   <op>/<size>/generic   skc_host::run_plan: the shape-generic kernel of examples/host/kernels.hpp,
+//                         sizes passed at run time. The plan (skc_host::analyze) is computed once,
+//                         outside the timing, as a runtime does when it keeps the plan of an op.
+//   <op>/<size>/static    the kernel skc_host::generate_kernel emits for the op's exact shapes,
+//                         generated at build time (host_kernels_gen) and compiled into this program.
+//   <op>/<size>/openblas  MatMulV2 and BatchMatMulV2 only: cblas_sgemm (once per batch) on one
+//                         thread, when OpenBLAS was found at build time.
+//
+// The generic and the static kernels are compiled by the same compiler with the same flags, in one
+// library (host_kernels_generic.cpp and the generated file: the project's flags plus -O3; no
+// -march, no -ffast-math); this file, the harness, gets the project's flags. The harness must not
+// instantiate a kernel itself (it does not include dispatch.hpp or kernels.hpp): the kernels are
+// inline functions, and the linker would be free to keep the harness's copy, built without -O3.
+//
+// All kernels of a case run on the same buffers. Before timing, each static and OpenBLAS kernel
+// runs once on outputs set to NaN and is compared with the generic kernel's output: the static one
+// must agree within |a - b| <= 1e-5 * max(|b|, 1) per element (the bound of
+// tests/examples/host_kernels_test.cpp; the counter max_rel_err shows the error, 0 when they agree
+// bit for bit), OpenBLAS within 1e-4 (it sums in another order). A case that fails is reported as
+// an error, not timed.
+//
+// At the end a summary table gives, per op and size, the median (or single) CPU time of each
+// kernel, the speedup generic / static, and the geometric mean of the speedups over the demo's ops.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "host/plan.hpp"
+#include "host_kernels_cases.hpp"
+#include "host_kernels_generic.hpp"
+
+#if SKC_BENCH_HAVE_OPENBLAS
+// Complex numbers as OpenBLAS's plain structs: its default, C99 _Complex, is an extension in C++
+// (clang -Wpedantic). Only cblas_sgemm is used.
+#define FORCE_OPENBLAS_COMPLEX_STRUCT 1
+#include <cblas.h>
+#endif
+
+using skc_bench_kernel_fn = void (*)(const float* const*, float* const*);
+extern "C" {
+extern const skc_bench_kernel_fn skc_bench_static_kernels[];
+extern const char* const skc_bench_static_names[];
+extern const unsigned long skc_bench_static_count;
+}
+
+namespace {
+
+using skc_bench::HostCase;
+
+constexpr double static_tolerance = 1e-5;
+constexpr double blas_tolerance = 1e-4;
+
+/// The buffers of one case, inputs random in [-3, 3] (fixed seed), in one arena shared by every
+/// kernel kind of the case (see data()): each buffer starts on a 64-byte boundary, 4 KiB-rounded
+/// and staggered by 64 bytes more than the one before, so that no two buffers meet at the same
+/// offset in a 4 KiB page (a load that aliases an earlier store's page offset stalls). Kernels of
+/// a few microseconds moved by 10 to 40% with the placement of separately allocated buffers.
+struct Data {
+    std::vector<float> arena;
+    std::vector<std::size_t> in_n, out_n;  // element counts (0: absent slot)
+    std::vector<const float*> in_p;
+    std::vector<float*> out_p;
+    [[nodiscard]] std::size_t outputs() const { return out_n.size(); }
+};
+
+std::vector<std::size_t> counts(const std::vector<skc::TensorSlot>& slots) {
+    std::vector<std::size_t> out;
+    for (const skc::TensorSlot& s : slots) {
+        const auto* t = std::get_if<skc::TensorDesc>(&s);
+        out.push_back(t == nullptr || t->dtype != "float" ? 0 : static_cast<std::size_t>(t->shape.element_count().value()));
+    }
+    return out;
+}
+
+Data make_data(const HostCase& c) {
+    Data d;
+    d.in_n = counts(c.record.inputs);
+    d.out_n = counts(c.record.outputs);
+    constexpr std::size_t page = 1024, line = 16;  // in floats: 4 KiB, 64 bytes
+    std::vector<std::size_t> offsets;
+    std::size_t total = 0, k = 0;
+    for (const auto* ns : {&d.in_n, &d.out_n})
+        for (std::size_t n : *ns) {
+            offsets.push_back(total);
+            total += (n + page - 1) / page * page + line * ++k;
+        }
+    d.arena.assign(total + line, 0.0f);
+    auto* base = d.arena.data();
+    while (reinterpret_cast<std::uintptr_t>(base) % 64 != 0) ++base;
+    std::mt19937 rng(20261202);
+    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+    k = 0;
+    for (std::size_t n : d.in_n) {
+        float* p = base + offsets[k++];
+        for (std::size_t e = 0; e < n; ++e) p[e] = dist(rng);
+        d.in_p.push_back(n == 0 ? nullptr : p);
+    }
+    for (std::size_t n : d.out_n) {
+        float* p = base + offsets[k++];
+        d.out_p.push_back(n == 0 ? nullptr : p);
+    }
+    return d;
+}
+
+const std::vector<HostCase>& all_cases() {
+    static const std::vector<HostCase> c = skc_bench::cases();
+    return c;
+}
+
+/// The buffers of case i, made once and shared by its generic, static and OpenBLAS benchmarks, so
+/// that all of them run on the same memory.
+Data& data(std::size_t i) {
+    static std::map<std::size_t, Data> all;  // map nodes do not move; a moved Data keeps its arena
+    auto it = all.find(i);
+    if (it == all.end()) it = all.emplace(i, make_data(all_cases()[i])).first;
+    return it->second;
+}
+
+using Outputs = std::vector<std::vector<float>>;
+
+/// The generic kernel's outputs of case i, computed once: the reference of the checks.
+const Outputs& reference(std::size_t i) {
+    static std::map<std::size_t, Outputs> refs;
+    auto it = refs.find(i);
+    if (it == refs.end()) {
+        Data& d = data(i);
+        const skc_host::Analysis a = skc_host::analyze(all_cases()[i].record);
+        if (a.plan) skc_bench::run_plan(*a.plan, d.in_p.data(), d.out_p.data());
+        Outputs out;
+        for (std::size_t o = 0; o < d.outputs(); ++o) out.emplace_back(d.out_p[o], d.out_p[o] + d.out_n[o]);
+        it = refs.emplace(i, std::move(out)).first;
+    }
+    return it->second;
+}
+
+/// Runs `kernel` once on case i's buffers, its outputs first set to NaN, and returns the largest
+/// |a - b| / max(|b|, 1) against the reference (infinity when an output is not finite).
+template <class Run>
+double check(std::size_t i, Run&& kernel) {
+    const Outputs& ref = reference(i);
+    Data& d = data(i);
+    for (std::size_t o = 0; o < d.outputs(); ++o) std::fill(d.out_p[o], d.out_p[o] + d.out_n[o], NAN);
+    kernel(d);
+    double err = 0.0;
+    for (std::size_t o = 0; o < d.outputs(); ++o)
+        for (std::size_t e = 0; e < d.out_n[o]; ++e) {
+            const double x = d.out_p[o][e], y = ref[o][e];
+            if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+            err = std::max(err, std::abs(x - y) / std::max(1.0, std::abs(y)));
+        }
+    return err;
+}
+
+void set_counters(benchmark::State& state, const HostCase& c) {
+    std::int64_t elems = 0;
+    for (const skc::TensorSlot& s : c.record.outputs)
+        if (const auto* t = std::get_if<skc::TensorDesc>(&s)) elems += t->shape.element_count().value_or(0);
+    state.SetItemsProcessed(state.iterations() * elems);  // output elements per second
+    if (c.gemm.batch > 0)
+        state.counters["GFLOPS"] = benchmark::Counter(
+            static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(c.gemm.batch * c.gemm.m * c.gemm.k * c.gemm.n) / 1e9,
+            benchmark::Counter::kIsRate);
+}
+
+void BM_Generic(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    const skc_host::Analysis a = skc_host::analyze(c.record);
+    if (!a.plan) {
+        state.SkipWithError(a.reason.c_str());
+        return;
+    }
+    Data& d = data(i);
+    for (auto _ : state) {
+        skc_bench::run_plan(*a.plan, d.in_p.data(), d.out_p.data());
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+}
+
+void BM_Static(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    const skc_bench_kernel_fn kernel = skc_bench_static_kernels[i];
+    const double err = check(i, [&](Data& d) { kernel(d.in_p.data(), d.out_p.data()); });
+    state.counters["max_rel_err"] = err;
+    if (!(err <= static_tolerance)) {
+        const std::string msg = "static output differs from the generic one: max relative error " + std::to_string(err);
+        state.SkipWithError(msg.c_str());
+        return;
+    }
+    Data& d = data(i);
+    for (auto _ : state) {
+        kernel(d.in_p.data(), d.out_p.data());
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+}
+
+#if SKC_BENCH_HAVE_OPENBLAS
+void run_sgemm(const skc_bench::GemmShape& g, const Data& d) {
+    const float* a = d.in_p[0];
+    const float* b = d.in_p[1];
+    float* y = d.out_p[0];
+    const auto m = static_cast<blasint>(g.m), k = static_cast<blasint>(g.k), n = static_cast<blasint>(g.n);
+    for (std::int64_t t = 0; t < g.batch; ++t)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a + t * g.m * g.k, k,
+                    b + t * g.k * g.n, g.tb ? k : n, 0.0f, y + t * g.m * g.n, n);
+}
+
+void BM_OpenBlas(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    const double err = check(i, [&](Data& d) { run_sgemm(c.gemm, d); });
+    state.counters["max_rel_err"] = err;
+    if (!(err <= blas_tolerance)) {
+        const std::string msg = "OpenBLAS output differs from the generic one: max relative error " + std::to_string(err);
+        state.SkipWithError(msg.c_str());
+        return;
+    }
+    Data& d = data(i);
+    for (auto _ : state) {
+        run_sgemm(c.gemm, d);
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+}
+#endif
+
+// ---- the summary ------------------------------------------------------------------------------------
+
+/// The console output, plus a table of medians and speedups at the end.
+class SummaryReporter : public benchmark::ConsoleReporter {
+public:
+    void ReportRuns(const std::vector<Run>& runs) override {
+        ConsoleReporter::ReportRuns(runs);
+        for (const Run& r : runs) {
+            if (r.error_occurred) continue;
+            // With repetitions, the median; without, the one run.
+            const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+            if (!(median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1))) continue;
+            std::string name = r.run_name.function_name;  // "<op>/<size>/<kind>"
+            const std::size_t slash = name.rfind('/');
+            if (slash == std::string::npos) continue;
+            const double ns = r.GetAdjustedCPUTime() * to_ns(r.time_unit);
+            times_[name.substr(0, slash)][name.substr(slash + 1)] = ns;
+        }
+    }
+
+    void Finalize() override {
+        ConsoleReporter::Finalize();
+        std::FILE* o = stdout;
+        std::fprintf(o, "\nSummary (CPU time per call, median of the repetitions; speedup = generic / static):\n\n");
+        std::fprintf(o, "| Op | Size | Shapes | Generic | Static | Speedup | OpenBLAS |\n");
+        std::fprintf(o, "|---|---|---|---:|---:|---:|---:|\n");
+        double log_sum = 0, log_sum_all = 0;
+        int count = 0, count_all = 0;
+        double worst = INFINITY;
+        std::string worst_name;
+        for (const HostCase& c : all_cases()) {
+            const auto it = times_.find(c.name());
+            if (it == times_.end()) continue;
+            const auto& t = it->second;
+            const double g = value(t, "generic"), s = value(t, "static"), b = value(t, "openblas");
+            const double speedup = g > 0 && s > 0 ? g / s : 0;
+            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(), c.demo ? "" : " (not in the demo)",
+                         c.size.c_str(), c.shape.c_str(), fmt_time(g).c_str(), fmt_time(s).c_str(),
+                         speedup > 0 ? fmt_ratio(speedup).c_str() : "-", b > 0 ? fmt_time(b).c_str() : "-");
+            if (speedup <= 0) continue;
+            log_sum_all += std::log(speedup);
+            ++count_all;
+            if (!c.demo) continue;
+            log_sum += std::log(speedup);
+            ++count;
+            if (speedup < worst) worst = speedup, worst_name = c.name();
+        }
+        if (count > 0)
+            std::fprintf(o, "\nGeometric mean speedup over the demo's ops: %.2fx (%d cases; lowest %.2fx, %s)\n",
+                         std::exp(log_sum / count), count, worst, worst_name.c_str());
+        if (count_all > count)
+            std::fprintf(o, "Geometric mean speedup over every case: %.2fx (%d cases)\n", std::exp(log_sum_all / count_all),
+                         count_all);
+        std::fflush(o);
+    }
+
+private:
+    static double to_ns(benchmark::TimeUnit u) {
+        switch (u) {
+        case benchmark::kNanosecond: return 1.0;
+        case benchmark::kMicrosecond: return 1e3;
+        case benchmark::kMillisecond: return 1e6;
+        case benchmark::kSecond: return 1e9;
+        }
+        return 1.0;
+    }
+    static double value(const std::map<std::string, double>& t, const std::string& k) {
+        const auto it = t.find(k);
+        return it == t.end() ? 0.0 : it->second;
+    }
+    static std::string fmt_time(double ns) {
+        if (ns <= 0) return "-";
+        char buf[32];
+        if (ns < 1e3) std::snprintf(buf, sizeof buf, "%.0f ns", ns);
+        else if (ns < 1e6) std::snprintf(buf, sizeof buf, "%.*f µs", ns < 1e4 ? 2 : ns < 1e5 ? 1 : 0, ns / 1e3);
+        else std::snprintf(buf, sizeof buf, "%.*f ms", ns < 1e7 ? 2 : ns < 1e8 ? 1 : 0, ns / 1e6);
+        return buf;
+    }
+    static std::string fmt_ratio(double r) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2f", r);
+        return buf;
+    }
+
+    std::map<std::string, std::map<std::string, double>> times_;
+};
+
+void register_all() {
+    const auto& cases = all_cases();
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const std::string name = cases[i].name();
+        benchmark::RegisterBenchmark((name + "/generic").c_str(), BM_Generic, i)->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark((name + "/static").c_str(), BM_Static, i)->Unit(benchmark::kMicrosecond);
+#if SKC_BENCH_HAVE_OPENBLAS
+        if (cases[i].gemm.batch > 0)
+            benchmark::RegisterBenchmark((name + "/openblas").c_str(), BM_OpenBlas, i)->Unit(benchmark::kMicrosecond);
+#endif
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // The generated table must be the one of these cases, in this order.
+    const auto& cases = all_cases();
+    if (skc_bench_static_count != cases.size()) {
+        std::fprintf(stderr, "host_kernels_bench: %lu generated kernels for %zu cases: rebuild\n", skc_bench_static_count,
+                     cases.size());
+        return 1;
+    }
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        if (cases[i].name() != skc_bench_static_names[i]) {
+            std::fprintf(stderr, "host_kernels_bench: generated kernel %zu is for %s, not %s: rebuild\n", i,
+                         skc_bench_static_names[i], cases[i].name().c_str());
+            return 1;
+        }
+#if SKC_BENCH_HAVE_OPENBLAS
+    openblas_set_num_threads(1);  // one thread, as the static and generic kernels
+    benchmark::AddCustomContext("openblas", std::string(openblas_get_config()) + ", threads " +
+                                                std::to_string(openblas_get_num_threads()) + ", core " +
+                                                openblas_get_corename());
+#else
+    benchmark::AddCustomContext("openblas", "not found at build time");
+#endif
+    register_all();
+    SummaryReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    benchmark::Shutdown();
+    return 0;
+}
