@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and shows what the example op info files hold and
-# which ops would be compiled.
+# The main job: installs what is missing, builds the demo, and runs it twice on one output base.
+# The first run records a transformer block's ops, compiles them into static kernels with the
+# reference CPU backend (unless an earlier run of this script cached them), installs and reselects
+# them, checks the outputs and times both kernel kinds; the second run finds the package in the
+# cache and compiles nothing. Extra arguments go to both runs (see skc_demo --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 if [ ! -f build/gcc/build.ninja ]; then
   CXX=g++ meson setup build/gcc -Dbenchmarks=enabled
 fi
-meson compile -C build/gcc
-./build/gcc/tools/skc ops inspect examples/op_info "$@"
+meson compile -C build/gcc skc_demo host_op_compiler skc
+base=build/demo-base
+mkdir -p "$base"
+echo "== first run"
+./build/gcc/examples/demo/skc_demo --base "$base" "$@"
+echo
+echo "== second run: the same ops, so the cache has the package"
+./build/gcc/examples/demo/skc_demo --base "$base" "$@"

@@ -90,8 +90,12 @@ struct Unsupported {
 
 inline std::string dims_str(const skc::RuntimeShape& s) {
     std::string out = "[";
-    for (std::size_t i = 0; i < s.rank(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-    return out + "]";
+    for (std::size_t i = 0; i < s.rank(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(s[i]);
+    }
+    out += ']';
+    return out;
 }
 
 inline std::int64_t count(const skc::RuntimeShape& s) { return s.element_count().value_or(-1); }
