@@ -6,12 +6,15 @@
 // them. With --op-library the package is installed persistently, as when a user runs it by hand;
 // `skc uninstall` removes such installs. Exit statuses (docs/cli.md): 0 done (hit, compiled or
 // nothing to compile), 2 bad usage or bad input, 3 a timeout, 1 any other failure.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
@@ -42,9 +45,10 @@ constexpr std::array compile_specs{
     OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
     OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
-    OptionSpec{"--deterministic", "", "ask for deterministic kernels; part of the cache key"},
-    OptionSpec{"--jobs", "N", "parallel jobs for the compiler (default: the number of CPUs)"},
-    OptionSpec{"--timeout", "SECONDS", "limit for the compile and for waiting on another process's compile (default 3600)"},
+    OptionSpec{"--deterministic", "", "the job runs deterministically: part of the cache key, not passed to the compiler"},
+    OptionSpec{"--jobs", "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)"},
+    OptionSpec{"--timeout", "SECONDS", "limit for the compile and for waiting on another process's compile, up to "
+                                       "604800 (default 3600)"},
     OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
     OptionSpec{"--json", "", "print the report as JSON"},
 };
@@ -54,12 +58,37 @@ constexpr std::array uninstall_specs{
     OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
 };
 
-/// 1 to 10^6; `what` names the option in the message.
-unsigned parse_positive(const std::string& prefix, const std::string& what, const std::string& s) {
+/// 1 to `max`; `what` names the option in the message. The limits are those of skc::parse_options.
+unsigned parse_positive(const std::string& prefix, const std::string& what, const std::string& s, unsigned max) {
     const std::optional<std::uint64_t> n = parse_count(s);
-    if (!n || *n == 0 || *n > 1000000)
-        throw UsageError{prefix + "bad " + what + " '" + printable(s) + "': expected a whole number from 1 to 1000000"};
+    if (!n || *n == 0 || *n > max)
+        throw UsageError{prefix + "bad " + what + " '" + printable(s) + "': expected a whole number from 1 to " +
+                         std::to_string(max)};
     return static_cast<unsigned>(*n);
+}
+
+/// A folder the command needs, checked before anything is written.
+void require_folder(const std::string& prefix, const char* option, const std::string& path) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec))
+        throw UsageError{prefix + option + " " + printable(path) + ": " +
+                         (fs::exists(fs::symlink_status(path, ec)) ? "not a folder" : "no such folder")};
+}
+
+/// Letters, digits, '_', '-', '.', not starting with '.': a name that is one path component.
+bool plain_name(std::string_view s) {
+    if (s.empty() || s.front() == '.' || s.size() > 255) return false;
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    });
+}
+
+std::string backend_of(const std::string& prefix, const ParsedArgs& p) {
+    const std::string b = p.get("--backend").value_or("host");
+    if (!plain_name(b))
+        throw UsageError{prefix + "bad --backend '" + printable(b) +
+                         "': use letters, digits, '_', '-' and '.', not starting with '.'"};
+    return b;
 }
 
 std::string ms(std::chrono::nanoseconds t) {
@@ -142,8 +171,9 @@ int run_compile(Args args) {
     o.op_blacklist = p.all("--blacklist");
     o.compiler_options = p.all("--compiler-arg");
     o.deterministic = p.has("--deterministic");
-    if (const auto j = p.get("--jobs")) o.jobs = parse_positive(prefix, "--jobs", *j);
-    if (const auto t = p.get("--timeout")) o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t));
+    if (const auto j = p.get("--jobs")) o.jobs = parse_positive(prefix, "--jobs", *j, 1024);
+    if (const auto t = p.get("--timeout"))
+        o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t, 7 * 24 * 3600));
     if (const auto l = p.get("--log-level")) {
         for (const skc::LogLevel level : {skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning, skc::LogLevel::error})
             if (*l == skc::to_string(level)) o.log_level = level;
@@ -155,12 +185,18 @@ int run_compile(Args args) {
     s.toolchain_version = *p.get("--toolchain-version");
     s.device = *p.get("--device");
     s.op_library = p.get("--op-library").value_or("");
-    s.backend = p.get("--backend").value_or("host");
+    s.backend = backend_of(prefix, p);
     s.persistent_install = true;
     s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
     s.cache.log = skc::stderr_log();
     s.log = skc::null_log();  // the report is printed below
 
+    // Bad input is found before anything is written.
+    require_folder(prefix, "--ops", *p.get("--ops"));
+    require_folder(prefix, "--base", o.base_dir);
+    if (const fs::path c = *p.get("--compiler"); c.has_parent_path() && ::access(c.c_str(), X_OK) != 0)
+        throw UsageError{prefix + "--compiler " + printable(c.string()) + ": " +
+                         (fs::exists(c) ? "not executable" : "no such file")};
     try {
         // Read everything first: a bad file is bad input, and nothing is written.
         std::vector<skc::OpRecord> ops;
@@ -198,7 +234,8 @@ int run_uninstall(Args args) {
     }
     if (!p.has("--op-library")) throw UsageError{prefix + "missing --op-library (see skc uninstall --help)"};
     const fs::path library = *p.get("--op-library");
-    const std::string backend = p.get("--backend").value_or("host");
+    const std::string backend = backend_of(prefix, p);
+    require_folder(prefix, "--op-library", library.string());
     try {
         skc::check_path_safety(library, "--op-library");
         skc::RunPackageInstaller installer;

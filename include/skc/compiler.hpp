@@ -99,8 +99,9 @@ struct CompileReport {
     std::size_t unsupported = 0;       // only when selecting from `<pid>_debug`
     std::size_t duplicates = 0;
 
-    /// Time per stage, in flow order: layout, record, select, key, cache, compile, install, reselect
-    /// (stages that did not run are absent).
+    /// Time per stage, in flow order: layout, record, select, key, cache, compile, install, reselect.
+    /// A skipped compile ends after select; install and reselect are absent when nothing was
+    /// installed; compile is 0 on a cache hit.
     std::vector<std::pair<std::string, std::chrono::nanoseconds>> stages;
 
     [[nodiscard]] std::chrono::nanoseconds stage(std::string_view name) const noexcept {

@@ -166,7 +166,7 @@ inline bool is_blacklisted(std::string_view file_name, const std::vector<std::st
 
 /// Decides, file by file and without touching the disk, what selection does with `ops` (in their
 /// order): the support policy first, then the blacklist, then the already-compiled filter, then
-/// duplicates. Both select_for_compile() and `inspect_ops` use it, so they always agree.
+/// duplicates. Both select_for_compile() and `skc ops inspect` use it, so they always agree.
 template <SupportPolicy Support = DefaultSupport>
 std::vector<Decision> plan_selection(const std::vector<LoadedOp>& ops, const SelectOptions& opt = {},
                                      const CompiledSet& already = process_compiled(), const Support& support = {}) {

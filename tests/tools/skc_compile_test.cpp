@@ -107,6 +107,9 @@ TEST_CASE("skc compile: compiles with the real host compiler, installs, hits the
     const Run none = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string()});
     CHECK(none.status == 0);
     CHECK(none.out == "nothing installed in " + (lib / "static_kernel/host").string() + "\n");
+    const Run no_lib = run_skc(tmp.path(), {"uninstall", "--op-library", (tmp / "nolib").string()});
+    CHECK(no_lib.status == 2);
+    CHECK(no_lib.err == "skc uninstall: --op-library " + (tmp / "nolib").string() + ": no such folder\n");
     const Run unknown = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string(), "static_kernel_1"});
     CHECK(unknown.status == 2);
     CHECK(unknown.err == "skc uninstall: no package 'static_kernel_1' in " + (lib / "static_kernel/host").string() +
@@ -167,9 +170,13 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
     check({"compile", "--ops", ops.string()}, "skc compile: missing --base (see skc compile --help)\n");
     check({"compile", "--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler", host_compiler, "--device",
            "d", "--toolchain-version", "1", "--jobs", "0"},
-          "skc compile: bad --jobs '0': expected a whole number from 1 to 1000000\n");
+          "skc compile: bad --jobs '0': expected a whole number from 1 to 1024\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--timeout", "soon"},
-          "skc compile: bad --timeout 'soon': expected a whole number from 1 to 1000000\n");
+          "skc compile: bad --timeout 'soon': expected a whole number from 1 to 604800\n");
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--backend", "../x"},
+          "skc compile: bad --backend '../x': use letters, digits, '_', '-' and '.', not starting with '.'\n");
+    check(compile_args(tmp, tmp / "nowhere", host_compiler),
+          "skc compile: --ops " + (tmp / "nowhere").string() + ": no such folder\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--log-level", "loud"},
           "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
@@ -194,15 +201,12 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
     check(compile_args(tmp, tmp / "empty", host_compiler),
           "skc compile: " + (tmp / "empty").string() + ": no op info files (*.json) in the folder\n");
 
-    // A compiler that does not exist is bad input too (the run folder is kept for its log).
-    const Run missing = run_skc(tmp.path(), compile_args(tmp, ops, (tmp / "no-such-compiler").string()));
-    CHECK(missing.status == 2);
-    CHECK(missing.err == "skc compile: " + (tmp / "no-such-compiler").string() +
-                             ": cannot start the compiler: No such file or directory\n");
-
-    const Run no_base = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
-                                            std::vector<std::string>{"--base", (tmp / "nowhere").string()});
+    check(compile_args(tmp, ops, (tmp / "no-such-compiler").string()),
+          "skc compile: --compiler " + (tmp / "no-such-compiler").string() + ": no such file\n");
+    const Run no_base = run_skc(tmp.path(), {"compile", "--ops", ops.string(), "--base", (tmp / "nowhere").string(),
+                                             "--compiler", host_compiler, "--device", "d", "--toolchain-version", "1"});
     CHECK(no_base.status == 2);
+    CHECK(no_base.err == "skc compile: --base " + (tmp / "nowhere").string() + ": no such folder\n");
 }
 
 TEST_CASE("skc compile: nothing selected is success without compiling") {
