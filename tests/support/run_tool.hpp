@@ -26,43 +26,66 @@ struct Run {
     std::string err;
 };
 
-/// Runs `program` with `args` in `cwd`. `env` entries (NAME=value) replace or extend the
-/// environment of the test.
-inline Run run_program(const std::string& program, const std::filesystem::path& cwd, const std::vector<std::string>& args,
-                       const std::vector<std::string>& env = {}) {
-    TempDir io;
+/// A started program whose output goes to files in `io`.
+struct Started {
+    pid_t pid = -1;
+    std::filesystem::path io;  // holds stdout and stderr
+};
+
+/// Starts `program` with `args` in `cwd` (empty: the test's own), stdin from /dev/null, stdout and
+/// stderr to `io`/stdout and `io`/stderr. `env` entries "NAME=value" replace or extend the test's
+/// environment; "NAME=" alone removes NAME.
+inline Started start_program(const std::string& program, const std::filesystem::path& cwd,
+                             const std::vector<std::string>& args, const std::vector<std::string>& env,
+                             const std::filesystem::path& io) {
     const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
     posix_spawn_file_actions_t fa;
     REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
     REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
     REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
     REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
+    if (!cwd.empty()) REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
     std::vector<char*> argv{const_cast<char*>(program.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    std::vector<std::string> env_strings = env;
+    std::vector<std::string> env_strings;
+    for (const std::string& mine : env)
+        if (mine.back() != '=') env_strings.push_back(mine);
     for (char** e = environ; *e != nullptr; ++e) {
-        const char* eq = std::strchr(*e, '=');
-        const std::size_t name_len = eq ? static_cast<std::size_t>(eq - *e) + 1 : std::strlen(*e);
         bool replaced = false;
-        for (const std::string& mine : env) replaced = replaced || mine.compare(0, name_len, *e, name_len) == 0;
+        for (const std::string& mine : env) {
+            const std::size_t name_len = mine.find('=') + 1;
+            replaced = replaced || std::strncmp(*e, mine.c_str(), name_len) == 0;
+        }
         if (!replaced) env_strings.emplace_back(*e);
     }
     std::vector<char*> envp;
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), envp.data());
+    Started st{-1, io};
+    const int rc = posix_spawn(&st.pid, program.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     REQUIRE(rc == 0);
+    return st;
+}
+
+/// Waits for a started program and collects what it wrote.
+inline Run finish(const Started& st) {
     int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    while (::waitpid(st.pid, &status, 0) < 0) {
+    }
     Run r;
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(out_file);
-    r.err = slurp(err_file);
+    r.out = slurp(st.io / "stdout");
+    r.err = slurp(st.io / "stderr");
     return r;
+}
+
+/// Runs `program` with `args` in `cwd` to its end (see start_program).
+inline Run run_program(const std::string& program, const std::filesystem::path& cwd, const std::vector<std::string>& args,
+                       const std::vector<std::string>& env = {}) {
+    TempDir io;
+    return finish(start_program(program, cwd, args, env, io.path()));
 }
 
 }  // namespace skc_test

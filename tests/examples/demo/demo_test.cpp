@@ -8,54 +8,20 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <skc/op_info_io.hpp>
 #include <skc/value.hpp>
 
+#include "run_tool.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using skc_test::TempDir;
 
-struct Run {
-    int status = -1;
-    std::string out, err;
-};
+using skc_test::Run;
 
-Run run_demo(const fs::path& cwd, const std::vector<std::string>& args) {
-    TempDir io;
-    const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
-    posix_spawn_file_actions_t fa;
-    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
-    const std::string demo = SKC_DEMO;
-    std::vector<char*> argv{const_cast<char*>(demo.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, demo.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    REQUIRE(rc == 0);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
-    Run r;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = skc_test::slurp(out_file);
-    r.err = skc_test::slurp(err_file);
-    return r;
-}
+Run run_demo(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(SKC_DEMO, cwd, args); }
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 

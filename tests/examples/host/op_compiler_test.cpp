@@ -35,9 +35,8 @@
 #include "host/codegen.hpp"
 #include "host/dispatch.hpp"
 #include "host/loader.hpp"
+#include "run_tool.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -48,63 +47,12 @@ using skc_test::TempDir;
 
 const std::string tool = SKC_HOST_OP_COMPILER;
 
-struct Run {
-    int status = -1;
-    std::string out;
-    std::string err;
-};
+using skc_test::Run;
 
-/// Starts host_op_compiler with `args`, stdin from /dev/null, stdout and stderr to `io`/stdout and
-/// `io`/stderr, the environment plus `env` overrides ("NAME=value"; "NAME=" alone removes NAME).
-pid_t start_tool(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& io) {
-    const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
-    posix_spawn_file_actions_t fa;
-    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-    std::vector<char*> argv{const_cast<char*>(tool.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings;
-    auto overridden = [&](const char* e) {
-        for (const std::string& o : env) {
-            const std::string name = o.substr(0, o.find('=') + 1);
-            if (std::strncmp(e, name.c_str(), name.size()) == 0) return true;
-        }
-        return false;
-    };
-    for (char** e = environ; *e != nullptr; ++e)
-        if (!overridden(*e)) env_strings.emplace_back(*e);
-    for (const std::string& o : env)
-        if (o.back() != '=') env_strings.push_back(o);
-    std::vector<char*> envp;
-    for (std::string& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    REQUIRE(rc == 0);
-    return pid;
-}
-
-/// The wait status of `pid`.
-int wait_status(pid_t pid) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
-    return status;
-}
-
-/// Runs host_op_compiler (see start_tool) to its end.
+/// Runs host_op_compiler to its end; `env` as for skc_test::start_program.
 Run run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
     TempDir io;
-    const int status = wait_status(start_tool(args, env, io.path()));
-    Run r;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(io / "stdout");
-    r.err = slurp(io / "stderr");
-    return r;
+    return skc_test::finish(skc_test::start_program(tool, {}, args, env, io.path()));
 }
 
 /// Names in `dir` (not recursive), sorted.
@@ -465,17 +413,16 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
 TEST_CASE("host_op_compiler: SIGTERM stops the compilers, removes the work folder and ends by the signal") {
     TempDir tmp, io;
     const fs::path out = tmp / "out";
-    const pid_t pid =
-        start_tool({"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {}, io.path());
+    const skc_test::Started st = skc_test::start_program(
+        tool, {}, {"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {}, io.path());
     // Wait until the first kernel is compiled (11 more compiles to go at -j 1), then stop it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
     while (slurp(io / "stdout").find("[1/12] compiled ") == std::string::npos && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    REQUIRE(::kill(pid, SIGTERM) == 0);
-    const int status = wait_status(pid);
-    INFO(slurp(io / "stdout") << slurp(io / "stderr"));
-    REQUIRE(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == SIGTERM);
+    REQUIRE(::kill(st.pid, SIGTERM) == 0);
+    const Run r = skc_test::finish(st);
+    INFO(r.out << r.err);
+    CHECK(r.status == 128 + SIGTERM);
     CHECK(slurp(io / "stderr") == "host_op_compiler: stopped by " + skc::detail::signal_name(SIGTERM) + "; no package written\n");
     CHECK(slurp(io / "stdout").find("[12/12]") == std::string::npos);
     CHECK(names_in(out).empty());
