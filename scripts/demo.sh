@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 if [ ! -f build/gcc/build.ninja ]; then
-  CXX=g++ meson setup build/gcc -Dbenchmarks=enabled
+  CXX=g++ meson setup build/gcc -Dbenchmarks=enabled -Ddebug=false
 fi
 meson compile -C build/gcc skc_demo host_op_compiler skc
 base=build/demo-base
