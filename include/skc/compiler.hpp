@@ -409,8 +409,10 @@ private:
         }
         rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
         clock.split("cache", "compile", compile_time);
-        process_compiled().mark(sel.ops);
-        if (settings_.op_library.empty()) return;
+        if (settings_.op_library.empty()) {
+            process_compiled().mark(sel.ops);
+            return;
+        }
 
         InstallOptions io;
         io.backend = settings_.backend;
@@ -422,6 +424,8 @@ private:
         clock.lap("install");
         reselect_.reselect(ReselectContext{settings_.op_library, settings_.backend, settings_.device, rep.installed});
         clock.lap("reselect");
+        // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
+        process_compiled().mark(sel.ops);
     }
 
     /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages

@@ -371,3 +371,20 @@ TEST_CASE("the report as JSON names the outcome, the key, the counts and the sta
     CHECK(v.find("stage_ms")->as_object().size() == r.stages.size());
     CHECK(r.summary().rfind("static kernel compile: miss, compiled, key " + r.key + ", 12 of 14 ops selected, installed ", 0) == 0);
 }
+
+TEST_CASE("a failed install leaves the ops to the next call, which installs them from the cache") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    fs::create_directories(tmp.path());
+    skc_test::spit(tmp / "lib", "a file where the op library should be");
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    CHECK_THROWS_AS(compiler.compile(example_ops()), skc::Error);
+    CHECK(pc.calls == 1);
+    fs::remove(tmp / "lib");
+    const skc::CompileReport r = compiler.compile(example_ops());
+    CHECK(r.outcome == skc::CompileOutcome::hit);
+    CHECK(r.installed == r.key);
+    CHECK(installed_index(tmp / "lib").size() == 12);
+    CHECK(pc.calls == 1);
+}
