@@ -8,7 +8,6 @@
 
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -420,22 +419,17 @@ TEST_CASE("hostile: a zero dim makes the element count 0 in any dim order") {
     }
 }
 
-TEST_CASE("hostile: a million dims is a rank error, found fast") {
+TEST_CASE("hostile: a million dims is a rank error") {
     std::string dims = "[0";
     dims.reserve(2'000'001);
     for (int i = 1; i < 1'000'000; ++i) dims += ",1";
     dims += "]";
     const std::string text = doc(R"("Add")", input_with_shape(dims));
-    const auto start = std::chrono::steady_clock::now();
     // Two reads of the 2 MB file (OnBadFile::fail, then collect), each also reading two good files.
+    // The work is linear in the file (quadratic work on a million dims would take hours and hit the
+    // test's timeout); its speed is not asserted here: timings belong to benchmarks.
     check_bad_file(text, {skc::Errc::limit_exceeded, "inputs[0].shape", "rank 1000000 exceeds the maximum rank 64"},
                    Reads::dir_only);
-    const auto took = std::chrono::steady_clock::now() - start;
-    // Linear work: about 0.1 s per read optimised, 1 s unoptimised, 2 s unoptimised with
-    // sanitizers. Quadratic work on a million dims would take hours; the bound leaves room for a
-    // loaded machine.
-    CHECK_MESSAGE(took < std::chrono::seconds(10),
-                  "took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
 }
 
 // ==== nesting, size, duplicate keys =====================================================================
