@@ -6,11 +6,16 @@
 // them. With --op-library the package is installed persistently, as when a user runs it by hand;
 // `skc uninstall` removes such installs. Exit statuses (docs/cli.md): 0 done (hit, compiled or
 // nothing to compile), 2 bad usage or bad input, 3 a timeout, 1 any other failure.
+//
+// Several `skc compile` processes with LOCAL_WORLD_SIZE and LOCAL_RANK set are the ranks of one
+// node (skc::LocalFsGather): local rank 0 compiles the union of their folders once and installs it
+// once, and every rank reports the same key and package. Their --base must be the same folder.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +23,7 @@
 
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
+#include <skc/policy/gather.hpp>
 #include <skc/policy/installer.hpp>
 #include <skc/policy/invoker.hpp>
 
@@ -47,8 +53,10 @@ constexpr std::array compile_specs{
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
     OptionSpec{"--deterministic", "", "the job runs deterministically: part of the cache key, not passed to the compiler"},
     OptionSpec{"--jobs", "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)"},
-    OptionSpec{"--timeout", "SECONDS", "limit for the compile and for waiting on another process's compile, up to "
-                                       "604800 (default 3600)"},
+    OptionSpec{"--timeout", "SECONDS", "limit for the compile, for waiting on another process's compile and for "
+                                       "each wait on the other ranks, up to 604800 (default 3600)"},
+    OptionSpec{"--run-id", "ID", "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor "
+                                 "TORCHELASTIC_RUN_ID is set"},
     OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
     OptionSpec{"--json", "", "print the report as JSON"},
 };
@@ -114,6 +122,10 @@ int exit_status_of(const skc::Error& e) {
 
 void print_report(const skc::CompileReport& r, const fs::path& library, const std::string& backend) {
     std::string s = "skc compile: " + std::string(skc::to_string(r.outcome)) + "\n";
+    if (r.local_world_size > 1)
+        s += "  rank       local rank " + std::to_string(r.local_rank) + " of " + std::to_string(r.local_world_size) +
+             (r.local_rank == 0 ? " (the leader)" : "") + ", " + plural(r.gathered, "op", "ops") +
+             " gathered from the node\n";
     if (r.outcome == skc::CompileOutcome::skipped) {
         s += "  nothing to compile: " + plural(r.recorded, "distinct op", "distinct ops") + ", " +
              std::to_string(r.supported) + " supported, " + std::to_string(r.blacklisted) + " blacklisted\n";
@@ -204,11 +216,19 @@ int run_compile(Args args) {
         if (ops.empty())
             throw skc::Error(skc::Errc::invalid_argument, "no op info files (*.json) in the folder",
                              skc::ErrorContext{*p.get("--ops"), {}, {}});
-        skc::StaticKernelCompiler<skc::ProcessInvoker> compiler(skc::ProcessInvoker(*p.get("--compiler")), o, s);
-        const skc::CompileReport r = compiler.compile(ops);
-        if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
-        else print_report(r, s.op_library, s.backend);
-        return exit_ok;
+        auto run_with = [&](auto gather) {
+            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
+                                      skc::RunPackageInstaller, skc::NoReselect, decltype(gather)>
+                compiler(skc::ProcessInvoker(*p.get("--compiler")), o, s, skc::RunPackageInstaller(), skc::NoReselect(),
+                         std::move(gather));
+            const skc::CompileReport r = compiler.compile(ops);
+            if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
+            else print_report(r, s.op_library, s.backend);
+            return exit_ok;
+        };
+        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env(p.get("--run-id").value_or("")))
+            return run_with(skc::LocalFsGather(std::move(*ranks), o.compile_timeout));
+        return run_with(skc::SingleRank());
     } catch (const skc::Error& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what(), /*keep_newlines=*/true).c_str());

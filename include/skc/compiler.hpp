@@ -3,6 +3,8 @@
 //   layout    a fresh run folder `ts<timestamp>_pid<pid>_outputs/` under the resolved base
 //   record    the recording session's op info folders (`<pid>_debug`, `<pid>`, `<pid>_opcompile`)
 //   select    blacklist, already compiled in this process, duplicates (`<pid>_opcompile_selected`)
+//   gather    with several ranks, the node's leader gathers every rank's selection (policy/gather.hpp);
+//             key, cache and install run on the leader only, the reselect on every rank
 //   key       the digest of the selected set and every kernel-changing input
 //   cache     hit, or single-flight compile through the Invoker (one process per key compiles)
 //   install   the package into the op library (reference-counted, process-scoped by default)
@@ -22,6 +24,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -41,6 +44,7 @@
 #include "policy/cache.hpp"
 #include "policy/installer.hpp"
 #include "policy/invoker.hpp"
+#include "policy/gather.hpp"
 #include "policy/lock.hpp"
 #include "policy/reselect.hpp"
 #include "policy/storage.hpp"
@@ -99,9 +103,16 @@ struct CompileReport {
     std::size_t unsupported = 0;       // only when selecting from `<pid>_debug`
     std::size_t duplicates = 0;
 
-    /// Time per stage, in flow order: layout, record, select, key, cache, compile, install, reselect.
-    /// A skipped compile ends after select; install and reselect are absent when nothing was
-    /// installed; compile is 0 on a cache hit.
+    std::size_t local_rank = 0;        // this rank among the ranks of its node (0: the leader)
+    std::size_t local_world_size = 1;  // ranks on the node
+    std::size_t gathered = 0;          // ops the node compiled or looked up: the union of its ranks' selections
+    bool extracted = false;            // this rank extracted the package (the node's one install)
+
+    /// Time per stage, in flow order: layout, record, select, [gather], key, cache, compile, install,
+    /// reselect. A skipped compile ends after select; install and reselect are absent when nothing
+    /// was installed; compile is 0 on a cache hit. With several ranks, `gather` is the time spent
+    /// exchanging and waiting for the other ranks, and only the leader has key, cache and compile
+    /// (a follower's install is holding the package the leader installed).
     std::vector<std::pair<std::string, std::chrono::nanoseconds>> stages;
 
     [[nodiscard]] std::chrono::nanoseconds stage(std::string_view name) const noexcept {
@@ -123,7 +134,8 @@ struct CompileReport {
         Object counts{{"recorded", Value(recorded)},       {"targets", Value(targets)},
                       {"supported", Value(supported)},     {"selected", Value(selected)},
                       {"blacklisted", Value(blacklisted)}, {"already_compiled", Value(already_compiled)},
-                      {"unsupported", Value(unsupported)}, {"duplicates", Value(duplicates)}};
+                      {"unsupported", Value(unsupported)}, {"duplicates", Value(duplicates)},
+                      {"gathered", Value(gathered)}};
         Object times;
         for (const auto& [n, t] : stages) times.push_back({n, Value(static_cast<double>(t.count()) / 1e6)});
         return Value(Object{{"outcome", Value(to_string(outcome))},
@@ -132,6 +144,9 @@ struct CompileReport {
                             {"run_dir", Value(run_dir.string())},
                             {"package", Value(package.string())},
                             {"installed", Value(installed)},
+                            {"extracted", Value(extracted)},
+                            {"local_rank", Value(local_rank)},
+                            {"local_world_size", Value(local_world_size)},
                             {"counts", Value(std::move(counts))},
                             {"stage_ms", Value(std::move(times))},
                             {"total_ms", Value(static_cast<double>(total().count()) / 1e6)}});
@@ -142,6 +157,9 @@ struct CompileReport {
         std::string s = "static kernel compile: " + std::string(to_string(outcome));
         if (!key.empty()) s += ", key " + key;
         s += ", " + std::to_string(selected) + " of " + std::to_string(recorded) + " ops selected";
+        if (local_world_size > 1)
+            s += " (local rank " + std::to_string(local_rank) + " of " + std::to_string(local_world_size) + ", " +
+                 std::to_string(gathered) + " gathered)";
         if (!installed.empty()) s += ", installed " + installed;
         const auto ms = static_cast<double>(total().count()) / 1e6;
         return s + ", " + std::to_string(static_cast<long long>(ms)) + " ms";
@@ -172,9 +190,15 @@ P make_for_dir(const std::filesystem::path& dir) {
 class StageClock {
 public:
     explicit StageClock(CompileReport& r) : r_(r), t_(std::chrono::steady_clock::now()) {}
-    /// Ends the current stage as `name`.
+    /// Ends the current stage as `name` (added to it when the stage was timed before).
     void lap(std::string name) {
         const auto now = std::chrono::steady_clock::now();
+        for (auto& [n, t] : r_.stages)
+            if (n == name) {
+                t += now - t_;
+                t_ = now;
+                return;
+            }
         r_.stages.emplace_back(std::move(name), now - t_);
         t_ = now;
     }
@@ -196,7 +220,8 @@ private:
 
 /// The host of DESIGN.md's one picture. See the header comment.
 template <class Invoker, class Storage = FilesystemStorage, class Lock = FileLock, class Install = RunPackageInstaller,
-          class Reselect = NoReselect, class Support = DefaultSupport, class Targets = DefaultTargets>
+          class Reselect = NoReselect, class Gather = SingleRank, class Support = DefaultSupport,
+          class Targets = DefaultTargets>
 class StaticKernelCompiler {
     // One check per requirement, each naming what is missing (tests/compile_fail/ holds one test each).
     static_assert(requires(Invoker& i, const CompileRequest& r) { i.compile(r); },
@@ -262,6 +287,14 @@ class StaticKernelCompiler {
 
     static_assert(ReselectHook<Reselect>,
                   "skc::StaticKernelCompiler: the Reselect policy needs a member `void reselect(const ReselectContext&)`");
+    static_assert(requires(Gather& g, const GatherRequest& r, const LeadFn& l, const ShareFn& s) {
+                      { g.coordinate(r, l, s) } -> std::same_as<Value>;
+                  },
+                  "skc::StaticKernelCompiler: the Gather policy needs a member `Value coordinate(const GatherRequest&, "
+                  "const LeadFn&, const ShareFn&)`");
+    static_assert(GatherPolicy<Gather>,
+                  "skc::StaticKernelCompiler: the Gather policy needs members `std::size_t local_rank() const` and "
+                  "`std::size_t local_world_size() const`");
     static_assert(SupportPolicy<Support>,
                   "skc::StaticKernelCompiler: the Support policy needs a member `bool supports(std::string_view op_type) const`");
     static_assert(TargetPolicy<Targets>,
@@ -275,12 +308,14 @@ public:
     /// Resolves the base directory (SPEC section 3; Error naming the path when it is unusable) and
     /// opens the cache for (toolchain version, device) unless the options disable it.
     StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Install installer = Install(),
-                         Reselect reselect = Reselect(), Support support = Support(), Targets targets = Targets())
+                         Reselect reselect = Reselect(), Gather gather = Gather(), Support support = Support(),
+                         Targets targets = Targets())
         : invoker_(std::move(invoker)),
           options_(std::move(options)),
           settings_(std::move(settings)),
           installer_(std::move(installer)),
           reselect_(std::move(reselect)),
+          gather_(std::move(gather)),
           support_(std::move(support)),
           targets_(std::move(targets)),
           layout_(resolve_base(options_)) {
@@ -344,6 +379,7 @@ public:
     [[nodiscard]] Invoker& invoker() noexcept { return invoker_; }
     [[nodiscard]] Install& installer() noexcept { return installer_; }
     [[nodiscard]] Reselect& reselect_hook() noexcept { return reselect_; }
+    [[nodiscard]] Gather& gather() noexcept { return gather_; }
     /// The cache; nullptr when disabled.
     [[nodiscard]] Cache* cache() noexcept { return cache_.get(); }
     /// The process-scoped installs this compiler holds (released with it).
@@ -355,28 +391,76 @@ private:
         rep.recorded = rec.recorded;
         rep.targets = rec.targets;
         rep.supported = rec.supported;
+        rep.local_rank = gather_.local_rank();
+        rep.local_world_size = gather_.local_world_size();
+        const bool many = rep.local_world_size > 1;
 
-        const Selection sel = select_for_compile(
-            run, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()}, process_compiled(), support_);
+        // A rank whose selection fails still takes part in the gather and the barriers (SPEC
+        // section 10) with nothing selected, and reports its error afterwards.
+        Selection sel;
+        std::exception_ptr select_error;
+        try {
+            sel = select_for_compile(run, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()},
+                                     process_compiled(), support_);
+        } catch (...) {
+            if (!many) throw;
+            select_error = std::current_exception();
+            sel = Selection{};
+        }
         rep.selected = sel.ops.size();
         rep.blacklisted = sel.count(Verdict::blacklisted);
         rep.already_compiled = sel.count(Verdict::already_compiled);
         rep.unsupported = sel.count(Verdict::unsupported);
         rep.duplicates = sel.count(Verdict::duplicate);
         clock.lap("select");
-        if (sel.skipped()) {
-            log(LogLevel::info, rep.summary());
-            return;
-        }
 
-        const CacheKey key = make_cache_key(sel.ops, key_inputs(options_, settings_.toolchain_version, settings_.device));
+        std::unique_ptr<Pin> pin;  // a cache hit stays pinned until every rank has reselected
+        const GatherRequest req{layout_, run, sel.ops, sel.compile_dir,
+                                std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout)};
+        bool led = false;
+        gather_.coordinate(
+            req,
+            [&](const GatheredSet& set) -> Value {
+                led = true;
+                if (many) clock.lap("gather");
+                return lead(run, set, rep, clock, pin);
+            },
+            [&](const Value& shared) {
+                if (many) clock.lap("gather");
+                share(shared, led, rep, clock);
+            });
+        if (many) clock.lap("gather");
+        if (select_error) std::rethrow_exception(select_error);
+        // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
+        process_compiled().mark(sel.ops);
+        log(LogLevel::info, rep.summary());
+    }
+
+    /// What keeps a cache hit's package from being evicted while it is being installed.
+    struct Pin {
+        virtual ~Pin() = default;
+    };
+    template <class Outcome>
+    struct PinOf : Pin {
+        explicit PinOf(Outcome o) : out(std::move(o)) {}
+        Outcome out;
+    };
+
+    /// The node's leader (every process when alone): key, cache or compile, install. Returns what
+    /// the other ranks need.
+    Value lead(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
+               std::unique_ptr<Pin>& pin) {
+        rep.gathered = set.digests.size();
+        if (set.digests.empty()) return Value(Object{{"outcome", Value(to_string(CompileOutcome::skipped))}});
+        const CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device));
         rep.key = key.hex();
         clock.lap("key");
 
         std::chrono::nanoseconds compile_time{0};
         auto run_compiler = [&]() -> std::filesystem::path {
             CompileRequest req;
-            req.json_dir = sel.compile_dir;
+            req.json_dir = set.dir;
             req.device = settings_.device;
             req.jobs = options_.jobs;
             req.output_dir = run.dir();
@@ -389,18 +473,23 @@ private:
         };
         if (cache_) {
             auto out = cache_->get_or_compile(key, run_compiler);
-            conclude(out, run, sel, rep, clock, compile_time);  // `out` pins a hit until installed
+            conclude(out, run, rep, clock, compile_time);
+            pin = std::make_unique<PinOf<decltype(out)>>(std::move(out));
         } else {
             auto out = NoCache().get_or_compile(key, run_compiler);
-            conclude(out, run, sel, rep, clock, compile_time);
+            conclude(out, run, rep, clock, compile_time);
         }
-        log(LogLevel::info, rep.summary());
+        return Value(Object{{"outcome", Value(to_string(rep.outcome))},
+                            {"key", Value(rep.key)},
+                            {"package", Value(rep.package.string())},
+                            {"installed", Value(rep.installed)},
+                            {"gathered", Value(rep.gathered)}});
     }
 
-    /// After the cache: the outcome, the package, the install and the reselect.
+    /// After the cache, on the leader: the outcome, the package and the install.
     template <class Outcome>
-    void conclude(Outcome& out, const RunLayout& run, const Selection& sel, CompileReport& rep,
-                  detail::StageClock& clock, std::chrono::nanoseconds compile_time) {
+    void conclude(Outcome& out, const RunLayout& run, CompileReport& rep, detail::StageClock& clock,
+                  std::chrono::nanoseconds compile_time) {
         switch (out.result) {
         case CacheResult::hit: rep.outcome = CompileOutcome::hit; break;
         case CacheResult::waited: rep.outcome = CompileOutcome::waited; break;
@@ -409,23 +498,49 @@ private:
         }
         rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
         clock.split("cache", "compile", compile_time);
-        if (settings_.op_library.empty()) {
-            process_compiled().mark(sel.ops);
-            return;
-        }
+        if (settings_.op_library.empty()) return;
+        Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
+        rep.installed = inst.stem();
+        rep.extracted = inst.extracted();
+        installs_.push_back(std::move(inst));
+        clock.lap("install");
+    }
 
+    /// On every rank, between the barriers: a follower takes the leader's outcome and holds the
+    /// package the leader installed (no second extraction); then every rank reselects.
+    void share(const Value& shared, bool led, CompileReport& rep, detail::StageClock& clock) {
+        if (!led) {
+            auto text = [&](std::string_view k) {
+                const Value* v = shared.find(k);
+                return v && v->is_string() ? v->as_string() : std::string();
+            };
+            const std::string outcome = text("outcome");
+            for (CompileOutcome o : {CompileOutcome::skipped, CompileOutcome::hit, CompileOutcome::waited,
+                                     CompileOutcome::compiled, CompileOutcome::disabled})
+                if (to_string(o) == outcome) rep.outcome = o;
+            rep.key = text("key");
+            rep.package = text("package");
+            if (const Value* g = shared.find("gathered"); g && g->is_number())
+                rep.gathered = static_cast<std::size_t>(g->as_double());
+            if (!text("installed").empty() && !settings_.op_library.empty()) {
+                Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
+                rep.installed = inst.stem();
+                rep.extracted = inst.extracted();
+                installs_.push_back(std::move(inst));
+                clock.lap("install");
+            }
+        }
+        if (rep.installed.empty()) return;
+        reselect_.reselect(ReselectContext{settings_.op_library, settings_.backend, settings_.device, rep.installed});
+        clock.lap("reselect");
+    }
+
+    [[nodiscard]] InstallOptions install_options() const {
         InstallOptions io;
         io.backend = settings_.backend;
         io.persistent = settings_.persistent_install;
         io.timeout = settings_.install_timeout;
-        Installation inst = installer_.install(rep.package, settings_.op_library, io);
-        rep.installed = inst.stem();
-        installs_.push_back(std::move(inst));
-        clock.lap("install");
-        reselect_.reselect(ReselectContext{settings_.op_library, settings_.backend, settings_.device, rep.installed});
-        clock.lap("reselect");
-        // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
-        process_compiled().mark(sel.ops);
+        return io;
     }
 
     /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages
@@ -454,6 +569,7 @@ private:
     CompilerSettings settings_;
     Install installer_;
     Reselect reselect_;
+    Gather gather_;
     Support support_;
     Targets targets_;
     Layout layout_;

@@ -28,6 +28,7 @@ enum class Errc {
     timeout,              // a bounded wait ended before what it waited for happened
     corrupt,              // stored data failed its integrity check
     compile_failed,       // the kernel compiler failed (exit status, signal, no package)
+    peer_failed,          // another rank of the job failed or died, so this one cannot go on
 };
 
 /// A short, stable name for each code (`invalid_json`, ...), used in logs and machine output.
@@ -47,6 +48,7 @@ constexpr std::string_view to_string(Errc c) noexcept {
     case Errc::timeout: return "timeout";
     case Errc::corrupt: return "corrupt";
     case Errc::compile_failed: return "compile_failed";
+    case Errc::peer_failed: return "peer_failed";
     }
     return "unknown";
 }

@@ -8,5 +8,5 @@ struct MyInvoker {
 struct NoSupport {};
 
 using Compiler = skc::StaticKernelCompiler<MyInvoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
-                                           skc::NoReselect, NoSupport>;
+                                           skc::NoReselect, skc::SingleRank, NoSupport>;
 static_assert(sizeof(Compiler) > 0);

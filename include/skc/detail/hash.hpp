@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
 
 namespace skc {
@@ -54,6 +55,24 @@ struct Digest {
             out[2 * i + 1] = digits[bytes[i] & 0xF];
         }
         return out;
+    }
+
+    /// Parses 32 hex digits (either case); nullopt for anything else.
+    [[nodiscard]] static std::optional<Digest> from_hex(std::string_view s) noexcept {
+        if (s.size() != 32) return std::nullopt;
+        auto nibble = [](char c) -> int {
+            if (c >= '0' && c <= '9') return c - '0';
+            if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+            if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+            return -1;
+        };
+        Digest d;
+        for (std::size_t i = 0; i < 16; ++i) {
+            const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+            if (hi < 0 || lo < 0) return std::nullopt;
+            d.bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
+        }
+        return d;
     }
 
     /// The first eight bytes as a number: a well-mixed value for hash tables.

@@ -85,12 +85,13 @@ struct KeyInputs {
     std::vector<std::string> compiler_options;
 };
 
-/// The key of compiling `ops` with `in`: independent of the order of the ops and their file names.
-inline CacheKey make_cache_key(const OpSet& ops, const KeyInputs& in) {
+/// The key of compiling the ops with content digests `ops` (distinct, in any order) with `in`:
+/// independent of the order of the ops and their file names.
+inline CacheKey make_cache_key(const std::vector<Digest>& ops, const KeyInputs& in) {
     CacheKey k;
     k.components = {
         {"format", "skc-cache-key/1"},
-        {"ops", ops.set_digest().hex()},
+        {"ops", OpSet::combine_digests(ops).hex()},
         {"op_count", std::to_string(ops.size())},
         {"toolchain_version", in.toolchain_version},
         {"device", in.device},
@@ -106,6 +107,14 @@ inline CacheKey make_cache_key(const OpSet& ops, const KeyInputs& in) {
     }
     k.digest = h.digest();
     return k;
+}
+
+/// The key of compiling `ops` with `in`.
+inline CacheKey make_cache_key(const OpSet& ops, const KeyInputs& in) {
+    std::vector<Digest> ds;
+    ds.reserve(ops.size());
+    for (const OpSet::Entry& e : ops) ds.push_back(e.digest);
+    return make_cache_key(ds, in);
 }
 
 /// The key inputs an Options object carries (toolchain version and device come from the host).

@@ -1,0 +1,769 @@
+// skc/policy/gather.hpp: the GatherPolicy concept and its models SingleRank and LocalFsGather.
+//
+// With several ranks (processes) on a node, one of them, the node's leader, compiles and installs
+// for all (SPEC section 10): every rank publishes the op info it selected; the leader gathers the
+// union into `<pid>_opcompile_gathered`, looks up the cache or compiles once and installs once, and
+// publishes the outcome; then every rank passes a barrier, reselects, and passes a barrier again.
+// A gather policy is that choreography. StaticKernelCompiler hands it three things:
+//   - a GatherRequest: this rank's run folder, selected ops and compile folder, and how long the
+//     leader's part may take (the compile and install timeouts), which followers wait on top;
+//   - `lead`, run once per node, on the leader, with the gathered set; it returns the outcome as a
+//     Value, which the policy publishes to the node's ranks;
+//   - `share`, run on every rank between the two barriers, with that outcome (hold the install,
+//     reselect).
+// coordinate() returns the outcome on every rank, or throws skc::Error on every rank: the leader's
+// own error on the leader, Errc::peer_failed naming the failed rank on the others, Errc::timeout
+// naming the local ranks that never arrived.
+//
+// LocalFsGather is for the ranks of one node sharing the base directory. Its rendezvous is a folder
+// `<outputs>/rendezvous/<run id>/<host>/round-<n>/`, n counting this object's compile() calls (every
+// rank calls compile() the same number of times). In it each rank
+//   - claims its local rank: a file `r<rank>-of-<size>.<nonce>.lock` carrying an open file
+//     description lock (F_OFD_SETLK) for as long as the rank takes part. The lock is taken before
+//     the file gets its name, so a named claim whose lock is free belongs to a rank that has gone:
+//     that is how a rendezvous left by a crashed job is told from the current one (its claims are
+//     free), and how a rank that dies is noticed (its claim goes free) without trusting pids;
+//   - publishes `r<rank>.<nonce>.ops`: its compile folder and one line per op (digest, file name);
+//   - on the leader: the gathered folder is filled by hard links to the ranks' own files (a copy
+//     when a link is impossible), names made unique by `_1`, `_2` suffixes, and the outcome is
+//     published as `outcome.<leader nonce>.json` together with every rank's nonce;
+//   - passes the barriers by creating `b1.<nonce>` and `b2.<nonce>`, or `fail.<nonce>` with the
+//     message when its `share` failed.
+// Every wait is bounded: arrival and barriers by `timeout`, the leader's outcome by `timeout` plus
+// the leader's budget. The leader removes the round's folder once every rank has left it.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../detail/hash.hpp"
+#include "../error.hpp"
+#include "../layout.hpp"
+#include "../op_info_io.hpp"
+#include "../op_set.hpp"
+#include "../value.hpp"
+
+namespace skc {
+
+/// What one rank brings to the gather.
+struct GatherRequest {
+    const Layout& layout;                     // the base: LocalFsGather's rendezvous lives under it
+    const RunLayout& run;                     // this rank's run folder (the leader's holds `_gathered`)
+    const OpSet& selected;                    // this rank's selected ops; names are their file names
+    std::filesystem::path compile_dir;        // the folder holding them; empty when none were selected
+    std::chrono::nanoseconds lead_budget{0};  // how long the leader's compile and install may take
+};
+
+/// The union of a node's (or job's) selected ops, ready to compile.
+struct GatheredSet {
+    std::filesystem::path dir;    // the folder to give the compiler; empty when the set is empty
+    std::vector<Digest> digests;  // content digests, distinct
+    std::size_t ranks = 1;        // ranks whose ops it holds
+};
+
+using LeadFn = std::function<Value(const GatheredSet&)>;
+using ShareFn = std::function<void(const Value&)>;
+
+template <class G>
+concept GatherPolicy = requires(G& g, const G& cg, const GatherRequest& r, const LeadFn& lead, const ShareFn& share) {
+    { g.coordinate(r, lead, share) } -> std::same_as<Value>;
+    { cg.local_rank() } -> std::convertible_to<std::size_t>;
+    { cg.local_world_size() } -> std::convertible_to<std::size_t>;
+};
+
+/// One process: it is its own leader, nothing is exchanged.
+struct SingleRank {
+    Value coordinate(const GatherRequest& r, const LeadFn& lead, const ShareFn& share) {
+        GatheredSet set;
+        if (!r.selected.empty()) set.dir = r.compile_dir;
+        set.digests.reserve(r.selected.size());
+        for (const OpSet::Entry& e : r.selected) set.digests.push_back(e.digest);
+        Value out = lead(set);
+        share(out);
+        return out;
+    }
+    [[nodiscard]] std::size_t local_rank() const noexcept { return 0; }
+    [[nodiscard]] std::size_t local_world_size() const noexcept { return 1; }
+};
+
+static_assert(GatherPolicy<SingleRank>);
+
+namespace detail {
+
+/// "3", "3 and 5", "3, 5 and 7".
+inline std::string list_ranks(const std::vector<std::size_t>& ranks) {
+    std::string s;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        if (i > 0) s += i + 1 == ranks.size() ? " and " : ", ";
+        s += std::to_string(ranks[i]);
+    }
+    return s;
+}
+
+inline std::string seconds_text(std::chrono::nanoseconds d) {
+    const double s = static_cast<double>(d.count()) / 1e9;
+    std::string t = std::to_string(s);
+    t.erase(t.find_last_not_of('0') + 1);
+    if (!t.empty() && t.back() == '.') t.pop_back();
+    return t + " s";
+}
+
+/// A name usable as one path component: kept when plain, else `id-<digest>` of it.
+inline std::string path_component(std::string_view s) {
+    const bool plain = !s.empty() && s.size() <= 64 && s != "." && s != ".." &&
+                       std::all_of(s.begin(), s.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                  c == '.' || c == '_' || c == '-';
+                       });
+    if (plain && s.front() != '.') return std::string(s);
+    return "id-" + hash_bytes(s).hex();
+}
+
+/// Merges ranks' selected ops into one folder: first occurrence of a content wins, a name already
+/// taken by other content gets `_1`, `_2`, ... before `.json`.
+class OpUnion {
+public:
+    explicit OpUnion(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+    /// Adds the op with content digest `d`, named `name`, whose file is `source` (linked when
+    /// possible) or whose text is `text` (written when `source` is empty or cannot be linked).
+    void add(const Digest& d, const std::string& name, const std::filesystem::path& source, std::string_view text = {}) {
+        if (!seen_.insert(d).second) return;
+        if (!created_) {
+            make_dir(dir_);
+            created_ = true;
+        }
+        const std::string unique = unique_name(name);
+        bool linked = false;
+        if (!source.empty()) linked = ::link(source.c_str(), (dir_ / unique).c_str()) == 0;
+        if (!linked) {
+            std::string content(text);
+            if (content.empty()) {
+                if (source.empty())
+                    throw Error(Errc::invalid_argument, "gathered op " + quote(name) + " has neither a file nor content");
+                content = read_file(source, ReadLimits{}.max_file_bytes);
+            }
+            write_new_file(dir_, unique, content, false);
+        }
+        digests_.push_back(d);
+    }
+
+    [[nodiscard]] GatheredSet take(std::size_t ranks) {
+        GatheredSet g;
+        if (!digests_.empty()) g.dir = dir_;
+        g.digests = std::move(digests_);
+        g.ranks = ranks;
+        return g;
+    }
+
+private:
+    std::string unique_name(const std::string& name) {
+        if (names_.insert(name).second) return name;
+        const std::string stem = name.size() > 5 && name.ends_with(".json") ? name.substr(0, name.size() - 5) : name;
+        for (std::size_t i = 1;; ++i) {
+            std::string n = stem + "_" + std::to_string(i) + ".json";
+            if (names_.insert(n).second) return n;
+        }
+    }
+
+    std::filesystem::path dir_;
+    bool created_ = false;
+    std::unordered_set<Digest, DigestHash> seen_;
+    std::unordered_set<std::string> names_;
+    std::vector<Digest> digests_;
+};
+
+/// The outcome a leader publishes: its result, or its error.
+inline Value ok_outcome(Value result) { return Value(Object{{"ok", Value(true)}, {"result", std::move(result)}}); }
+
+/// `own`: the leader's own work failed (compile, install); otherwise the gather itself did (a rank
+/// that never arrived or died), which every rank reports alike.
+inline Value error_outcome(Errc code, const std::string& what, bool own) {
+    return Value(Object{{"ok", Value(false)},
+                        {"code", Value(to_string(code))},
+                        {"message", Value(what)},
+                        {"own", Value(own)}});
+}
+
+/// A follower's view of the leader's outcome: the result, or the error it must raise. Errors of the
+/// gather itself keep their code and message; the leader's own failures (a compile that failed or
+/// timed out, a full disk) become Errc::peer_failed naming the leader.
+inline Value result_or_throw(const Value& outcome, std::string_view leader_name) {
+    const Value* ok = outcome.find("ok");
+    if (ok && ok->is_bool() && ok->as_bool()) {
+        const Value* r = outcome.find("result");
+        return r ? *r : Value();
+    }
+    const Value* code = outcome.find("code");
+    const Value* message = outcome.find("message");
+    const std::string c = code && code->is_string() ? code->as_string() : "unknown";
+    const std::string m = message && message->is_string() ? message->as_string() : "no message";
+    const Value* own = outcome.find("own");
+    if (!(own && own->is_bool() && own->as_bool())) {
+        if (c == to_string(Errc::timeout)) throw Error(Errc::timeout, m);
+        if (c == to_string(Errc::invalid_option)) throw Error(Errc::invalid_option, m);
+        throw Error(Errc::peer_failed, m);
+    }
+    throw Error(Errc::peer_failed, std::string(leader_name) + " failed (" + c + "): " + m);
+}
+
+}  // namespace detail
+
+/// Who this process is among the ranks of its node, and which job it belongs to.
+struct LocalRanks {
+    std::size_t local_rank = 0;
+    std::size_t local_world_size = 1;
+    std::string run_id;
+};
+
+/// Reads LOCAL_WORLD_SIZE, LOCAL_RANK and the run id (SKC_RUN_ID, else TORCHELASTIC_RUN_ID, else
+/// `fallback_run_id`) through `getenv`. Every fault is an Errc::invalid_option error naming the
+/// variable and its value. Returns nullopt when neither LOCAL_WORLD_SIZE nor LOCAL_RANK is set
+/// (a single-rank job).
+inline std::optional<LocalRanks> local_ranks_from_env(
+    std::string_view fallback_run_id = {},
+    const std::function<const char*(const char*)>& getenv = [](const char* n) { return std::getenv(n); }) {
+    const char* size = getenv("LOCAL_WORLD_SIZE");
+    const char* rank = getenv("LOCAL_RANK");
+    if (!size && !rank) return std::nullopt;
+    auto parse = [](const char* name, const char* text, bool positive) -> std::size_t {
+        const std::string t = text;
+        const bool digits = !t.empty() && t.size() <= 9 &&
+                            std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const std::size_t v = digits ? static_cast<std::size_t>(std::stoul(t)) : 0;
+        if (!digits || (positive && v == 0))
+            throw Error(Errc::invalid_option,
+                        std::string(name) + "=" + detail::quote(t) + " is not " +
+                            (positive ? "a positive integer" : "a non-negative integer"),
+                        ErrorContext{{}, {}, name});
+        return v;
+    };
+    if (!size)
+        throw Error(Errc::invalid_option,
+                    "LOCAL_WORLD_SIZE is not set, but LOCAL_RANK is (" + std::string(rank) +
+                        "): a multi-rank job needs both",
+                    ErrorContext{{}, {}, "LOCAL_WORLD_SIZE"});
+    const std::size_t n = parse("LOCAL_WORLD_SIZE", size, true);
+    if (!rank)
+        throw Error(Errc::invalid_option,
+                    "LOCAL_RANK is not set, but LOCAL_WORLD_SIZE is (" + std::string(size) +
+                        "): a multi-rank job needs both",
+                    ErrorContext{{}, {}, "LOCAL_RANK"});
+    const std::size_t k = parse("LOCAL_RANK", rank, false);
+    if (k >= n)
+        throw Error(Errc::invalid_option,
+                    "LOCAL_RANK=" + std::to_string(k) + " is out of range for LOCAL_WORLD_SIZE=" + std::to_string(n) +
+                        " (0 to " + std::to_string(n - 1) + ")",
+                    ErrorContext{{}, {}, "LOCAL_RANK"});
+    LocalRanks r{k, n, {}};
+    if (const char* id = getenv("SKC_RUN_ID"); id && *id) r.run_id = id;
+    else if (const char* tid = getenv("TORCHELASTIC_RUN_ID"); tid && *tid) r.run_id = tid;
+    else r.run_id = std::string(fallback_run_id);
+    if (r.run_id.empty())
+        throw Error(Errc::invalid_option,
+                    "local rank " + std::to_string(k) +
+                        ": no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does) to the same value "
+                        "on every rank of the job",
+                    ErrorContext{{}, {}, "SKC_RUN_ID"});
+    return r;
+}
+
+/// The ranks of one node, meeting in the shared base directory (see the header comment).
+class LocalFsGather {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// `timeout` bounds each wait for the other ranks (arrival, barriers); followers wait for the
+    /// leader's outcome `timeout` plus the request's lead budget.
+    LocalFsGather(LocalRanks ranks, std::chrono::nanoseconds timeout) : ranks_(std::move(ranks)), timeout_(timeout) {
+        if (ranks_.local_world_size == 0)
+            throw Error(Errc::invalid_option, "the local world size must be positive",
+                        ErrorContext{{}, {}, "LOCAL_WORLD_SIZE"});
+        if (ranks_.local_rank >= ranks_.local_world_size)
+            throw Error(Errc::invalid_option,
+                        "local rank " + std::to_string(ranks_.local_rank) + " is out of range for a local world size of " +
+                            std::to_string(ranks_.local_world_size),
+                        ErrorContext{{}, {}, "LOCAL_RANK"});
+        if (ranks_.run_id.empty()) throw Error(Errc::invalid_option, "the run id is empty", ErrorContext{{}, {}, "SKC_RUN_ID"});
+        if (timeout_ <= std::chrono::nanoseconds{0}) throw Error(Errc::invalid_argument, "the gather timeout must be positive");
+    }
+
+    /// From the environment (local_ranks_from_env); throws when the variables are missing.
+    static LocalFsGather from_env(std::chrono::nanoseconds timeout, std::string_view fallback_run_id = {}) {
+        std::optional<LocalRanks> r = local_ranks_from_env(fallback_run_id);
+        if (!r)
+            throw Error(Errc::invalid_option, "LOCAL_WORLD_SIZE and LOCAL_RANK are not set",
+                        ErrorContext{{}, {}, "LOCAL_WORLD_SIZE"});
+        return LocalFsGather(std::move(*r), timeout);
+    }
+
+    LocalFsGather(LocalFsGather&&) noexcept = default;
+    LocalFsGather& operator=(LocalFsGather&&) noexcept = default;
+
+    [[nodiscard]] std::size_t local_rank() const noexcept { return ranks_.local_rank; }
+    [[nodiscard]] std::size_t local_world_size() const noexcept { return ranks_.local_world_size; }
+    [[nodiscard]] const std::string& run_id() const noexcept { return ranks_.run_id; }
+    [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept { return timeout_; }
+
+    /// The rendezvous folder of this object's next compile() (for tools and tests).
+    [[nodiscard]] std::filesystem::path next_round_dir(const Layout& layout) const {
+        return round_dir(layout, round_ + 1);
+    }
+
+    Value coordinate(const GatherRequest& req, const LeadFn& lead, const ShareFn& share) {
+        Round r(*this, round_dir(req.layout, ++round_));
+        r.claim();
+        r.publish(req);
+        Value outcome;
+        if (ranks_.local_rank == 0) {
+            outcome = r.lead(req, lead);
+        } else {
+            outcome = r.await_outcome(req.lead_budget);
+        }
+        // The leader's own error after publishing it; a follower's view of the leader's error.
+        const Value result = ranks_.local_rank == 0 ? r.leader_result(outcome) : detail::result_or_throw(outcome, "local rank 0 (the leader)");
+        r.barrier("b1");
+        try {
+            share(result);
+        } catch (const std::exception& e) {
+            r.fail(e.what());
+            throw;
+        }
+        r.barrier("b2");
+        r.leave();
+        return result;
+    }
+
+private:
+    struct Claim {
+        std::size_t rank = 0;
+        std::size_t world = 0;
+        std::string nonce;
+        bool held = false;
+    };
+
+    /// One compile()'s meeting; the claim is released (and, on the leader, the folder removed)
+    /// when it ends, however it ends.
+    class Round {
+    public:
+        Round(LocalFsGather& g, std::filesystem::path dir) : g_(g), dir_(std::move(dir)) {}
+        Round(const Round&) = delete;
+        Round& operator=(const Round&) = delete;
+        ~Round() {
+            if (fd_ >= 0) ::close(fd_);
+        }
+
+        void claim() {
+            std::error_code ec;
+            std::filesystem::create_directories(dir_, ec);
+            if (ec)
+                throw Error(Errc::io_error, "cannot create the rendezvous folder: " + ec.message(),
+                            ErrorContext{dir_.string(), {}, {}});
+            nonce_ = make_nonce();
+            const std::filesystem::path tmp = dir_ / (".claim." + nonce_);
+            fd_ = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+            if (fd_ < 0) detail::throw_errno("cannot create", tmp, errno);
+            struct flock fl {};
+            fl.l_type = F_WRLCK;
+            fl.l_whence = SEEK_SET;
+            if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
+                const int err = errno;
+                ::unlink(tmp.c_str());
+                detail::throw_errno("cannot lock", tmp, err);
+            }
+            const std::string pid = std::to_string(::getpid()) + "\n";
+            [[maybe_unused]] const ssize_t w = ::write(fd_, pid.data(), pid.size());  // only for messages
+            const std::filesystem::path name = dir_ / claim_name(g_.ranks_.local_rank, g_.ranks_.local_world_size, nonce_);
+            if (::rename(tmp.c_str(), name.c_str()) != 0) {
+                const int err = errno;
+                ::unlink(tmp.c_str());
+                detail::throw_errno("cannot publish", name, err);
+            }
+            // Another live process with this local rank: two jobs share the run id and base.
+            for (const Claim& c : scan())
+                if (c.held && c.rank == g_.ranks_.local_rank && c.nonce != nonce_)
+                    throw Error(Errc::invalid_option,
+                                "local rank " + std::to_string(c.rank) + " is already taken by a live process (pid " +
+                                    pid_of(c) + ") with run id " + detail::quote(g_.ranks_.run_id) +
+                                    ": two jobs with the same run id share this base directory",
+                                ErrorContext{dir_.string(), {}, "SKC_RUN_ID"});
+        }
+
+        void publish(const GatherRequest& req) {
+            std::string text = "skc-gather/1\n" + std::to_string(g_.ranks_.local_world_size) + "\n" +
+                               req.compile_dir.string() + "\n";
+            text.reserve(text.size() + req.selected.size() * 80);
+            for (const OpSet::Entry& e : req.selected) {
+                if (e.name.empty() || e.name.find('\n') != std::string::npos || e.name.find('/') != std::string::npos)
+                    throw Error(Errc::invalid_argument, "a selected op has no plain file name: " + detail::quote(e.name));
+                text += e.digest.hex();
+                text += ' ';
+                text += e.name;
+                text += '\n';
+            }
+            detail::write_new_file(dir_, ops_name(g_.ranks_.local_rank, nonce_), text, false);
+        }
+
+        /// The leader: wait for every rank, gather, run `lead`, publish the outcome (its error too).
+        Value lead(const GatherRequest& req, const LeadFn& lead) {
+            Value outcome;
+            bool own_error = false;
+            try {
+                const std::map<std::size_t, std::string> all = await_all_ops();
+                members_ = all;
+                detail::OpUnion u(req.run.gathered());
+                for (const auto& [rank, nonce] : all) read_ops_into(u, rank, nonce);
+                GatheredSet set = u.take(all.size());
+                own_error = true;
+                outcome = detail::ok_outcome(lead(set));
+            } catch (const Error& e) {
+                outcome = detail::error_outcome(e.code(), e.what(), own_error);
+                publish_outcome(outcome);
+                throw;
+            } catch (const std::exception& e) {
+                outcome = detail::error_outcome(Errc::io_error, e.what(), own_error);
+                publish_outcome(outcome);
+                throw;
+            }
+            publish_outcome(outcome);
+            return outcome;
+        }
+
+        [[nodiscard]] Value leader_result(const Value& outcome) const {
+            const Value* r = outcome.find("result");
+            return r ? *r : Value();
+        }
+
+        /// A follower: wait for the leader's outcome and learn who takes part.
+        Value await_outcome(std::chrono::nanoseconds lead_budget) {
+            const auto start = clock::now();
+            const auto deadline = start + g_.timeout_ + lead_budget;
+            const auto arrival_deadline = start + g_.timeout_;
+            std::optional<Claim> leader;
+            Backoff wait;
+            for (;;) {
+                const std::vector<Claim> claims = scan();
+                check_sizes(claims);
+                if (!leader) {
+                    for (const Claim& c : claims)
+                        if (c.rank == 0 && c.held) leader = c;
+                    if (!leader && clock::now() >= arrival_deadline)
+                        throw Error(Errc::timeout,
+                                    "local rank " + std::to_string(g_.ranks_.local_rank) +
+                                        ": local rank 0 (the leader) did not arrive within " + detail::seconds_text(g_.timeout_),
+                                    ErrorContext{dir_.string(), {}, {}});
+                }
+                if (leader) {
+                    if (auto text = read_if(dir_ / ("outcome." + leader->nonce + ".json"))) {
+                        Value v = parse_json(*text);
+                        if (const Value* m = v.find("members"); m && m->is_object())
+                            for (const Member& mem : m->as_object())
+                                members_[std::stoul(mem.key)] = mem.value.is_string() ? mem.value.as_string() : "";
+                        const Value* o = v.find("outcome");
+                        return o ? *o : Value();
+                    }
+                    if (!is_held(*leader))
+                        throw Error(Errc::peer_failed,
+                                    "local rank 0 (the leader, pid " + pid_of(*leader) +
+                                        ") died before publishing the outcome",
+                                    ErrorContext{dir_.string(), {}, {}});
+                }
+                if (clock::now() >= deadline)
+                    throw Error(Errc::timeout,
+                                "local rank " + std::to_string(g_.ranks_.local_rank) +
+                                    ": local rank 0 (the leader) published no outcome within " +
+                                    detail::seconds_text(deadline - start),
+                                ErrorContext{dir_.string(), {}, {}});
+                wait();
+            }
+        }
+
+        /// Marks this rank at barrier `name` and waits for every member to reach it.
+        void barrier(const std::string& name) {
+            touch(dir_ / (name + "." + nonce_));
+            const auto deadline = clock::now() + g_.timeout_;
+            Backoff wait;
+            for (;;) {
+                std::vector<std::size_t> missing;
+                for (const auto& [rank, nonce] : members_) {
+                    if (nonce == nonce_) continue;
+                    if (exists(dir_ / (name + "." + nonce))) continue;
+                    if (auto msg = read_if(dir_ / ("fail." + nonce)))
+                        throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
+                                    ErrorContext{dir_.string(), {}, {}});
+                    const Claim c{rank, g_.ranks_.local_world_size, nonce, true};
+                    if (!is_held(c))
+                        throw Error(Errc::peer_failed,
+                                    "local rank " + std::to_string(rank) + " (pid " + pid_of(c) + ") died before the " +
+                                        (name == "b1" ? "first" : "second") + " barrier",
+                                    ErrorContext{dir_.string(), {}, {}});
+                    missing.push_back(rank);
+                }
+                if (missing.empty()) return;
+                if (clock::now() >= deadline)
+                    throw Error(Errc::timeout,
+                                std::string(missing.size() == 1 ? "local rank " : "local ranks ") + detail::list_ranks(missing) +
+                                    " did not reach the " + (name == "b1" ? "first" : "second") + " barrier within " +
+                                    detail::seconds_text(g_.timeout_),
+                                ErrorContext{dir_.string(), {}, {}});
+                wait();
+            }
+        }
+
+        /// This rank's `share` failed: the others learn it at the next barrier.
+        void fail(const std::string& what) {
+            try {
+                detail::write_new_file(dir_, "fail." + nonce_, what, false);
+            } catch (const Error&) {
+                // The claim's release still tells the others that this rank has gone.
+            }
+        }
+
+        /// Ends the round: followers release their claim; the leader waits (bounded) for them to go
+        /// and removes the folder.
+        void leave() {
+            if (g_.ranks_.local_rank != 0) return;
+            const auto deadline = clock::now() + g_.timeout_;
+            Backoff wait;
+            for (;;) {
+                bool any = false;
+                for (const auto& [rank, nonce] : members_)
+                    if (nonce != nonce_ && is_held(Claim{rank, g_.ranks_.local_world_size, nonce, true})) any = true;
+                if (!any || clock::now() >= deadline) break;
+                wait();
+            }
+            ::close(fd_);
+            fd_ = -1;
+            std::error_code ec;
+            std::filesystem::remove_all(dir_, ec);
+        }
+
+    private:
+        /// Polls quickly at first, then every 5 ms.
+        struct Backoff {
+            std::chrono::microseconds d{50};
+            void operator()() {
+                std::this_thread::sleep_for(d);
+                d = std::min<std::chrono::microseconds>(d * 2, std::chrono::milliseconds(5));
+            }
+        };
+
+        static std::string claim_name(std::size_t rank, std::size_t world, const std::string& nonce) {
+            return "r" + std::to_string(rank) + "-of-" + std::to_string(world) + "." + nonce + ".lock";
+        }
+        static std::string ops_name(std::size_t rank, const std::string& nonce) {
+            return "r" + std::to_string(rank) + "." + nonce + ".ops";
+        }
+
+        static std::string make_nonce() {
+            std::random_device rd;
+            const std::uint64_t a = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+            const std::uint64_t b = static_cast<std::uint64_t>(::getpid()) ^
+                                    static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
+            char buf[40];
+            std::snprintf(buf, sizeof buf, "%016llx%08llx", static_cast<unsigned long long>(a),
+                          static_cast<unsigned long long>(b & 0xffffffffu));
+            return buf;
+        }
+
+        /// Every named claim in the folder, with whether a live process holds it.
+        [[nodiscard]] std::vector<Claim> scan() const {
+            std::vector<Claim> out;
+            std::error_code ec;
+            for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+                const std::string n = entry.path().filename().string();
+                // r<rank>-of-<world>.<nonce>.lock
+                if (n.size() < 6 || n[0] != 'r' || !n.ends_with(".lock")) continue;
+                const std::size_t dash = n.find("-of-");
+                const std::size_t dot = n.find('.', dash == std::string::npos ? 0 : dash);
+                if (dash == std::string::npos || dot == std::string::npos) continue;
+                Claim c;
+                try {
+                    c.rank = std::stoul(n.substr(1, dash - 1));
+                    c.world = std::stoul(n.substr(dash + 4, dot - dash - 4));
+                } catch (const std::exception&) {
+                    continue;
+                }
+                c.nonce = n.substr(dot + 1, n.size() - dot - 1 - 5);
+                c.held = is_held(c);
+                out.push_back(std::move(c));
+            }
+            return out;
+        }
+
+        [[nodiscard]] bool is_held(const Claim& c) const {
+            const std::filesystem::path p = dir_ / claim_name(c.rank, c.world, c.nonce);
+            const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            if (fd < 0) return false;
+            struct flock fl {};
+            fl.l_type = F_WRLCK;
+            fl.l_whence = SEEK_SET;
+            const int rc = ::fcntl(fd, F_OFD_GETLK, &fl);
+            ::close(fd);
+            return rc == 0 && fl.l_type != F_UNLCK;
+        }
+
+        [[nodiscard]] std::string pid_of(const Claim& c) const {
+            auto t = read_if(dir_ / claim_name(c.rank, c.world, c.nonce));
+            if (!t || t->empty()) return "unknown";
+            while (!t->empty() && t->back() == '\n') t->pop_back();
+            return *t;
+        }
+
+        /// Live claims must agree with this rank's LOCAL_WORLD_SIZE.
+        void check_sizes(const std::vector<Claim>& claims) const {
+            for (const Claim& c : claims)
+                if (c.held && c.world != g_.ranks_.local_world_size)
+                    throw Error(Errc::invalid_option,
+                                "LOCAL_WORLD_SIZE differs between ranks: local rank " +
+                                    std::to_string(g_.ranks_.local_rank) + " has " +
+                                    std::to_string(g_.ranks_.local_world_size) + ", local rank " +
+                                    std::to_string(c.rank) + " (pid " + pid_of(c) + ") has " + std::to_string(c.world),
+                                ErrorContext{dir_.string(), {}, "LOCAL_WORLD_SIZE"});
+        }
+
+        /// The leader waits until every local rank has claimed and published; rank -> nonce.
+        std::map<std::size_t, std::string> await_all_ops() {
+            const std::size_t n = g_.ranks_.local_world_size;
+            const auto deadline = clock::now() + g_.timeout_;
+            std::map<std::size_t, Claim> seen;  // ranks seen alive, by the claim they were seen with
+            Backoff wait;
+            for (;;) {
+                const std::vector<Claim> claims = scan();
+                check_sizes(claims);
+                for (const Claim& c : claims)
+                    if (c.held && c.rank < n && !seen.count(c.rank)) seen.emplace(c.rank, c);
+                std::map<std::size_t, std::string> ready;
+                std::vector<std::size_t> missing;
+                for (std::size_t k = 0; k < n; ++k) {
+                    auto it = seen.find(k);
+                    if (it == seen.end()) {
+                        missing.push_back(k);
+                        continue;
+                    }
+                    if (exists(dir_ / ops_name(k, it->second.nonce))) {
+                        ready.emplace(k, it->second.nonce);
+                        continue;
+                    }
+                    if (!is_held(it->second))
+                        throw Error(Errc::peer_failed,
+                                    "local rank " + std::to_string(k) + " (pid " + pid_of(it->second) +
+                                        ") died before publishing its ops",
+                                    ErrorContext{dir_.string(), {}, {}});
+                    missing.push_back(k);
+                }
+                if (missing.empty()) {
+                    // A rank that died after publishing is noticed at the first barrier.
+                    return ready;
+                }
+                if (clock::now() >= deadline)
+                    throw Error(Errc::timeout,
+                                std::string(missing.size() == 1 ? "local rank " : "local ranks ") +
+                                    detail::list_ranks(missing) + " of " + std::to_string(n) + " did not arrive within " +
+                                    detail::seconds_text(g_.timeout_) + " (run id " + detail::quote(g_.ranks_.run_id) + ")",
+                                ErrorContext{dir_.string(), {}, {}});
+                wait();
+            }
+        }
+
+        void read_ops_into(detail::OpUnion& u, std::size_t rank, const std::string& nonce) const {
+            const std::filesystem::path file = dir_ / ops_name(rank, nonce);
+            const std::string text = read_file(file, std::size_t{1} << 30);
+            auto bad = [&](const std::string& why) {
+                return Error(Errc::corrupt, "local rank " + std::to_string(rank) + "'s op list is unreadable: " + why,
+                             ErrorContext{file.string(), {}, {}});
+            };
+            std::size_t pos = 0;
+            auto line = [&]() -> std::optional<std::string_view> {
+                if (pos >= text.size()) return std::nullopt;
+                const std::size_t e = text.find('\n', pos);
+                if (e == std::string::npos) throw bad("no final newline");
+                std::string_view l(text.data() + pos, e - pos);
+                pos = e + 1;
+                return l;
+            };
+            if (line() != std::optional<std::string_view>("skc-gather/1")) throw bad("unknown format");
+            if (!line()) throw bad("no world size");
+            const std::optional<std::string_view> dir = line();
+            if (!dir) throw bad("no folder");
+            const std::filesystem::path src{std::string(*dir)};
+            while (const std::optional<std::string_view> l = line()) {
+                const std::optional<Digest> d = Digest::from_hex(l->substr(0, 32));
+                if (!d || l->size() < 34 || (*l)[32] != ' ') throw bad("bad line " + detail::quote(std::string(*l)));
+                const std::string name(l->substr(33));
+                u.add(*d, name, src / name);
+            }
+        }
+
+        void publish_outcome(const Value& outcome) {
+            Object members;
+            for (const auto& [rank, nonce] : members_) members.push_back({std::to_string(rank), Value(nonce)});
+            const Value doc(Object{{"outcome", outcome}, {"members", Value(std::move(members))}});
+            try {
+                detail::write_new_file(dir_, "outcome." + nonce_ + ".json", dump_json(doc, -1), false);
+            } catch (const Error&) {
+                // The followers then see this rank's claim go free and fail with "died".
+            }
+        }
+
+        static bool exists(const std::filesystem::path& p) { return ::access(p.c_str(), F_OK) == 0; }
+
+        static std::optional<std::string> read_if(const std::filesystem::path& p) {
+            if (!exists(p)) return std::nullopt;
+            try {
+                return read_file(p, std::size_t{1} << 20);
+            } catch (const Error&) {
+                return std::nullopt;
+            }
+        }
+
+        void touch(const std::filesystem::path& p) const {
+            const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0) detail::throw_errno("cannot create", p, errno);
+            ::close(fd);
+        }
+
+        LocalFsGather& g_;
+        std::filesystem::path dir_;
+        std::string nonce_;
+        int fd_ = -1;
+        std::map<std::size_t, std::string> members_;  // rank -> nonce of everyone taking part
+    };
+
+    [[nodiscard]] std::filesystem::path round_dir(const Layout& layout, std::size_t round) const {
+        char host[256] = {};
+        if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+        return layout.outputs() / "rendezvous" / detail::path_component(ranks_.run_id) / detail::path_component(host) /
+               ("round-" + std::to_string(round));
+    }
+
+    LocalRanks ranks_;
+    std::chrono::nanoseconds timeout_;
+    std::size_t round_ = 0;
+};
+
+static_assert(GatherPolicy<LocalFsGather>);
+
+}  // namespace skc
