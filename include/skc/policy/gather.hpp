@@ -441,10 +441,12 @@ private:
             } catch (const Error& e) {
                 outcome = detail::error_outcome(e.code(), e.what(), own_error);
                 publish_outcome(outcome);
+                leave();  // the followers read the error before the folder goes
                 throw;
             } catch (const std::exception& e) {
                 outcome = detail::error_outcome(Errc::io_error, e.what(), own_error);
                 publish_outcome(outcome);
+                leave();
                 throw;
             }
             publish_outcome(outcome);
@@ -541,8 +543,8 @@ private:
             }
         }
 
-        /// Ends the round: followers release their claim; the leader waits (bounded) for them to go
-        /// and removes the folder.
+        /// Ends the round: followers release their claim; the leader waits (bounded) for the ranks
+        /// it has seen to go, then removes the folder.
         void leave() {
             if (g_.ranks_.local_rank != 0) return;
             const auto deadline = clock::now() + g_.timeout_;
@@ -558,6 +560,9 @@ private:
             fd_ = -1;
             std::error_code ec;
             std::filesystem::remove_all(dir_, ec);
+            // The host and run id folders too, once empty (rmdir fails on a folder still in use).
+            ::rmdir(dir_.parent_path().c_str());
+            ::rmdir(dir_.parent_path().parent_path().c_str());
         }
 
     private:
@@ -654,7 +659,10 @@ private:
                 const std::vector<Claim> claims = scan();
                 check_sizes(claims);
                 for (const Claim& c : claims)
-                    if (c.held && c.rank < n && !seen.count(c.rank)) seen.emplace(c.rank, c);
+                    if (c.held && c.rank < n && !seen.count(c.rank)) {
+                        seen.emplace(c.rank, c);
+                        members_.emplace(c.rank, c.nonce);  // told of a failure before leaving
+                    }
                 std::map<std::size_t, std::string> ready;
                 std::vector<std::size_t> missing;
                 for (std::size_t k = 0; k < n; ++k) {
