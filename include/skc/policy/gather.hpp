@@ -566,12 +566,16 @@ private:
         }
 
     private:
-        /// Polls quickly at first, then every 5 ms.
+        /// Polls quickly at first (the other ranks are usually close), every 5 ms for the first
+        /// second, then every 50 ms (a leader's compile can take minutes; each poll lists the folder).
         struct Backoff {
             std::chrono::microseconds d{50};
+            clock::time_point start = clock::now();
             void operator()() {
                 std::this_thread::sleep_for(d);
-                d = std::min<std::chrono::microseconds>(d * 2, std::chrono::milliseconds(5));
+                const auto cap = clock::now() - start < std::chrono::seconds(1) ? std::chrono::milliseconds(5)
+                                                                                 : std::chrono::milliseconds(50);
+                d = std::min<std::chrono::microseconds>(d * 2, cap);
             }
         };
 
