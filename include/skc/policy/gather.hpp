@@ -486,7 +486,9 @@ private:
                         const Value* o = v.find("outcome");
                         return o ? *o : Value();
                     }
-                    if (!is_held(*leader))
+                    // The claim is released after the outcome is written: look once more before
+                    // calling the leader dead.
+                    if (!is_held(*leader) && !exists(dir_ / ("outcome." + leader->nonce + ".json")))
                         throw Error(Errc::peer_failed,
                                     "local rank 0 (the leader, pid " + pid_of(*leader) +
                                         ") died before publishing the outcome",
@@ -511,16 +513,25 @@ private:
                 std::vector<std::size_t> missing;
                 for (const auto& [rank, nonce] : members_) {
                     if (nonce == nonce_) continue;
-                    if (exists(dir_ / (name + "." + nonce))) continue;
+                    const std::filesystem::path marker = dir_ / (name + "." + nonce);
+                    if (exists(marker)) continue;
                     if (auto msg = read_if(dir_ / ("fail." + nonce)))
                         throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
                                     ErrorContext{dir_.string(), {}, {}});
                     const Claim c{rank, g_.ranks_.local_world_size, nonce, true};
-                    if (!is_held(c))
+                    if (!is_held(c)) {
+                        // A rank marks the barrier (or its failure) before it releases its claim, so
+                        // a second look after seeing the claim free tells a rank that passed the
+                        // barrier and left from one that died.
+                        if (exists(marker)) continue;
+                        if (auto msg = read_if(dir_ / ("fail." + nonce)))
+                            throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
+                                        ErrorContext{dir_.string(), {}, {}});
                         throw Error(Errc::peer_failed,
                                     "local rank " + std::to_string(rank) + " (pid " + pid_of(c) + ") died before the " +
                                         (name == "b1" ? "first" : "second") + " barrier",
                                     ErrorContext{dir_.string(), {}, {}});
+                    }
                     missing.push_back(rank);
                 }
                 if (missing.empty()) return;
@@ -567,14 +578,14 @@ private:
 
     private:
         /// Polls quickly at first (the other ranks are usually close), every 5 ms for the first
-        /// second, then every 50 ms (a leader's compile can take minutes; each poll lists the folder).
+        /// second, then every 20 ms (a leader's compile can take minutes; each poll lists the folder).
         struct Backoff {
             std::chrono::microseconds d{50};
             clock::time_point start = clock::now();
             void operator()() {
                 std::this_thread::sleep_for(d);
                 const auto cap = clock::now() - start < std::chrono::seconds(1) ? std::chrono::milliseconds(5)
-                                                                                 : std::chrono::milliseconds(50);
+                                                                                 : std::chrono::milliseconds(20);
                 d = std::min<std::chrono::microseconds>(d * 2, cap);
             }
         };
@@ -679,7 +690,7 @@ private:
                         ready.emplace(k, it->second.nonce);
                         continue;
                     }
-                    if (!is_held(it->second))
+                    if (!is_held(it->second) && !exists(dir_ / ops_name(k, it->second.nonce)))
                         throw Error(Errc::peer_failed,
                                     "local rank " + std::to_string(k) + " (pid " + pid_of(it->second) +
                                         ") died before publishing its ops",
