@@ -1,7 +1,8 @@
 // skc/detail/process.hpp: running a child program the way skc runs them (the kernel compiler,
 // a run package): posix_spawn, never a shell; its own process group, so all of it can be killed;
 // stdin from /dev/null, stdout and stderr into a log; default signal dispositions and an empty
-// signal mask whatever the parent has; waiting on a pidfd with a deadline.
+// signal mask whatever the parent has; waiting on a pidfd with a deadline; and a guard that kills
+// the group when this process dies first (however it dies: SIGKILL included).
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -109,5 +111,67 @@ inline bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline
         }
     }
 }
+
+/// Kills the process group `pgid` if this process ends before release() (or the destructor) is
+/// called, e.g. when it is SIGKILLed while waiting for the kernel compiler: a child group would
+/// otherwise run on, unbounded, after its parent. A forked guard process waits on a pipe whose write
+/// end only this process holds; it reads one byte when released, and end of file when this process
+/// has gone, and then sends the group SIGTERM and, if it is still there 2 seconds later, SIGKILL. The guard closes every
+/// other descriptor it inherited at once, so it holds no lock of this process. Best effort: when the
+/// pipe or the fork fails, there is no guard.
+class GroupGuard {
+public:
+    explicit GroupGuard(pid_t pgid) noexcept {
+        int p[2];
+        if (::pipe2(p, O_CLOEXEC) != 0) return;
+        const pid_t g = ::fork();
+        if (g < 0) {
+            ::close(p[0]);
+            ::close(p[1]);
+            return;
+        }
+        if (g == 0) {  // the guard: async-signal-safe calls only (the parent may have threads)
+            if (::syscall(SYS_close_range, 3u, static_cast<unsigned>(p[0]) - 1u, 0u) != 0 ||
+                ::syscall(SYS_close_range, static_cast<unsigned>(p[0]) + 1u, ~0u, 0u) != 0) {
+                for (int fd = 3; fd < 65536; ++fd)
+                    if (fd != p[0]) ::close(fd);
+            }
+            char c = 0;
+            ssize_t n;
+            do n = ::read(p[0], &c, 1);
+            while (n < 0 && errno == EINTR);
+            if (n <= 0) {
+                ::kill(-pgid, SIGTERM);
+                for (int i = 0; i < 40 && ::kill(-pgid, 0) == 0; ++i) {  // up to 2 s to end on SIGTERM
+                    timespec step{0, 50'000'000};
+                    ::nanosleep(&step, nullptr);
+                }
+                ::kill(-pgid, SIGKILL);
+            }
+            ::_exit(0);
+        }
+        ::close(p[0]);
+        write_fd_ = p[1];
+        guard_ = g;
+    }
+    GroupGuard(const GroupGuard&) = delete;
+    GroupGuard& operator=(const GroupGuard&) = delete;
+    ~GroupGuard() { release(); }
+
+    /// The group is this process's business again: the guard ends without killing anything.
+    void release() noexcept {
+        if (guard_ <= 0) return;
+        const char c = 'x';
+        [[maybe_unused]] const ssize_t w = ::write(write_fd_, &c, 1);
+        ::close(write_fd_);
+        while (::waitpid(guard_, nullptr, 0) < 0 && errno == EINTR) {
+        }
+        guard_ = -1;
+    }
+
+private:
+    pid_t guard_ = -1;
+    int write_fd_ = -1;
+};
 
 }  // namespace skc::detail

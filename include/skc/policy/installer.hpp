@@ -424,9 +424,11 @@ private:
         const int rc = detail::spawn_in_group(args, log_fd, false, pid);
         ::close(log_fd);
         if (rc != 0) fail(Errc::io_error, package, "cannot start " + shell_.string() + ": " + std::strerror(rc));
+        detail::GroupGuard guard(pid);
         int status = 0;
         const bool done = detail::wait_until(pid, std::chrono::steady_clock::now() + timeout, status);
         ::kill(-pid, SIGKILL);  // whatever is left of its process group (tar, gzip)
+        guard.release();
         if (!done) {
             while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
             }

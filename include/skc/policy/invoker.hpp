@@ -117,6 +117,7 @@ public:
                         "cannot start the compiler: " + std::string(std::strerror(rc)),
                         ErrorContext{compiler_.string(), {}, {}});
 
+        detail::GroupGuard guard(pid);  // a SIGKILLed caller takes its compiler down with it
         int status = 0;
         const bool finished = detail::wait_until(pid, t0 + r.timeout, status);
         if (!finished) {
@@ -128,6 +129,7 @@ public:
             }
         }
         ::kill(-pid, SIGKILL);  // whatever the compiler left running in its group
+        guard.release();
         res.elapsed = std::chrono::steady_clock::now() - t0;
 
         if (!finished)
