@@ -200,11 +200,18 @@ inline Value ok_outcome(Value result) { return Value(Object{{"ok", Value(true)},
 
 /// `own`: the leader's own work failed (compile, install); otherwise the gather itself did (a rank
 /// that never arrived or died), which every rank reports alike.
-inline Value error_outcome(Errc code, const std::string& what, bool own) {
+inline Value error_outcome(const Error& e, bool own) {
     return Value(Object{{"ok", Value(false)},
-                        {"code", Value(to_string(code))},
-                        {"message", Value(what)},
+                        {"code", Value(to_string(e.code()))},
+                        {"message", Value(e.message())},
+                        {"file", Value(e.file())},
+                        {"option", Value(e.option())},
+                        {"what", Value(std::string(e.what()))},
                         {"own", Value(own)}});
+}
+
+inline Value error_outcome(Errc code, const std::string& message, bool own) {
+    return error_outcome(Error(code, message), own);
 }
 
 /// A follower's view of the leader's outcome: the result, or the error it must raise. Errors of the
@@ -216,17 +223,20 @@ inline Value result_or_throw(const Value& outcome, std::string_view leader_name)
         const Value* r = outcome.find("result");
         return r ? *r : Value();
     }
-    const Value* code = outcome.find("code");
-    const Value* message = outcome.find("message");
-    const std::string c = code && code->is_string() ? code->as_string() : "unknown";
-    const std::string m = message && message->is_string() ? message->as_string() : "no message";
+    auto text = [&](std::string_view k) {
+        const Value* v = outcome.find(k);
+        return v && v->is_string() ? v->as_string() : std::string();
+    };
+    const std::string c = text("code").empty() ? "unknown" : text("code");
     const Value* own = outcome.find("own");
     if (!(own && own->is_bool() && own->as_bool())) {
-        if (c == to_string(Errc::timeout)) throw Error(Errc::timeout, m);
-        if (c == to_string(Errc::invalid_option)) throw Error(Errc::invalid_option, m);
-        throw Error(Errc::peer_failed, m);
+        // The same error as on the leader, where it was found: same code, message, file, option.
+        const ErrorContext where{text("file"), {}, text("option")};
+        if (c == to_string(Errc::timeout)) throw Error(Errc::timeout, text("message"), where);
+        if (c == to_string(Errc::invalid_option)) throw Error(Errc::invalid_option, text("message"), where);
+        throw Error(Errc::peer_failed, text("message"), where);
     }
-    throw Error(Errc::peer_failed, std::string(leader_name) + " failed (" + c + "): " + m);
+    throw Error(Errc::peer_failed, std::string(leader_name) + " failed (" + c + "): " + text("what"));
 }
 
 }  // namespace detail
@@ -439,14 +449,14 @@ private:
                 own_error = true;
                 outcome = detail::ok_outcome(lead(set));
             } catch (const Error& e) {
-                outcome = detail::error_outcome(e.code(), e.what(), own_error);
+                outcome = detail::error_outcome(e, own_error);
                 publish_outcome(outcome);
-                leave();  // the followers read the error before the folder goes
+                leave(false);  // the followers read the error; the folder stays (it tells ranks yet to come)
                 throw;
             } catch (const std::exception& e) {
-                outcome = detail::error_outcome(Errc::io_error, e.what(), own_error);
+                outcome = detail::error_outcome(Error(Errc::io_error, e.what()), own_error);
                 publish_outcome(outcome);
-                leave();
+                leave(false);
                 throw;
             }
             publish_outcome(outcome);
@@ -554,21 +564,25 @@ private:
             }
         }
 
-        /// Ends the round: followers release their claim; the leader waits (bounded) for the ranks
-        /// it has seen to go, then removes the folder.
-        void leave() {
+        /// Ends the round: followers release their claim; the leader waits (bounded) for every rank
+        /// in the folder to go, then removes it after a success. After a failure the folder stays:
+        /// a rank that comes late finds the note or outcome that explains it; its claims are free,
+        /// so a later job ignores it.
+        void leave(bool remove = true) {
             if (g_.ranks_.local_rank != 0) return;
             const auto deadline = clock::now() + g_.timeout_;
             Backoff wait;
-            for (;;) {
-                bool any = false;
-                for (const auto& [rank, nonce] : members_)
-                    if (nonce != nonce_ && is_held(Claim{rank, g_.ranks_.local_world_size, nonce, true})) any = true;
+            bool any = true;
+            while (any) {
+                any = false;
+                for (const Claim& c : scan())  // every live claim, also of ranks this one never met
+                    if (c.held && c.nonce != nonce_) any = true;
                 if (!any || clock::now() >= deadline) break;
                 wait();
             }
             ::close(fd_);
             fd_ = -1;
+            if (any || !remove) return;  // a rank still in it: it stays (ignored once that rank is gone)
             std::error_code ec;
             std::filesystem::remove_all(dir_, ec);
             // The host and run id folders too, once empty (rmdir fails on a folder still in use).
@@ -653,15 +667,36 @@ private:
         }
 
         /// Live claims must agree with this rank's LOCAL_WORLD_SIZE.
+        /// Live claims must agree with this rank's LOCAL_WORLD_SIZE. A rank that finds one that does
+        /// not leaves a note, `mismatch.<nonce>`, so that the ranks that come later (or have not
+        /// looked yet) fail with the same message rather than wait for a rank that will not come.
+        /// Notes older than the timeout are taken for an earlier job's and ignored.
         void check_sizes(const std::vector<Claim>& claims) const {
             for (const Claim& c : claims)
-                if (c.held && c.world != g_.ranks_.local_world_size)
-                    throw Error(Errc::invalid_option,
-                                "LOCAL_WORLD_SIZE differs between ranks: local rank " +
-                                    std::to_string(g_.ranks_.local_rank) + " has " +
-                                    std::to_string(g_.ranks_.local_world_size) + ", local rank " +
-                                    std::to_string(c.rank) + " (pid " + pid_of(c) + ") has " + std::to_string(c.world),
-                                ErrorContext{dir_.string(), {}, "LOCAL_WORLD_SIZE"});
+                if (c.held && c.world != g_.ranks_.local_world_size) {
+                    const std::string msg = "LOCAL_WORLD_SIZE differs between ranks: local rank " +
+                                            std::to_string(g_.ranks_.local_rank) + " has " +
+                                            std::to_string(g_.ranks_.local_world_size) + ", local rank " +
+                                            std::to_string(c.rank) + " (pid " + pid_of(c) + ") has " +
+                                            std::to_string(c.world);
+                    try {
+                        detail::write_new_file(dir_, "mismatch." + nonce_, msg, false);
+                    } catch (const Error&) {
+                        // A second mismatch seen by this rank: the first note stands.
+                    }
+                    throw Error(Errc::invalid_option, msg, ErrorContext{dir_.string(), {}, "LOCAL_WORLD_SIZE"});
+                }
+            std::error_code ec;
+            const auto now = std::filesystem::file_time_type::clock::now();
+            for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+                const std::string n = entry.path().filename().string();
+                if (!n.starts_with("mismatch.") || n == "mismatch." + nonce_) continue;
+                std::error_code tec;
+                const auto t = std::filesystem::last_write_time(entry.path(), tec);
+                if (tec || now - t > g_.timeout_) continue;
+                if (auto msg = read_if(entry.path()))
+                    throw Error(Errc::invalid_option, *msg, ErrorContext{dir_.string(), {}, "LOCAL_WORLD_SIZE"});
+            }
         }
 
         /// The leader waits until every local rank has claimed and published; rank -> nonce.
