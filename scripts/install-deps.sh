@@ -8,6 +8,7 @@ packages=(
   doctest-dev libbenchmark-dev libssl-dev     # tests; benchmarks (OpenSSL's SHA-256 is a baseline)
   makeself                                    # run packages
   libopenblas-dev                             # benchmarks: OpenBLAS sgemm beside the host MatMul
+  libopenmpi-dev openmpi-bin                  # optional MpiGather (skc/ext/mpi.hpp), skc compile --mpi, tests/mpi
 )
 
 missing=()

@@ -10,6 +10,8 @@
 // Several `skc compile` processes with LOCAL_WORLD_SIZE and LOCAL_RANK set are the ranks of one
 // node (skc::LocalFsGather): local rank 0 compiles the union of their folders once and installs it
 // once, and every rank reports the same key and package. Their --base must be the same folder.
+// With --mpi (skc built with MPI) the ranks are those of an MPI job started by mpirun instead
+// (skc::MpiGather): one leader per node, the nodes sharing --base and so the cache.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +28,12 @@
 #include <skc/policy/gather.hpp>
 #include <skc/policy/installer.hpp>
 #include <skc/policy/invoker.hpp>
+
+#ifdef SKC_TOOL_WITH_MPI
+#include <mpi.h>
+
+#include <skc/ext/mpi.hpp>
+#endif
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -57,6 +65,8 @@ constexpr std::array compile_specs{
                                        "each wait on the other ranks, up to 604800 (default 3600)"},
     OptionSpec{"--run-id", "ID", "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor "
                                  "TORCHELASTIC_RUN_ID is set"},
+    OptionSpec{"--mpi", "", "the ranks of an MPI job (run under mpirun): one leader per node compiles and installs; "
+                            "--timeout bounds each wait on the other ranks (needs skc built with MPI)"},
     OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
     OptionSpec{"--json", "", "print the report as JSON"},
 };
@@ -203,6 +213,12 @@ int run_compile(Args args) {
     s.cache.log = skc::stderr_log();
     s.log = skc::null_log();  // the report is printed below
 
+#ifndef SKC_TOOL_WITH_MPI
+    if (p.has("--mpi"))
+        throw UsageError{prefix + "--mpi: this skc was built without MPI (rebuild it with MPI installed, e.g. Debian's "
+                                  "libopenmpi-dev, or leave out --mpi)"};
+#endif
+
     // Bad input is found before anything is written.
     require_folder(prefix, "--ops", *p.get("--ops"));
     require_folder(prefix, "--base", o.base_dir);
@@ -226,6 +242,21 @@ int run_compile(Args args) {
             else print_report(r, s.op_library, s.backend);
             return exit_ok;
         };
+#ifdef SKC_TOOL_WITH_MPI
+        if (p.has("--mpi")) {
+            // skc owns MPI here; the MpiGather (in the compiler) goes before MPI_Finalize.
+            struct MpiSession {
+                MpiSession() {
+                    if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS)
+                        throw skc::Error(skc::Errc::io_error, "MPI_Init failed");
+                }
+                MpiSession(const MpiSession&) = delete;
+                MpiSession& operator=(const MpiSession&) = delete;
+                ~MpiSession() { MPI_Finalize(); }
+            } mpi;
+            return run_with(skc::MpiGather(MPI_COMM_WORLD, o.compile_timeout));
+        }
+#endif
         if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env(p.get("--run-id").value_or("")))
             return run_with(skc::LocalFsGather(std::move(*ranks), o.compile_timeout));
         return run_with(skc::SingleRank());

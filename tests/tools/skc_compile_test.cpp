@@ -182,7 +182,7 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
           "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
           "--toolchain-version, --op-library, --backend, --no-cache, --model-cache, --blacklist, --compiler-arg, "
-          "--deterministic, --jobs, --timeout, --run-id, --log-level, --json\n");
+          "--deterministic, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
           "skc compile: option --device is given twice; give it once\n");
 
