@@ -1,0 +1,198 @@
+// gather_worker: one rank of a node, driven by tests/skc/policy/gather_test.cpp, which starts
+// several of these on one base directory and kills some of them at chosen moments. Not a doctest
+// program.
+//
+//   gather_worker --base DIR --ops DIR --lib DIR --compiler PATH --report FILE
+//                 [--timeout SECONDS] [--compile-timeout SECONDS]
+//
+// The rank is taken from the environment (LOCAL_WORLD_SIZE, LOCAL_RANK, SKC_RUN_ID or
+// TORCHELASTIC_RUN_ID) with LocalFsGather::from_env, before anything is created under --base. The
+// op info files of --ops are "recorded" (StaticKernelCompiler::compile(const std::vector<OpRecord>&))
+// by StaticKernelCompiler<ProcessInvoker, FilesystemStorage, FileLock, RunPackageInstaller,
+// RecordingReselect, LocalFsGather>: --compiler is the kernel compiler (a script), --lib the op
+// library, --timeout the gather timeout (default 3 s), --compile-timeout the compiler's (30 s).
+//
+// Hooks (environment): SKC_TEST_DIE_BEFORE_COMPILE=1 makes the worker _exit(9) after building the
+// compiler and before compile(): a rank that dies before it claims its local rank.
+//
+// The report (--report, written with one rename so the test never reads half of it):
+//   success: {"report": CompileReport::to_value(), "reselect": {"calls", "index_existed",
+//             "index_names_package", "package"}, "pid"}
+//   error:   {"error": {"code", "what", "message", "option"}, "pid"}
+// Exit status: 0 success, 2 invalid_option, 3 timeout, 4 peer_failed, 5 compile_failed, 1 another
+// skc::Error, 6 another exception, 7 usage, 9 the die-before-compile hook.
+#include <skc/skc.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void usage(const std::string& message) {
+    std::fprintf(stderr, "gather_worker: %s\n", message.c_str());
+    std::exit(7);
+}
+
+struct Args {
+    fs::path base, ops, lib, compiler, report;
+    long timeout_s = 3;
+    long compile_timeout_s = 30;
+};
+
+long to_seconds(const std::string& flag, const std::string& v) {
+    if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
+        usage(flag + " needs a number of seconds, got \"" + v + "\"");
+    return std::stol(v);
+}
+
+Args parse(int argc, char** argv) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc) usage("missing value after " + flag);
+        const std::string v = argv[++i];
+        if (flag == "--base") a.base = v;
+        else if (flag == "--ops") a.ops = v;
+        else if (flag == "--lib") a.lib = v;
+        else if (flag == "--compiler") a.compiler = v;
+        else if (flag == "--report") a.report = v;
+        else if (flag == "--timeout") a.timeout_s = to_seconds(flag, v);
+        else if (flag == "--compile-timeout") a.compile_timeout_s = to_seconds(flag, v);
+        else usage("unknown option " + flag);
+    }
+    if (a.base.empty() || a.ops.empty() || a.lib.empty() || a.compiler.empty() || a.report.empty())
+        usage("--base, --ops, --lib, --compiler and --report are required");
+    return a;
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Records each reselect and what the op library looked like at that moment: the hook must run
+/// after the node's one install, so the global index must exist and name the installed package.
+struct RecordingReselect {
+    int calls = 0;
+    bool index_existed = false;
+    bool index_names_package = false;
+    std::string package;
+
+    void reselect(const skc::ReselectContext& c) {
+        ++calls;
+        package = c.package;
+        const fs::path index =
+            c.op_library / "static_kernel" / c.backend / "config" / c.device / "binary_info_config.json";
+        index_existed = fs::is_regular_file(index);
+        index_names_package = false;
+        if (!index_existed) return;
+        const skc::Value v = skc::parse_json(slurp(index));
+        if (const skc::Value* k = v.find("kernels"); k && k->is_object())
+            for (const skc::Member& m : k->as_object())
+                if (const skc::Value* p = m.value.find("package"); p && p->is_string() && p->as_string() == c.package)
+                    index_names_package = true;
+    }
+};
+
+static_assert(skc::ReselectHook<RecordingReselect>);
+
+using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
+                                           skc::RunPackageInstaller, RecordingReselect, skc::LocalFsGather>;
+
+/// Writes `v` to `path` through a temporary file and a rename.
+void write_report(const fs::path& path, const skc::Value& v) {
+    const fs::path tmp = path.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << skc::dump_json(v, 2) << '\n';
+    }
+    fs::rename(tmp, path);
+}
+
+skc::Value with_pid(skc::Object o) {
+    o.push_back({"pid", skc::Value(static_cast<std::int64_t>(::getpid()))});
+    return skc::Value(std::move(o));
+}
+
+int status_of(skc::Errc c) {
+    switch (c) {
+    case skc::Errc::invalid_option: return 2;
+    case skc::Errc::timeout: return 3;
+    case skc::Errc::peer_failed: return 4;
+    case skc::Errc::compile_failed: return 5;
+    default: return 1;
+    }
+}
+
+int run(const Args& a) {
+    // First the rank, so that a misconfigured job writes nothing under the base.
+    skc::LocalFsGather gather = skc::LocalFsGather::from_env(std::chrono::seconds(a.timeout_s));
+
+    std::vector<skc::OpRecord> ops;
+    for (skc::LoadedOp& op : skc::read_op_info_dir(a.ops).ops) ops.push_back(std::move(op.record));
+
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.base_dir = a.base.string();
+    o.jobs = 1;
+    o.compile_timeout = std::chrono::seconds(a.compile_timeout_s);
+    skc::CompilerSettings s;
+    s.toolchain_version = "1.0";
+    s.device = "dev0";
+    s.op_library = a.lib;
+    s.install_timeout = std::chrono::seconds(30);
+    s.log = skc::null_log();
+
+    Compiler compiler(skc::ProcessInvoker(a.compiler), std::move(o), std::move(s), skc::RunPackageInstaller(),
+                      RecordingReselect(), std::move(gather));
+    if (const char* die = std::getenv("SKC_TEST_DIE_BEFORE_COMPILE"); die && std::string(die) == "1") {
+        std::fflush(nullptr);
+        ::_exit(9);
+    }
+    const skc::CompileReport rep = compiler.compile(ops);
+    const RecordingReselect& r = compiler.reselect_hook();
+    write_report(a.report, with_pid({{"report", rep.to_value()},
+                                     {"reselect", skc::Value(skc::Object{
+                                                      {"calls", skc::Value(r.calls)},
+                                                      {"index_existed", skc::Value(r.index_existed)},
+                                                      {"index_names_package", skc::Value(r.index_names_package)},
+                                                      {"package", skc::Value(r.package)}})}}));
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Args a = parse(argc, argv);
+    try {
+        return run(a);
+    } catch (const skc::Error& e) {
+        write_report(a.report, with_pid({{"error", skc::Value(skc::Object{
+                                                       {"code", skc::Value(std::string(skc::to_string(e.code())))},
+                                                       {"what", skc::Value(std::string(e.what()))},
+                                                       {"message", skc::Value(e.message())},
+                                                       {"option", skc::Value(e.option())}})}}));
+        std::fprintf(stderr, "gather_worker %ld: %s: %s\n", static_cast<long>(::getpid()),
+                     std::string(skc::to_string(e.code())).c_str(), e.what());
+        return status_of(e.code());
+    } catch (const std::exception& e) {
+        write_report(a.report, with_pid({{"error", skc::Value(skc::Object{{"code", skc::Value("exception")},
+                                                                         {"what", skc::Value(std::string(e.what()))},
+                                                                         {"message", skc::Value(std::string(e.what()))},
+                                                                         {"option", skc::Value("")}})}}));
+        std::fprintf(stderr, "gather_worker %ld: %s\n", static_cast<long>(::getpid()), e.what());
+        return 6;
+    }
+}
