@@ -30,41 +30,16 @@
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
 
+#include "bench_support.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
 
-/// A fresh folder under $TMPDIR, removed at scope exit.
-struct Scratch {
-    fs::path dir;
-    Scratch() {
-        const char* t = std::getenv("TMPDIR");
-        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/skc-bench-XXXXXX";
-        if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        dir = tmpl;
-    }
-    ~Scratch() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-};
+using skc_bench::Scratch;
 
-/// n distinct MatMulV2 instances: the example op with its first input's rows varied.
-std::vector<skc::OpRecord> distinct_ops(std::size_t n) {
-    const skc::OpRecord base =
-        skc::without_bin_fields(skc::read_op_info(fs::path(SKC_BENCH_OP_INFO_DIR) / "MatMulV2_float_ND_32_64_0.json"));
-    std::vector<skc::OpRecord> out;
-    for (std::size_t i = 0; i < n; ++i) {
-        skc::OpRecord r = base;
-        auto& x = std::get<skc::TensorDesc>(r.inputs[0]);
-        x.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
-        auto& y = std::get<skc::TensorDesc>(r.outputs[0]);
-        y.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), std::get<skc::TensorDesc>(r.inputs[1]).shape[1]};
-        out.push_back(std::move(r));
-    }
-    return out;
-}
+std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
 
 skc::Options options_for(const fs::path& base) {
     skc::Options o;

@@ -77,6 +77,8 @@
 #include <skc/op_info_io.hpp>
 #include <skc/policy/gather.hpp>
 
+#include "bench_support.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -88,39 +90,9 @@ constexpr std::size_t ops_per_rank = 1000;
 constexpr std::size_t max_ranks = 8;
 constexpr std::chrono::seconds gather_timeout{600};
 
-/// A fresh folder under $TMPDIR, removed at scope exit.
-struct Scratch {
-    fs::path dir;
-    Scratch() {
-        const char* t = std::getenv("TMPDIR");
-        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/skc-gather-bench-XXXXXX";
-        if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        dir = tmpl;
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    ~Scratch() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-};
+using skc_bench::Scratch;
 
-/// n distinct MatMulV2 instances: the example op with its first input's rows varied (as compiler_bench).
-std::vector<skc::OpRecord> distinct_ops(std::size_t n) {
-    const skc::OpRecord base =
-        skc::without_bin_fields(skc::read_op_info(fs::path(SKC_BENCH_OP_INFO_DIR) / "MatMulV2_float_ND_32_64_0.json"));
-    std::vector<skc::OpRecord> out;
-    out.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        skc::OpRecord r = base;
-        auto& x = std::get<skc::TensorDesc>(r.inputs[0]);
-        x.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
-        auto& y = std::get<skc::TensorDesc>(r.outputs[0]);
-        y.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), std::get<skc::TensorDesc>(r.inputs[1]).shape[1]};
-        out.push_back(std::move(r));
-    }
-    return out;
-}
+std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
 
 skc::Options options_for(const fs::path& base, bool cache) {
     skc::Options o;
@@ -383,7 +355,7 @@ void BM_Hit(benchmark::State& state, bool same_ops) {
         return std::vector<skc::OpRecord>(all.begin() + static_cast<std::ptrdiff_t>(rank * ops_per_rank),
                                           all.begin() + static_cast<std::ptrdiff_t>((rank + 1) * ops_per_rank));
     };
-    Scratch s;
+    Scratch s("skc-gather-bench");
     const skc::Options opts = options_for(s.dir, true);
     int round_no = 0;  // a run id per round: each round's ranks meet in a folder of their own
 
@@ -500,7 +472,7 @@ void BM_Miss_Node(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));
     std::vector<skc::OpRecord> ops;
     for (skc::LoadedOp& op : skc::read_op_info_dir(SKC_BENCH_OP_INFO_DIR).ops) ops.push_back(std::move(op.record));
-    Scratch s;
+    Scratch s("skc-gather-bench");
     int round_no = 0;
     enum Kind { k_gather, k_each, k_flight };
     // A fresh base per round: every round is a first run (a miss).

@@ -1,0 +1,56 @@
+// benchmarks/bench_support.hpp: what the compiler and gather benchmarks share: a scratch folder and
+// a generated set of distinct ops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <stdlib.h>
+
+#include <skc/op_info_io.hpp>
+#include <skc/op_record.hpp>
+
+namespace skc_bench {
+
+/// A fresh folder under $TMPDIR, removed at scope exit.
+struct Scratch {
+    std::filesystem::path dir;
+    explicit Scratch(const std::string& prefix = "skc-bench") {
+        const char* t = std::getenv("TMPDIR");
+        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/" + prefix + "-XXXXXX";
+        if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        dir = tmpl;
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+    }
+};
+
+/// n distinct MatMulV2 instances: the example op (from `op_info_dir`) with its first input's rows
+/// varied, 1 to n.
+inline std::vector<skc::OpRecord> distinct_ops(std::size_t n, const std::filesystem::path& op_info_dir) {
+    const skc::OpRecord base =
+        skc::without_bin_fields(skc::read_op_info(op_info_dir / "MatMulV2_float_ND_32_64_0.json"));
+    std::vector<skc::OpRecord> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        skc::OpRecord r = base;
+        auto& x = std::get<skc::TensorDesc>(r.inputs[0]);
+        x.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
+        auto& y = std::get<skc::TensorDesc>(r.outputs[0]);
+        y.shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), std::get<skc::TensorDesc>(r.inputs[1]).shape[1]};
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace skc_bench
