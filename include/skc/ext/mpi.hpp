@@ -228,18 +228,7 @@ private:
         std::shared_ptr<std::string> buffer;
     };
 
-    /// Polls quickly at first (the other ranks are usually close), every 5 ms for the first second,
-    /// then every 50 ms (a leader's compile can take minutes).
-    struct Backoff {
-        std::chrono::microseconds d{20};
-        clock::time_point start = clock::now();
-        void operator()() {
-            std::this_thread::sleep_for(d);
-            const auto cap = clock::now() - start < std::chrono::seconds(1) ? std::chrono::milliseconds(5)
-                                                                             : std::chrono::milliseconds(50);
-            d = std::min<std::chrono::microseconds>(d * 2, cap);
-        }
-    };
+    using Backoff = detail::Backoff;
 
     static clock::time_point deadline_after(std::chrono::nanoseconds d) {
         const clock::time_point now = clock::now();

@@ -112,6 +112,20 @@ static_assert(GatherPolicy<SingleRank>);
 
 namespace detail {
 
+/// The pause between two polls of a bounded wait: quick at first (the other ranks are usually
+/// close), every 5 ms for the first second, then every 20 ms (a leader's compile can take minutes).
+struct Backoff {
+    std::chrono::microseconds d{50};
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    void operator()() {
+        std::this_thread::sleep_for(d);
+        const auto cap = std::chrono::steady_clock::now() - start < std::chrono::seconds(1)
+                             ? std::chrono::milliseconds(5)
+                             : std::chrono::milliseconds(20);
+        d = std::min<std::chrono::microseconds>(d * 2, cap);
+    }
+};
+
 /// "3", "3 and 5", "3, 5 and 7".
 inline std::string list_ranks(const std::vector<std::size_t>& ranks) {
     std::string s;
@@ -474,7 +488,7 @@ private:
             const auto deadline = start + g_.timeout_ + lead_budget;
             const auto arrival_deadline = start + g_.timeout_;
             std::optional<Claim> leader;
-            Backoff wait;
+            detail::Backoff wait;
             for (;;) {
                 const std::vector<Claim> claims = scan();
                 check_sizes(claims);
@@ -518,7 +532,7 @@ private:
         void barrier(const std::string& name) {
             touch(dir_ / (name + "." + nonce_));
             const auto deadline = clock::now() + g_.timeout_;
-            Backoff wait;
+            detail::Backoff wait;
             for (;;) {
                 std::vector<std::size_t> missing;
                 for (const auto& [rank, nonce] : members_) {
@@ -571,7 +585,7 @@ private:
         void leave(bool remove = true) {
             if (g_.ranks_.local_rank != 0) return;
             const auto deadline = clock::now() + g_.timeout_;
-            Backoff wait;
+            detail::Backoff wait;
             bool any = true;
             while (any) {
                 any = false;
@@ -591,18 +605,6 @@ private:
         }
 
     private:
-        /// Polls quickly at first (the other ranks are usually close), every 5 ms for the first
-        /// second, then every 20 ms (a leader's compile can take minutes; each poll lists the folder).
-        struct Backoff {
-            std::chrono::microseconds d{50};
-            clock::time_point start = clock::now();
-            void operator()() {
-                std::this_thread::sleep_for(d);
-                const auto cap = clock::now() - start < std::chrono::seconds(1) ? std::chrono::milliseconds(5)
-                                                                                 : std::chrono::milliseconds(20);
-                d = std::min<std::chrono::microseconds>(d * 2, cap);
-            }
-        };
 
         static std::string claim_name(std::size_t rank, std::size_t world, const std::string& nonce) {
             return "r" + std::to_string(rank) + "-of-" + std::to_string(world) + "." + nonce + ".lock";
@@ -704,7 +706,7 @@ private:
             const std::size_t n = g_.ranks_.local_world_size;
             const auto deadline = clock::now() + g_.timeout_;
             std::map<std::size_t, Claim> seen;  // ranks seen alive, by the claim they were seen with
-            Backoff wait;
+            detail::Backoff wait;
             for (;;) {
                 const std::vector<Claim> claims = scan();
                 check_sizes(claims);
