@@ -156,6 +156,67 @@ TEST_CASE("skc compile: a failing compiler is exit status 1 with the tail of its
     CHECK(skc::parse_json(ls.out).find("namespaces")->as_array().at(0).find("entries")->as_array().empty());
 }
 
+TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node compile once; a missing rank is 3, the "
+          "leader's failure 1") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
+    // Starts `ranks` of a node of `size` with `compiler`; returns each rank's run.
+    auto node = [&](std::size_t size, std::size_t ranks, const std::string& run_id, const std::string& compiler,
+                    const std::vector<std::string>& extra = {}) {
+        std::vector<TempDir> io(ranks);
+        std::vector<skc_test::Started> started;
+        for (std::size_t k = 0; k < ranks; ++k)
+            started.push_back(skc_test::start_program(
+                tool, tmp.path(), compile_args(tmp, ops, compiler) + std::vector<std::string>{"--timeout", "2", "--json"} + extra,
+                {"LOCAL_WORLD_SIZE=" + std::to_string(size), "LOCAL_RANK=" + std::to_string(k), "SKC_RUN_ID=" + run_id,
+                 "TORCHELASTIC_RUN_ID="},
+                io[k].path()));
+        std::vector<Run> runs;
+        for (const auto& st : started) runs.push_back(skc_test::finish(st));
+        return runs;
+    };
+
+    SUBCASE("three ranks: one compile, the same key and package everywhere, one extraction") {
+        const std::string counter = (tmp / "compiles").string();
+        const std::string counting = script(tmp, "counting.sh", "echo run >> " + counter + "\nexec " + host_compiler + " \"$@\"");
+        const std::vector<Run> runs = node(3, 3, "job-ok", counting, {"--op-library", (tmp / "lib").string()});
+        std::size_t extracted = 0;
+        std::string key;
+        for (std::size_t k = 0; k < runs.size(); ++k) {
+            INFO(runs[k].err);
+            REQUIRE(runs[k].status == 0);
+            const skc::Value v = skc::parse_json(runs[k].out);
+            CHECK(v.find("local_rank")->as_double() == static_cast<double>(k));
+            CHECK(v.find("local_world_size")->as_double() == 3.0);
+            CHECK(v.find("counts")->find("gathered")->as_double() == 2.0);
+            if (k == 0) key = v.find("key")->as_string();
+            CHECK(v.find("key")->as_string() == key);
+            extracted += v.find("extracted")->as_bool() ? 1 : 0;
+        }
+        CHECK(extracted == 1);  // the leader's install; the followers hold it
+        CHECK(skc_test::slurp(counter) == "run\n");
+    }
+    SUBCASE("a rank that never comes: every started rank exits 3 within the timeout, naming it") {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::vector<Run> runs = node(3, 2, "job-missing", host_compiler);
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+        for (const Run& r : runs) {
+            CHECK(r.status == 3);
+            CHECK(r.out.empty());
+            CHECK(r.err.find(": local rank 2 of 3 did not arrive within 2 s (run id \"job-missing\")\n") != std::string::npos);
+        }
+    }
+    SUBCASE("the leader's compile fails: the leader and every follower exit 1") {
+        const std::string fail = script(tmp, "fail.sh", "echo 'error: no kernel' >&2\nexit 4");
+        const std::vector<Run> runs = node(2, 2, "job-fail", fail);
+        CHECK(runs[0].status == 1);
+        CHECK(runs[0].err.find("the compiler exited with status 4") != std::string::npos);
+        CHECK(runs[1].status == 1);
+        CHECK(runs[1].err.rfind("skc compile: local rank 0 (the leader) failed (compile_failed): ", 0) == 0);
+    }
+}
+
 TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing is written") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
