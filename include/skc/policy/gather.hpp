@@ -30,7 +30,10 @@
 //   - passes the barriers by creating `b1.<nonce>` and `b2.<nonce>`, or `fail.<nonce>` with the
 //     message when its `share` failed.
 // Every wait is bounded: arrival and barriers by `timeout`, the leader's outcome by `timeout` plus
-// the leader's budget. The leader removes the round's folder once every rank has left it.
+// the leader's budget. A rank that sees a live claim with another LOCAL_WORLD_SIZE leaves a note,
+// `mismatch.<nonce>`, so that every rank of the job fails with that message. After a successful
+// round the leader removes the folder once every rank has left it; after a failed one it stays
+// (its claims are free, so a later job ignores it).
 #pragma once
 
 #include <algorithm>
