@@ -1,11 +1,13 @@
-// benchmarks/bench_support.hpp: what the compiler and gather benchmarks share: a scratch folder and
-// a generated set of distinct ops.
+// benchmarks/bench_support.hpp: what the compiler and gather benchmarks share: a scratch folder, a
+// generated set of distinct ops, the options and settings of their compilers, and a stand-in
+// compiler for cache hits.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -13,6 +15,7 @@
 
 #include <stdlib.h>
 
+#include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/op_record.hpp>
 
@@ -51,6 +54,38 @@ inline std::vector<skc::OpRecord> distinct_ops(std::size_t n, const std::filesys
         out.push_back(std::move(r));
     }
     return out;
+}
+
+/// The feature on, the cache on unless `cache` is false, 2 compiler jobs.
+inline skc::Options options_for(const std::filesystem::path& base, bool cache = true) {
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.disable_static_kernel_compile_cache = !cache;
+    o.base_dir = base.string();
+    o.jobs = 2;
+    return o;
+}
+
+/// The bench cache namespace; installs into `lib` (none when empty); no log.
+inline skc::CompilerSettings settings_for(const std::filesystem::path& lib = {}) {
+    skc::CompilerSettings s;
+    s.toolchain_version = "bench";
+    s.device = "host-cpu";
+    s.op_library = lib;
+    s.log = skc::null_log();
+    return s;
+}
+
+using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
+
+/// Packs nothing real: only a first call's miss runs it, later calls hit.
+inline Fn placeholder_compiler() {
+    return [](const skc::CompileRequest& r) {
+        skc::CompileResult res;
+        res.package = r.output_dir / "static_kernel_placeholder.run";
+        skc::FilesystemStorage(r.output_dir).write(res.package.filename().string(), "placeholder package\n");
+        return res;
+    };
 }
 
 }  // namespace skc_bench

@@ -35,38 +35,13 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
-
+using skc_bench::Fn;
 using skc_bench::Scratch;
+using skc_bench::options_for;
+using skc_bench::placeholder_compiler;
+using skc_bench::settings_for;
 
 std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
-
-skc::Options options_for(const fs::path& base) {
-    skc::Options o;
-    o.static_kernel_compile = true;
-    o.base_dir = base.string();
-    o.jobs = 2;
-    return o;
-}
-
-skc::CompilerSettings settings_for(const fs::path& lib) {
-    skc::CompilerSettings s;
-    s.toolchain_version = "bench";
-    s.device = "host-cpu";
-    s.op_library = lib;
-    s.log = skc::null_log();
-    return s;
-}
-
-/// Packs nothing real: the hit path never runs it after the first call.
-Fn placeholder_compiler() {
-    return [](const skc::CompileRequest& r) {
-        skc::CompileResult res;
-        res.package = r.output_dir / "static_kernel_placeholder.run";
-        skc::FilesystemStorage(r.output_dir).write(res.package.filename().string(), "placeholder package\n");
-        return res;
-    };
-}
 
 void BM_Hit_Orchestration(benchmark::State& state) {
     const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));

@@ -83,7 +83,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
+using skc_bench::Fn;
 using Placeholder = skc::FunctionInvoker<Fn>;
 
 constexpr std::size_t ops_per_rank = 1000;
@@ -91,35 +91,11 @@ constexpr std::size_t max_ranks = 8;
 constexpr std::chrono::seconds gather_timeout{600};
 
 using skc_bench::Scratch;
+using skc_bench::options_for;
+using skc_bench::placeholder_compiler;
+using skc_bench::settings_for;
 
 std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
-
-skc::Options options_for(const fs::path& base, bool cache) {
-    skc::Options o;
-    o.static_kernel_compile = true;
-    o.disable_static_kernel_compile_cache = !cache;
-    o.base_dir = base.string();
-    o.jobs = 2;
-    return o;
-}
-
-skc::CompilerSettings settings_for() {
-    skc::CompilerSettings s;
-    s.toolchain_version = "bench";
-    s.device = "host-cpu";
-    s.log = skc::null_log();  // no op library: nothing is installed
-    return s;
-}
-
-/// Packs nothing real: only the warm-up round's miss runs it.
-Fn placeholder_compiler() {
-    return [](const skc::CompileRequest& r) {
-        skc::CompileResult res;
-        res.package = r.output_dir / "static_kernel_placeholder.run";
-        skc::FilesystemStorage(r.output_dir).write(res.package.filename().string(), "placeholder package\n");
-        return res;
-    };
-}
 
 std::int64_t ns_of(std::chrono::nanoseconds d) { return static_cast<std::int64_t>(d.count()); }
 
