@@ -287,17 +287,14 @@ inline std::optional<LocalRanks> local_ranks_from_env(
                         ErrorContext{{}, {}, name});
         return v;
     };
-    if (!size)
-        throw Error(Errc::invalid_option,
-                    "LOCAL_WORLD_SIZE is not set, but LOCAL_RANK is (" + std::string(rank) +
-                        "): a multi-rank job needs both",
-                    ErrorContext{{}, {}, "LOCAL_WORLD_SIZE"});
+    auto only_one = [](const char* missing, const char* set, const char* value) {
+        return Error(Errc::invalid_option,
+                     std::string(missing) + " is not set, but " + set + " is (" + value + "): a multi-rank job needs both",
+                     ErrorContext{{}, {}, missing});
+    };
+    if (!size) throw only_one("LOCAL_WORLD_SIZE", "LOCAL_RANK", rank);
     const std::size_t n = parse("LOCAL_WORLD_SIZE", size, true);
-    if (!rank)
-        throw Error(Errc::invalid_option,
-                    "LOCAL_RANK is not set, but LOCAL_WORLD_SIZE is (" + std::string(size) +
-                        "): a multi-rank job needs both",
-                    ErrorContext{{}, {}, "LOCAL_RANK"});
+    if (!rank) throw only_one("LOCAL_RANK", "LOCAL_WORLD_SIZE", size);
     const std::size_t k = parse("LOCAL_RANK", rank, false);
     if (k >= n)
         throw Error(Errc::invalid_option,
@@ -363,14 +360,10 @@ public:
         Round r(*this, round_dir(req.layout, ++round_));
         r.claim();
         r.publish(req);
-        Value outcome;
-        if (ranks_.local_rank == 0) {
-            outcome = r.lead(req, lead);
-        } else {
-            outcome = r.await_outcome(req.lead_budget);
-        }
-        // The leader's own error after publishing it; a follower's view of the leader's error.
-        const Value result = ranks_.local_rank == 0 ? r.leader_result(outcome) : detail::result_or_throw(outcome, "local rank 0 (the leader)");
+        // The leader throws its own error after publishing it; a follower throws its view of it.
+        const Value result = ranks_.local_rank == 0
+                                 ? r.lead(req, lead)
+                                 : detail::result_or_throw(r.await_outcome(req.lead_budget), "local rank 0 (the leader)");
         r.barrier("b1");
         try {
             share(result);
@@ -453,9 +446,10 @@ private:
             detail::write_new_file(dir_, ops_name(g_.ranks_.local_rank, nonce_), text, false);
         }
 
-        /// The leader: wait for every rank, gather, run `lead`, publish the outcome (its error too).
+        /// The leader: wait for every rank, gather, run `lead`, publish the outcome (its error too);
+        /// returns `lead`'s result.
         Value lead(const GatherRequest& req, const LeadFn& lead) {
-            Value outcome;
+            Value result;
             bool own_error = false;
             try {
                 const std::map<std::size_t, std::string> all = await_all_ops();
@@ -464,25 +458,18 @@ private:
                 for (const auto& [rank, nonce] : all) read_ops_into(u, rank, nonce);
                 GatheredSet set = u.take(all.size());
                 own_error = true;
-                outcome = detail::ok_outcome(lead(set));
+                result = lead(set);
             } catch (const Error& e) {
-                outcome = detail::error_outcome(e, own_error);
-                publish_outcome(outcome);
+                publish_outcome(detail::error_outcome(e, own_error));
                 leave(false);  // the followers read the error; the folder stays (it tells ranks yet to come)
                 throw;
             } catch (const std::exception& e) {
-                outcome = detail::error_outcome(Error(Errc::io_error, e.what()), own_error);
-                publish_outcome(outcome);
+                publish_outcome(detail::error_outcome(Error(Errc::io_error, e.what()), own_error));
                 leave(false);
                 throw;
             }
-            publish_outcome(outcome);
-            return outcome;
-        }
-
-        [[nodiscard]] Value leader_result(const Value& outcome) const {
-            const Value* r = outcome.find("result");
-            return r ? *r : Value();
+            publish_outcome(detail::ok_outcome(result));
+            return result;
         }
 
         /// A follower: wait for the leader's outcome and learn who takes part.
