@@ -207,6 +207,18 @@ TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node com
             CHECK(r.err.find(": local rank 2 of 3 did not arrive within 2 s (run id \"job-missing\")\n") != std::string::npos);
         }
     }
+    SUBCASE("bad rank variables are exit status 2, and nothing is written") {
+        const Run r = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
+                                            {"LOCAL_WORLD_SIZE=2", "LOCAL_RANK=2", "SKC_RUN_ID=job-bad"});
+        CHECK(r.status == 2);
+        CHECK(r.err == "skc compile: option 'LOCAL_RANK': LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2 (0 to 1)\n");
+        CHECK(fs::is_empty(tmp / "base"));
+        const Run no_id = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
+                                                {"LOCAL_WORLD_SIZE=2", "LOCAL_RANK=1", "SKC_RUN_ID=", "TORCHELASTIC_RUN_ID="});
+        CHECK(no_id.status == 2);
+        CHECK(no_id.err.find("no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does)") != std::string::npos);
+        CHECK(fs::is_empty(tmp / "base"));
+    }
     SUBCASE("the leader's compile fails: the leader and every follower exit 1") {
         const std::string fail = script(tmp, "fail.sh", "echo 'error: no kernel' >&2\nexit 4");
         const std::vector<Run> runs = node(2, 2, "job-fail", fail);
