@@ -28,6 +28,7 @@
 #include "config.hpp"
 #include "detail/canon.hpp"
 #include "detail/hash.hpp"
+#include "detail/text.hpp"
 #include "error.hpp"
 #include "shape.hpp"
 #include "value.hpp"
@@ -142,23 +143,6 @@ constexpr bool is_safe_name(std::string_view s) noexcept {
 }
 
 namespace detail {
-
-/// Quotes a name for an error message, showing control characters and NUL as \xNN.
-inline std::string quote(std::string_view s) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out = "\"";
-    for (char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u == 0x7f || c == '"' || c == '\\') {
-            out += "\\x";
-            out += digits[u >> 4];
-            out += digits[u & 0xF];
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
 
 inline std::string path_join(std::string_view base, std::string_view field) {
     if (base.empty()) return std::string(field);

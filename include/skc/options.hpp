@@ -7,16 +7,20 @@
 // value is an error naming the key and what is accepted. Nothing is silently ignored.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "detail/text.hpp"
 #include "error.hpp"
 #include "value.hpp"
 
@@ -78,8 +82,24 @@ namespace detail {
     throw Error(Errc::invalid_option, std::move(message), ErrorContext{{}, {}, std::string(key)});
 }
 
+/// A value as an error message shows it: its kind and, for scalars, the value itself
+/// (`string "yes"`, `integer -3`, `number 2.5`, `true`, `null`, `array`, `object`). Long strings are
+/// cut, control characters escaped.
 inline std::string found_kind(const Value& v) {
-    if (v.kind() == Kind::unsigned_integer) return "an integer above 2^63-1";
+    switch (v.kind()) {
+    case Kind::null: return "null";
+    case Kind::boolean: return v.as_bool() ? "true" : "false";
+    case Kind::integer: return "integer " + std::to_string(v.as_int());
+    case Kind::unsigned_integer: return "an integer above 2^63-1";
+    case Kind::number: {
+        char buf[32];
+        const auto r = std::to_chars(buf, buf + sizeof buf, v.as_double());
+        return "number " + std::string(buf, r.ptr);
+    }
+    case Kind::string: return "string " + quote(v.as_string(), 64);
+    case Kind::array: return "array";
+    case Kind::object: return "object";
+    }
     return std::string(to_string(v.kind()));
 }
 
@@ -114,8 +134,10 @@ inline std::int64_t option_positive(std::string_view key, const Value& v, std::i
 
 }  // namespace detail
 
-/// Parses options from a JSON object. Throws skc::Error (invalid_option) naming the option.
-inline Options parse_options(const Value& obj) {
+/// Parses options from a JSON object. Throws skc::Error (invalid_option) naming the option and
+/// the value found. `host_keys` are keys the host reads itself (a plugin's own settings, such as the
+/// compiler's path): they are skipped here, and listed with the options when a key is unknown.
+inline Options parse_options(const Value& obj, std::span<const std::string_view> host_keys = {}) {
     if (!obj.is_object())
         throw Error(Errc::invalid_option, "options must be a JSON object, found " + detail::found_kind(obj));
     Options o;
@@ -138,17 +160,19 @@ inline Options parse_options(const Value& obj) {
             else if (s == "info") o.log_level = LogLevel::info;
             else if (s == "warning") o.log_level = LogLevel::warning;
             else if (s == "error") o.log_level = LogLevel::error;
-            else detail::option_error(k, "value \"" + s + "\" is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
+            else detail::option_error(k, "value " + detail::quote(s, 64) + " is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
         }
         else if (k == "deterministic") o.deterministic = detail::option_bool(k, v);
         else if (k == "compiler_options") o.compiler_options = detail::option_strings(k, v);
         else if (k == "super_kernel") super_kernel = detail::option_bool(k, v);
+        else if (std::find(host_keys.begin(), host_keys.end(), k) != host_keys.end()) continue;
         else {
             std::string known;
             for (std::string_view n : option_names) {
                 if (!known.empty()) known += ", ";
                 known += n;
             }
+            for (std::string_view n : host_keys) known += ", " + std::string(n);
             detail::option_error(k, "unknown option; known options are: " + known);
         }
     }

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <array>
+#include <string>
+#include <string_view>
+
 #include <skc/op_info_io.hpp>
 #include <skc/options.hpp>
 
@@ -72,16 +76,16 @@ TEST_CASE("an unknown key is an error that names it and lists the known keys") {
 
 TEST_CASE("wrongly typed and out-of-range values name the key and what is accepted") {
     CHECK_EQ(error_of(R"({"static_kernel_compile": "true"})"),
-             "option 'static_kernel_compile': expected true or false, found string");
+             "option 'static_kernel_compile': expected true or false, found string \"true\"");
     CHECK_EQ(error_of(R"({"disable_static_kernel_compile_cache": 1})"),
-             "option 'disable_static_kernel_compile_cache': expected true or false, found integer");
+             "option 'disable_static_kernel_compile_cache': expected true or false, found integer 1");
     CHECK_EQ(error_of(R"({"jobs": 0})"), "option 'jobs': expected an integer from 1 to 1024, found 0");
-    CHECK_EQ(error_of(R"({"jobs": 2.5})"), "option 'jobs': expected an integer from 1 to 1024, found number");
+    CHECK_EQ(error_of(R"({"jobs": 2.5})"), "option 'jobs': expected an integer from 1 to 1024, found number 2.5");
     CHECK_EQ(error_of(R"({"compile_timeout_seconds": -1})"),
              "option 'compile_timeout_seconds': expected an integer from 1 to 604800, found -1");
-    CHECK_EQ(error_of(R"({"op_blacklist": "Gelu"})"), "option 'op_blacklist': expected an array of strings, found string");
+    CHECK_EQ(error_of(R"({"op_blacklist": "Gelu"})"), "option 'op_blacklist': expected an array of strings, found string \"Gelu\"");
     CHECK_EQ(error_of(R"({"op_blacklist": ["Gelu", 3]})"),
-             "option 'op_blacklist': element 1: expected a string, found integer");
+             "option 'op_blacklist': element 1: expected a string, found integer 3");
     CHECK_EQ(error_of(R"({"op_blacklist": [""]})"),
              "option 'op_blacklist': an empty substring would blacklist every op");
     CHECK_EQ(error_of(R"({"log_level": "verbose"})"),
@@ -89,4 +93,39 @@ TEST_CASE("wrongly typed and out-of-range values name the key and what is accept
     CHECK_EQ(error_of(R"({"model_compile_cache": true})"),
              "option 'model_compile_cache_dir': required when model_compile_cache is true");
     CHECK_EQ(error_of(R"([])"), "options must be a JSON object, found array");
+}
+
+TEST_CASE("the value found is shown: strings quoted, escaped and cut, scalars as they are") {
+    CHECK_EQ(error_of(R"({"base_dir": 7})"), "option 'base_dir': expected a string, found integer 7");
+    CHECK_EQ(error_of(R"({"force_eager": null})"), "option 'force_eager': expected true or false, found null");
+    CHECK_EQ(error_of(R"({"force_eager": [true]})"), "option 'force_eager': expected true or false, found array");
+    CHECK_EQ(error_of(R"({"force_eager": {"a": 1}})"), "option 'force_eager': expected true or false, found object");
+    CHECK_EQ(error_of(R"({"jobs": "4"})"), "option 'jobs': expected an integer from 1 to 1024, found string \"4\"");
+    CHECK_EQ(error_of(R"({"jobs": 18446744073709551615})"),
+             "option 'jobs': expected an integer from 1 to 1024, found an integer above 2^63-1");
+    CHECK_EQ(error_of(R"({"static_kernel_compile": "a\"b\n"})"),
+             "option 'static_kernel_compile': expected true or false, found string \"a\\x22b\\x0a\"");
+    const std::string long_text(100, 'x');
+    CHECK_EQ(error_of(R"({"deterministic": ")" + long_text + R"("})"),
+             "option 'deterministic': expected true or false, found string \"" + std::string(64, 'x') + "\"...");
+    CHECK_EQ(error_of(R"({"log_level": "\u0001"})"),
+             "option 'log_level': value \"\\x01\" is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
+}
+
+TEST_CASE("a host's own keys are skipped, and listed when a key is unknown") {
+    constexpr std::array<std::string_view, 2> host{"compiler", "device"};
+    const skc::Options o =
+        skc::parse_options(skc::parse_json(R"({"static_kernel_compile": true, "compiler": 3, "device": "x"})"), host);
+    CHECK(o.static_kernel_compile);
+    try {
+        (void)skc::parse_options(skc::parse_json(R"({"compilr": "/bin/true"})"), host);
+        FAIL("an unknown key was accepted");
+    } catch (const skc::Error& e) {
+        CHECK_EQ(e.option(), "compilr");
+        CHECK_EQ(std::string(e.what()),
+                 "option 'compilr': unknown option; known options are: static_kernel_compile, "
+                 "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
+                 "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
+                 "super_kernel, compiler, device");
+    }
 }
