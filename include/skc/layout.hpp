@@ -95,13 +95,13 @@ inline void check_access(const std::filesystem::path& p, Access need = Access::r
     if (::stat(p.c_str(), &st) != 0)
         throw Error(errno == EACCES ? Errc::permission_denied : Errc::io_error,
                     std::string("cannot access: ") + std::strerror(errno), where);
-    const bool dir = S_ISDIR(st.st_mode);
+    if (!S_ISDIR(st.st_mode)) throw Error(Errc::invalid_argument, "not a directory", where);
     const auto has = [&](int mode) { return ::access(p.c_str(), mode) == 0; };
     if ((static_cast<int>(need) & 1) && !has(R_OK))
         throw Error(Errc::permission_denied, "not readable by this user (read permission missing)", where);
     if ((static_cast<int>(need) & 2) && !has(W_OK))
         throw Error(Errc::permission_denied, "not writable by this user (write permission missing)", where);
-    if (dir && !has(X_OK))
+    if (!has(X_OK))
         throw Error(Errc::permission_denied, "not searchable by this user (execute permission missing)", where);
 }
 

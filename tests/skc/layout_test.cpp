@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include <chrono>
 #include <regex>
 
@@ -132,6 +134,12 @@ TEST_CASE("resolve_base: explicit base, then the model cache directory unless fo
     o.base_dir = (dir / "missing").string();
     CHECK_EQ(error_of([&] { (void)skc::resolve_base(o, dir.path()); }),
              (dir / "missing").string() + ": option 'base_dir': cannot access: No such file or directory");
+    // A file is no base: refused before anything is created inside it.
+    { std::ofstream((dir / "file").string()) << "x"; }
+    o.base_dir = (dir / "file").string();
+    CHECK_EQ(error_of([&] { (void)skc::resolve_base(o, dir.path()); }),
+             (dir / "file").string() + ": option 'base_dir': not a directory");
+    CHECK(fs::is_regular_file(dir / "file"));
 }
 
 TEST_CASE("the base must be readable and writable: the error names the path and the permission") {
