@@ -4,7 +4,8 @@
 // process-wide session and throws Error(session_active) when another holds it (this is the
 // conflict with a profiler that records op arguments from step 0: that profiler holds the session,
 // and skc says so instead of silently recording nothing). stop() ends the session and writes what
-// it recorded; the destructor releases the session too if stop() was never called.
+// it recorded; discard() ends it without writing; the destructor releases the session too if
+// neither was called.
 //
 // record() may be called from many threads at once. Each call hashes the record outside any lock,
 // then takes the lock of one of 16 shards (chosen by digest) to deduplicate, so threads recording
@@ -157,6 +158,19 @@ public:
         std::vector<const OpRecord*> records;
         for (const Item* it : ordered()) records.push_back(&it->record);
         return write_session(run, records, targets_, support_);
+    }
+
+    /// Ends the session without writing anything: what was recorded is dropped, the process may
+    /// start another session, and record() calls from now on (also from other threads) get
+    /// Error(no_session). For a host that turns the feature off before compiling. Does nothing
+    /// when already stopped or discarded.
+    void discard() noexcept {
+        {
+            std::array<std::unique_lock<std::mutex>, shard_count> locks;
+            for (std::size_t i = 0; i < shard_count; ++i) locks[i] = std::unique_lock(shards_[i].mu);
+            active_.store(false, std::memory_order_release);
+        }
+        release();
     }
 
 private:

@@ -170,3 +170,21 @@ TEST_CASE("a compile-time digest that does not match the record is refused") {
     }
     CHECK(rec.size() == 0);
 }
+
+TEST_CASE("discard ends the session without writing: the process may record again, this recorder may not") {
+    skc_test::TempDir dir;
+    const skc::Layout layout(dir.path());
+    skc::OpRecorder<> rec;
+    rec.record(op("Add", 1, 2));
+    rec.discard();
+    CHECK_FALSE(rec.active());
+    CHECK_FALSE(skc::recording_session_active());
+    CHECK_THROWS_WITH_AS(rec.record(op("Add", 3, 4)),
+                         "the recording session was stopped; start a new OpRecorder to record again", skc::Error);
+    CHECK_THROWS_WITH_AS(rec.record(skc::digest(op("Add", 5, 6)), [] { return op("Add", 5, 6); }),
+                         "the recording session was stopped; start a new OpRecorder to record again", skc::Error);
+    CHECK_THROWS_WITH_AS(rec.stop(layout.create_run()), "the recording session was already stopped", skc::Error);
+    rec.discard();  // twice is harmless
+    skc::OpRecorder<> next;  // the process's session is free again
+    CHECK(next.record(op("Add", 1, 2)));
+}
