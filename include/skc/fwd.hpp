@@ -13,6 +13,11 @@ enum class Errc;
 struct Digest;
 struct DigestHash;
 
+template <std::size_t Words>
+class BasicCallKey;
+template <class T, std::size_t Words>
+class CallMap;
+
 class Value;
 struct Member;
 

@@ -23,4 +23,5 @@
 #include "policy/installer.hpp"
 #include "policy/reselect.hpp"
 #include "kernel_table.hpp"
+#include "call_key.hpp"
 #include "compiler.hpp"
