@@ -160,6 +160,32 @@ inline std::vector<HostCase> cases() {
         const RuntimeShape x{z.s, 4 * z.h};
         add("Relu", z, dims(x), make("Relu", {tensor(x)}, {tensor(x)}), {}, false);
     }
+    // Not in the demo's block either: what the torch plugin records for a Linear layer (weight
+    // stored [out, in], transposed, with a bias), a feed-forward layer with its activation fused,
+    // and torch's layer_norm.
+    for (const Size& z : sizes) {  // x [S, H] . W [H, H]^T + b
+        const std::int64_t S = z.s, H = z.h;
+        add("MatMulV2 Linear", z, dims({S, H}) + " x " + dims({H, H}) + "^T + " + dims({H}),
+            make("MatMulV2", {tensor({S, H}), tensor({H, H}), tensor({H}), std::monostate{}}, {tensor({S, H})},
+                 {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", true), attr("offset_x", "int", 0)}),
+            {}, false);
+    }
+    for (const Size& z : sizes) {  // gelu(x [S, H] . W [H, 4H] + b), erf form
+        const std::int64_t S = z.s, H = z.h;
+        add("FusedMatMul gelu_erf", z, dims({S, H}) + " x " + dims({H, 4 * H}) + " + " + dims({4 * H}),
+            make("FusedMatMul", {tensor({S, H}), tensor({H, 4 * H}), tensor({4 * H}), std::monostate{}}, {tensor({S, 4 * H})},
+                 {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", false),
+                  attr("fused_op_type", "str", std::string("gelu_erf"))}),
+            {}, false);
+    }
+    for (const Size& z : sizes) {  // y, mean and rstd as aten's native_layer_norm gives them
+        const RuntimeShape x{z.s, z.h}, st{z.s, 1};
+        add("LayerNormV3", z, dims(x) + ", last axis",
+            make("LayerNormV3", {tensor(x), tensor({z.h}), tensor({z.h})}, {tensor(x), tensor(st), tensor(st)},
+                 {attr("begin_norm_axis", "int", -1), attr("begin_params_axis", "int", -1),
+                  attr("epsilon", "float", 1e-5)}),
+            {}, false);
+    }
     return c;
 }
 

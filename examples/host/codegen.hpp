@@ -9,12 +9,16 @@
 // compile-time trip count, so the compiler can unroll and vectorise; there is no run-time shape
 // arithmetic. Where the sizes make it pay, the generator also chooses a loop structure the generic
 // kernels (kernels.hpp) cannot know in advance:
-//   - MatMul / BatchMatMul: C in register tiles of 6 x 8 (GCC/Clang vector extensions, four floats
-//     a vector), over a contiguous copy of an 8-column panel of B (also for a transposed B, whose
-//     generic kernel is a chain of dependent additions per element);
+//   - MatMul / BatchMatMul / FusedMatMul: C in register tiles of 6 x 8 (GCC/Clang vector
+//     extensions, four floats a vector), over a contiguous copy of an 8-column panel of B, gathered
+//     through B's strides (also for a transposed or strided B, whose generic kernel is a chain of
+//     dependent additions per element); A is read through its strides, all of them constants;
+//     the bias and the activation are applied to a tile once its sums are complete;
 //   - LayerNorm: 8 rows reduced together (8 independent chains of additions);
 //   - SoftmaxV2: the row maximum in 8 lanes;
 //   - Transpose: 8 x 8 tiles when the last output dim is read with a stride.
+// Add, Mul, Relu, Gelu and SoftmaxV2 take no __restrict pointers: like their generic twins they
+// may run in place (plan.hpp), each element read before the same index is written.
 // None of these changes which floating-point operations are done or their order for any output
 // element (each sum still runs over its terms in order from 0; max does not round; copies are
 // copies), so with the same compiler flags a generated kernel agrees with its generic twin bit for
@@ -28,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -91,30 +96,70 @@ private:
 
 inline std::string n(std::int64_t v) { return std::to_string(v); }
 
-/// The generic kernel's loop nest (kernels::matmul) with constant sizes: used where register
-/// tiles do not pay (fewer than `tile_rows` rows without tb, or a panel too large for the stack).
-inline void emit_matmul_plain(Src& s, bool ta, bool tb) {
-    const std::string a_elem = ta ? "A[p * M + i]" : "A[i * K + p]";
-    if (!tb) {
+/// The activation `k` of the float named `v`, as kernels.hpp's relu1, gelu_tanh1 and gelu_erf1
+/// compute it.
+inline std::string act_expr(UnaryKind k, const std::string& v) {
+    switch (k) {
+    case UnaryKind::relu: return v + " > 0.0f ? " + v + " : 0.0f";
+    case UnaryKind::gelu_tanh:
+        return "0.5f * " + v + " * (1.0f + std::tanh(0.7978845608f * (" + v + " + 0.044715f * " + v + " * " + v + " * " + v + ")))";
+    case UnaryKind::gelu_erf: return "0.5f * " + v + " * (1.0f + std::erf(" + v + " * 0.70710678118654752f))";
+    }
+    return v;
+}
+
+inline bool has_epilogue(const MatMulPlan& p) { return p.bias || p.activation.has_value(); }
+
+/// `dest = act(value + bias[col])`, with the parts the plan has, as kernels::Epilogue computes it.
+/// With an activation it declares `v`: the caller gives it a scope (a loop body).
+inline void emit_epilogue(Src& s, const MatMulPlan& p, const std::string& dest, const std::string& value,
+                          const std::string& col) {
+    const std::string v = p.bias ? value + " + bias[" + col + "]" : value;
+    if (!p.activation) {
+        s.line(dest + " = " + v + ";");
+        return;
+    }
+    s.line("const float v = " + v + ";");
+    s.line(dest + " = " + act_expr(*p.activation, "v") + ";");
+}
+
+/// The operand strides as constants (the ones `names` lists: SAM, SAK, SBK, SBN).
+inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std::string_view> names) {
+    std::string line;
+    for (std::string_view name : names) {
+        const std::int64_t v = name == "SAM" ? p.a.outer : name == "SAK" ? p.a.k : name == "SBK" ? p.b.k : p.b.outer;
+        line += (line.empty() ? "constexpr idx " : ", ") + std::string(name) + " = " + n(v);
+    }
+    s.line(line + ";");
+}
+
+/// The generic kernel's loop nest (kernels::matmul) with constant sizes and strides: used where
+/// register tiles do not pay (fewer than `tile_rows` rows with contiguous rows of op(B), or a
+/// panel too large for the stack).
+inline void emit_matmul_plain(Src& s, const MatMulPlan& p) {
+    if (p.b.outer == 1) {
+        emit_strides(s, p, {"SAM", "SAK", "SBK"});
         s.loop("i", "0", "M");
         s.line("float* __restrict crow = C + i * N;");
         s.line("for (idx j = 0; j < N; ++j) crow[j] = 0.0f;");
         s.loop("p", "0", "K");
-        s.line("const float av = " + a_elem + ";");
-        s.line("const float* __restrict brow = B + p * N;");
+        s.line("const float av = A[i * SAM + p * SAK];");
+        s.line("const float* __restrict brow = B + p * SBK;");
         s.line("for (idx j = 0; j < N; ++j) crow[j] += av * brow[j];");
-        s.close().close();
-    } else {
-        s.loop("i", "0", "M").loop("j", "0", "N");
-        s.line("const float* __restrict brow = B + j * K;");
-        s.line("float s = 0.0f;");
-        if (!ta) {
-            s.line("const float* __restrict arow = A + i * K;");
-            s.line("for (idx p = 0; p < K; ++p) s += arow[p] * brow[p];");
-        } else {
-            s.line("for (idx p = 0; p < K; ++p) s += A[p * M + i] * brow[p];");
+        s.close();
+        if (has_epilogue(p)) {
+            s.loop("j", "0", "N");
+            emit_epilogue(s, p, "crow[j]", "crow[j]", "j");
+            s.close();
         }
-        s.line("C[i * N + j] = s;");
+        s.close();
+    } else {
+        emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
+        s.loop("i", "0", "M").loop("j", "0", "N");
+        s.line("const float* __restrict bcol = B + j * SBN;");
+        s.line("float s = 0.0f;");
+        s.line("for (idx p = 0; p < K; ++p) s += A[i * SAM + p * SAK] * bcol[p * SBK];");
+        emit_epilogue(s, p, "C[i * N + j]", "s", "j");
         s.close().close();
     }
 }
@@ -125,13 +170,14 @@ constexpr std::int64_t tile_rows = 6;
 constexpr std::int64_t tile_cols = 8;
 constexpr std::int64_t max_panel_k = 4096;  // the packed panel, K x 8 floats, lives on the stack
 
-/// Tiles pay when a tile has its rows: with tb, always (the generic kernel's dot products are one
-/// dependent chain of additions; a tile has 48 independent ones), otherwise from `tile_rows` rows
-/// on (below, the generic loop nest, which streams B once, is faster).
-inline bool matmul_uses_tiles(const MatMulPlan& p) { return p.k <= max_panel_k && (p.tb || p.m >= tile_rows); }
+/// Tiles pay when a tile has its rows: when the rows of op(B) are not contiguous, always (the
+/// generic kernel's dot products are one dependent chain of additions; a tile has 48 independent
+/// ones), otherwise from `tile_rows` rows on (below, the generic loop nest, which streams B once,
+/// is faster).
+inline bool matmul_uses_tiles(const MatMulPlan& p) { return p.k <= max_panel_k && (p.b.outer != 1 || p.m >= tile_rows); }
 
 /// One tile of `rows` rows at row i0 and columns j0 .. j0 + cols (cols <= 8; the panel is padded).
-inline void emit_matmul_tile(Src& s, std::int64_t rows, std::int64_t cols, bool ta) {
+inline void emit_matmul_tile(Src& s, const MatMulPlan& p, std::int64_t rows, std::int64_t cols) {
     s.open("");
     s.line("v4f acc[" + n(rows * 2) + "] = {};");
     s.loop("p", "0", "K");
@@ -140,48 +186,56 @@ inline void emit_matmul_tile(Src& s, std::int64_t rows, std::int64_t cols, bool 
     s.line("std::memcpy(&b1, bp + p * 8 + 4, sizeof b1);");
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::string a = "a" + n(r);
-        s.line("const float " + a + " = " + (ta ? "A[p * M + i0 + " + n(r) + "]" : "A[(i0 + " + n(r) + ") * K + p]") + ";");
+        s.line("const float " + a + " = A[(i0 + " + n(r) + ") * SAM + p * SAK];");
         s.line("acc[" + n(2 * r) + "] += " + a + " * b0;");
         s.line("acc[" + n(2 * r + 1) + "] += " + a + " * b1;");
     }
     s.close();
-    if (cols == tile_cols) {
+    if (cols == tile_cols && !has_epilogue(p)) {
         for (std::int64_t r = 0; r < rows; ++r)
             s.line("std::memcpy(C + (i0 + " + n(r) + ") * N + j0, &acc[" + n(2 * r) + "], sizeof(v4f) * 2);");
     } else {
         s.open("for (idx r = 0; r < " + n(rows) + "; ++r)");
         s.line("float t[8];");
         s.line("std::memcpy(t, &acc[2 * r], sizeof t);");
-        s.line("for (idx c = 0; c < " + n(cols) + "; ++c) C[(i0 + r) * N + j0 + c] = t[c];");
+        if (!has_epilogue(p)) {
+            s.line("for (idx c = 0; c < " + n(cols) + "; ++c) C[(i0 + r) * N + j0 + c] = t[c];");
+        } else {
+            s.loop("c", "0", n(cols));
+            emit_epilogue(s, p, "C[(i0 + r) * N + j0 + c]", "t[c]", "j0 + c");
+            s.close();
+        }
         s.close();
     }
     s.close();
 }
 
 /// C = op(A) op(B) for one batch, in register tiles. Every element of C is still the sum over
-/// p = 0 .. K-1 in order, starting from 0, of one product each, as in kernels::matmul: the tiles
-/// only change which elements are computed together, so the result is bit for bit the same.
+/// p = 0 .. K-1 in order, starting from 0, of one product each, then its bias and activation, as
+/// in kernels::matmul: the tiles only change which elements are computed together, so the result
+/// is bit for bit the same.
 inline void emit_matmul_body(Src& s, const MatMulPlan& p) {
     if (!matmul_uses_tiles(p)) {
-        emit_matmul_plain(s, p.ta, p.tb);
+        emit_matmul_plain(s, p);
         return;
     }
+    emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
     const std::int64_t full_rows = p.m - p.m % tile_rows, full_cols = p.n - p.n % tile_cols;
     auto column_block = [&](std::int64_t cols) {
-        // The K x 8 panel of B at column j0, zero-padded past `cols`, contiguous for the tiles.
+        // The K x 8 panel of op(B) at column j0, zero-padded past `cols`, contiguous for the tiles.
         s.loop("p", "0", "K");
         if (cols < tile_cols) s.line("for (idx c = " + n(cols) + "; c < 8; ++c) bp[p * 8 + c] = 0.0f;");
-        s.line("for (idx c = 0; c < " + n(cols) + "; ++c) bp[p * 8 + c] = " + (p.tb ? "B[(j0 + c) * K + p]" : "B[p * N + j0 + c]") + ";");
+        s.line("for (idx c = 0; c < " + n(cols) + "; ++c) bp[p * 8 + c] = B[p * SBK + (j0 + c) * SBN];");
         s.close();
         if (full_rows > 0) {
             s.open("for (idx i0 = 0; i0 < M - M % " + n(tile_rows) + "; i0 += " + n(tile_rows) + ")");
-            emit_matmul_tile(s, tile_rows, cols, p.ta);
+            emit_matmul_tile(s, p, tile_rows, cols);
             s.close();
         }
         if (p.m % tile_rows != 0) {
             s.open("");
             s.line("constexpr idx i0 = M - M % " + n(tile_rows) + ";");
-            emit_matmul_tile(s, p.m % tile_rows, cols, p.ta);
+            emit_matmul_tile(s, p, p.m % tile_rows, cols);
             s.close();
         }
     };
@@ -202,6 +256,7 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p) {
 inline void emit(Src& s, const MatMulPlan& p) {
     s.line("constexpr idx M = " + n(p.m) + ", K = " + n(p.k) + ", N = " + n(p.n) + ";");
     if (matmul_uses_tiles(p)) s.line("typedef float v4f __attribute__((vector_size(16)));");
+    if (p.bias) s.line("const float* __restrict bias = inputs[2];");
     if (p.batch == 1) {
         s.line("const float* __restrict A = inputs[0];");
         s.line("const float* __restrict B = inputs[1];");
@@ -211,41 +266,56 @@ inline void emit(Src& s, const MatMulPlan& p) {
     }
     s.line("constexpr idx BATCH = " + n(p.batch) + ";");
     s.loop("t", "0", "BATCH");
-    s.line(std::string("const float* __restrict A = inputs[0]") + (p.a_batch == 1 ? "" : " + t * (M * K)") + ";");
-    s.line(std::string("const float* __restrict B = inputs[1]") + (p.b_batch == 1 ? "" : " + t * (K * N)") + ";");
+    s.line("const float* __restrict A = inputs[0]" + (p.a.batch == 0 ? std::string() : " + t * " + n(p.a.batch)) + ";");
+    s.line("const float* __restrict B = inputs[1]" + (p.b.batch == 0 ? std::string() : " + t * " + n(p.b.batch)) + ";");
     s.line("float* __restrict C = outputs[0] + t * (M * N);");
     emit_matmul_body(s, p);
     s.close();
 }
 
+/// Add / Mul; y may be full or rep (in place), hence no __restrict. In place (y == full) the loop
+/// reads y itself, as kernels::broadcast_binary does, so that it vectorises without an overlap check.
 inline void emit(Src& s, const BinaryPlan& p) {
     const char* op = p.kind == BinaryKind::add ? " + " : " * ";
-    s.line("const float* __restrict full = inputs[" + n(static_cast<std::int64_t>(p.full)) + "];");
-    s.line("const float* __restrict rep = inputs[" + n(static_cast<std::int64_t>(p.rep)) + "];");
-    s.line("float* __restrict y = outputs[0];");
+    s.line("const float* full = inputs[" + n(static_cast<std::int64_t>(p.full)) + "];");
+    s.line("const float* rep = inputs[" + n(static_cast<std::int64_t>(p.rep)) + "];");
+    s.line("float* y = outputs[0];");
     if (p.inner == 1) {
         s.line("constexpr idx NUM = " + n(p.outer) + ";");
         s.line("const float s = rep[0];");
+        s.open("if (full == y)");
+        s.line(std::string("for (idx i = 0; i < NUM; ++i) y[i] = y[i]") + op + "s;");
+        s.close().open("else");
         s.line(std::string("for (idx i = 0; i < NUM; ++i) y[i] = full[i]") + op + "s;");
+        s.close();
         return;
     }
     s.line("constexpr idx OUTER = " + n(p.outer) + ", INNER = " + n(p.inner) + ";");
-    s.loop("o", "0", "OUTER");
-    s.line(std::string("for (idx i = 0; i < INNER; ++i) y[o * INNER + i] = full[o * INNER + i]") + op + "rep[i];");
-    s.close();
+    for (const char* in : {"y", "full"}) {
+        s.open(std::string(in) == "y" ? "if (full == y)" : "else");
+        s.loop("o", "0", "OUTER");
+        s.line(std::string("for (idx i = 0; i < INNER; ++i) y[o * INNER + i] = ") + in + "[o * INNER + i]" + op + "rep[i];");
+        s.close().close();
+    }
 }
 
+/// Relu / Gelu; y may be x (in place), hence no __restrict. Relu in place reads y itself (see the
+/// binary ops); Gelu's loop calls std::tanh or std::erf and is not vectorised either way.
 inline void emit(Src& s, const UnaryPlan& p) {
     s.line("constexpr idx NUM = " + n(p.n) + ";");
-    s.line("const float* __restrict x = inputs[0];");
-    s.line("float* __restrict y = outputs[0];");
+    s.line("const float* x = inputs[0];");
+    s.line("float* y = outputs[0];");
     if (p.kind == UnaryKind::relu) {
-        s.line("for (idx i = 0; i < NUM; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;");
+        s.open("if (x == y)");
+        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "y[i]") + ";");
+        s.close().open("else");
+        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "x[i]") + ";");
+        s.close();
     } else {
-        s.line("// GELU, tanh approximation.");
+        s.line(p.kind == UnaryKind::gelu_tanh ? "// GELU, tanh approximation." : "// GELU, erf form.");
         s.loop("i", "0", "NUM");
         s.line("const float v = x[i];");
-        s.line("y[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));");
+        s.line("y[i] = " + act_expr(p.kind, "v") + ";");
         s.close();
     }
 }
@@ -256,11 +326,13 @@ constexpr std::int64_t reduce_group = 8;
 /// "<prefix>0, <prefix>1, ..." style helpers for the unrolled lanes.
 inline std::string lane(const std::string& prefix, std::int64_t q) { return prefix + n(q); }
 
+/// SoftmaxV2; y may be x (in place), hence no __restrict: every pass reads xr[c] before the exp
+/// pass writes yr[c].
 inline void emit(Src& s, const SoftmaxPlan& p) {
     s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
     s.loop("r", "0", "ROWS");
-    s.line("const float* __restrict xr = inputs[0] + r * COLS;");
-    s.line("float* __restrict yr = outputs[0] + r * COLS;");
+    s.line("const float* xr = inputs[0] + r * COLS;");
+    s.line("float* yr = outputs[0] + r * COLS;");
     s.line("float mx = xr[0];");
     if (p.cols < 2 * reduce_group) {
         s.line("for (idx c = 1; c < COLS; ++c) mx = xr[c] > mx ? xr[c] : mx;");
@@ -312,6 +384,7 @@ inline void emit_layer_norm_row(Src& s, const LayerNormPlan& p, const std::strin
     s.line("for (idx c = 0; c < COLS; ++c) yr[c] = (xr[c] - mu) * rstd * gamma[c] + beta[c];");
     if (p.mean_out) s.line("mean[r] = mu;");
     if (p.var_out) s.line("var[r] = v;");
+    if (p.rstd_out) s.line("rstd_out[r] = rstd;");
     s.close();
 }
 
@@ -322,6 +395,7 @@ inline void emit(Src& s, const LayerNormPlan& p) {
     s.line("const float* __restrict beta = inputs[2];");
     if (p.mean_out) s.line("float* __restrict mean = outputs[1];");
     if (p.var_out) s.line("float* __restrict var = outputs[2];");
+    if (p.rstd_out) s.line("float* __restrict rstd_out = outputs[2];");
     const std::int64_t g = reduce_group;
     if (p.rows < g) {
         emit_layer_norm_row(s, p, "0");
@@ -360,6 +434,7 @@ inline void emit(Src& s, const LayerNormPlan& p) {
     }
     if (p.mean_out) each("mean[r0 + #] = mu#;");
     if (p.var_out) each("var[r0 + #] = v#;");
+    if (p.rstd_out) each("rstd_out[r0 + #] = rstd#;");
     s.close();
     if (p.rows % g != 0) emit_layer_norm_row(s, p, "ROWS - ROWS % " + n(g));
 }
@@ -425,7 +500,10 @@ inline void emit(Src& s, const TransposePlan& p) {
 inline std::string describe(const skc::OpRecord& op) {
     std::string d = op.op_type;
     for (const skc::TensorSlot& slot : op.inputs)
-        if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) d += " " + dims_str(t->shape);
+        if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) {
+            d += " " + dims_str(t->shape);
+            if (t->is_view.value_or(false) && t->stride) d += " (stride " + dims_str(*t->stride) + ")";
+        }
     d += " ->";
     for (const skc::TensorSlot& slot : op.outputs)
         if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) d += " " + dims_str(t->shape);

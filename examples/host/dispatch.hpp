@@ -14,6 +14,31 @@
 
 namespace skc_host {
 
+namespace detail {
+
+template <class Epi>
+void run_matmul(const MatMulPlan& p, const float* a, const float* b, float* c, Epi epi) {
+    kernels::batch_matmul(a, b, c, p.batch, p.m, p.k, p.n, p.a.batch, p.a.outer, p.a.k, p.b.batch, p.b.k, p.b.outer, epi);
+}
+
+/// The matmul with its epilogue: none, the bias alone, or the activation after the bias if any.
+inline void run_matmul(const MatMulPlan& p, const float* const* inputs, float* const* outputs) {
+    namespace k = kernels;
+    const float* bias = p.bias ? inputs[2] : nullptr;
+    if (!p.activation) {
+        if (bias == nullptr) run_matmul(p, inputs[0], inputs[1], outputs[0], k::NoEpilogue{});
+        else run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::identity1>{bias});
+        return;
+    }
+    switch (*p.activation) {
+    case UnaryKind::relu: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::relu1>{bias}); return;
+    case UnaryKind::gelu_tanh: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_tanh1>{bias}); return;
+    case UnaryKind::gelu_erf: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_erf1>{bias}); return;
+    }
+}
+
+}  // namespace detail
+
 /// Runs the plan of an analysed op.
 inline void run_plan(const Plan& plan, const float* const* inputs, float* const* outputs) {
     namespace k = kernels;
@@ -21,18 +46,21 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
         [&](const auto& p) {
             using P = std::decay_t<decltype(p)>;
             if constexpr (std::is_same_v<P, MatMulPlan>) {
-                k::batch_matmul(inputs[0], inputs[1], outputs[0], p.batch, p.a_batch, p.b_batch, p.m, p.k, p.n, p.ta, p.tb);
+                detail::run_matmul(p, inputs, outputs);
             } else if constexpr (std::is_same_v<P, BinaryPlan>) {
                 if (p.kind == BinaryKind::add) k::add(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
                 else k::mul(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
             } else if constexpr (std::is_same_v<P, UnaryPlan>) {
-                if (p.kind == UnaryKind::relu) k::relu(inputs[0], outputs[0], p.n);
-                else k::gelu(inputs[0], outputs[0], p.n);
+                switch (p.kind) {
+                case UnaryKind::relu: k::relu(inputs[0], outputs[0], p.n); break;
+                case UnaryKind::gelu_tanh: k::gelu_tanh(inputs[0], outputs[0], p.n); break;
+                case UnaryKind::gelu_erf: k::gelu_erf(inputs[0], outputs[0], p.n); break;
+                }
             } else if constexpr (std::is_same_v<P, SoftmaxPlan>) {
                 k::softmax(inputs[0], outputs[0], p.rows, p.cols);
             } else if constexpr (std::is_same_v<P, LayerNormPlan>) {
                 k::layer_norm(inputs[0], inputs[1], inputs[2], outputs[0], p.mean_out ? outputs[1] : nullptr,
-                              p.var_out ? outputs[2] : nullptr, p.rows, p.cols, p.epsilon);
+                              p.var_out ? outputs[2] : nullptr, p.rstd_out ? outputs[2] : nullptr, p.rows, p.cols, p.epsilon);
             } else {
                 static_assert(std::is_same_v<P, TransposePlan>);
                 k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);

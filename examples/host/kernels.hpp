@@ -6,7 +6,10 @@
 // 0), so with the same compiler flags the two agree bit for bit, up to -ffp-contract differences.
 // If you change an algorithm here, change the generator with it.
 //
-// All arrays are dense and row-major; outputs must not overlap inputs (__restrict).
+// Arrays are dense and row-major, except the matmul operands, read through element strides.
+// Outputs do not overlap inputs (__restrict), except in add, mul, relu, gelu_tanh, gelu_erf and
+// softmax, whose output may be exactly an input of the same size (in place; see plan.hpp): they
+// read every element before they write the same index, and take no __restrict pointers.
 #pragma once
 
 #include <algorithm>
@@ -19,84 +22,130 @@ namespace skc_host::kernels {
 
 using idx = std::ptrdiff_t;
 
-/// c[m, n] = op(a) * op(b); a is [m, k] ([k, m] with ta), b is [k, n] ([n, k] with tb).
-/// Without tb the loop order is i-k-j (the inner loop runs along rows of b and c); with tb it is
-/// i-j-k (a dot product of two contiguous rows unless ta). Each c element sums over k ascending.
+/// The per-element activations (plan.hpp's UnaryKind), shared by the unary kernels and the
+/// matmul epilogues.
+inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }
+inline float gelu_tanh1(float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
+inline float gelu_erf1(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
+inline float identity1(float v) { return v; }
+
+/// What a matmul does with an element of c once its sum is complete: nothing.
+struct NoEpilogue {
+    static constexpr bool active = false;
+    float operator()(float v, std::ptrdiff_t) const { return v; }
+};
+
+/// ... or Act(v + bias[j]) (the bias only when not null), Act one of the functions above.
+template <float (*Act)(float)>
+struct Epilogue {
+    static constexpr bool active = true;
+    const float* bias = nullptr;
+    float operator()(float v, std::ptrdiff_t j) const {
+        if (bias != nullptr) v += bias[j];
+        return Act(v);
+    }
+};
+
+/// c[m, n] = epi(op(a) * op(b)), c dense, op(a)[i, p] = a[i * sam + p * sak] and
+/// op(b)[p, j] = b[p * sbk + j * sbn]. When the rows of op(b) are contiguous (sbn == 1) the loop
+/// order is i-k-j (the inner loop runs along rows of b and c), otherwise i-j-k (a dot product).
+/// Each c element sums over k ascending from 0, then gets its epilogue.
+template <class Epi = NoEpilogue>
 inline void matmul(const float* __restrict a, const float* __restrict b, float* __restrict c, idx m, idx k, idx n,
-                   bool ta, bool tb) {
-    if (!tb) {
+                   idx sam, idx sak, idx sbk, idx sbn, Epi epi = {}) {
+    if (sbn == 1) {
         for (idx i = 0; i < m; ++i) {
             float* __restrict crow = c + i * n;
             for (idx j = 0; j < n; ++j) crow[j] = 0.0f;
             for (idx p = 0; p < k; ++p) {
-                const float av = ta ? a[p * m + i] : a[i * k + p];
-                const float* __restrict brow = b + p * n;
+                const float av = a[i * sam + p * sak];
+                const float* __restrict brow = b + p * sbk;
                 for (idx j = 0; j < n; ++j) crow[j] += av * brow[j];
             }
+            if constexpr (Epi::active)
+                for (idx j = 0; j < n; ++j) crow[j] = epi(crow[j], j);
         }
     } else {
         for (idx i = 0; i < m; ++i) {
             for (idx j = 0; j < n; ++j) {
-                const float* __restrict brow = b + j * k;
+                const float* __restrict bcol = b + j * sbn;
                 float s = 0.0f;
-                if (!ta) {
-                    const float* __restrict arow = a + i * k;
-                    for (idx p = 0; p < k; ++p) s += arow[p] * brow[p];
+                if (sak == 1 && sbk == 1) {
+                    const float* __restrict arow = a + i * sam;
+                    for (idx p = 0; p < k; ++p) s += arow[p] * bcol[p];
                 } else {
-                    for (idx p = 0; p < k; ++p) s += a[p * m + i] * brow[p];
+                    for (idx p = 0; p < k; ++p) s += a[i * sam + p * sak] * bcol[p * sbk];
                 }
-                c[i * n + j] = s;
+                c[i * n + j] = epi(s, j);
             }
         }
     }
 }
 
-/// Batched matmul: batch `batch`; an operand with batch 1 is broadcast.
-inline void batch_matmul(const float* __restrict a, const float* __restrict b, float* __restrict c, idx batch,
-                         idx a_batch, idx b_batch, idx m, idx k, idx n, bool ta, bool tb) {
-    for (idx t = 0; t < batch; ++t)
-        matmul(a + (a_batch == 1 ? 0 : t) * m * k, b + (b_batch == 1 ? 0 : t) * k * n, c + t * m * n, m, k, n, ta, tb);
+/// Batched matmul: operand t of a batch starts at a + t * sab, b + t * sbb (a stride 0
+/// broadcasts); c is dense [batch, m, n].
+template <class Epi = NoEpilogue>
+inline void batch_matmul(const float* __restrict a, const float* __restrict b, float* __restrict c, idx batch, idx m,
+                         idx k, idx n, idx sab, idx sam, idx sak, idx sbb, idx sbk, idx sbn, Epi epi = {}) {
+    for (idx t = 0; t < batch; ++t) matmul(a + t * sab, b + t * sbb, c + t * m * n, m, k, n, sam, sak, sbk, sbn, epi);
 }
 
-/// y[o * inner + i] = full[o * inner + i] + rep[i].
-inline void add(const float* __restrict full, const float* __restrict rep, float* __restrict y, idx outer, idx inner) {
+/// y[o * inner + i] = op(full[o * inner + i], rep[i]); y may be full, or rep when rep has y's
+/// size. In place (y == full) the loop reads y itself: an exact alias then needs no run-time
+/// overlap check to vectorise (Clang's check fails for it and runs the scalar loop).
+template <class Op>
+inline void broadcast_binary(const float* full, const float* rep, float* y, idx outer, idx inner, Op op) {
     if (inner == 1) {
         const float s = rep[0];
-        for (idx i = 0; i < outer; ++i) y[i] = full[i] + s;
+        if (full == y)
+            for (idx i = 0; i < outer; ++i) y[i] = op(y[i], s);
+        else
+            for (idx i = 0; i < outer; ++i) y[i] = op(full[i], s);
         return;
     }
-    for (idx o = 0; o < outer; ++o)
-        for (idx i = 0; i < inner; ++i) y[o * inner + i] = full[o * inner + i] + rep[i];
-}
-
-/// y[o * inner + i] = full[o * inner + i] * rep[i].
-inline void mul(const float* __restrict full, const float* __restrict rep, float* __restrict y, idx outer, idx inner) {
-    if (inner == 1) {
-        const float s = rep[0];
-        for (idx i = 0; i < outer; ++i) y[i] = full[i] * s;
-        return;
+    if (full == y) {
+        for (idx o = 0; o < outer; ++o)
+            for (idx i = 0; i < inner; ++i) y[o * inner + i] = op(y[o * inner + i], rep[i]);
+    } else {
+        for (idx o = 0; o < outer; ++o)
+            for (idx i = 0; i < inner; ++i) y[o * inner + i] = op(full[o * inner + i], rep[i]);
     }
-    for (idx o = 0; o < outer; ++o)
-        for (idx i = 0; i < inner; ++i) y[o * inner + i] = full[o * inner + i] * rep[i];
 }
 
-inline void relu(const float* __restrict x, float* __restrict y, idx n) {
-    for (idx i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+/// y[o * inner + i] = full[o * inner + i] + rep[i] (see broadcast_binary).
+inline void add(const float* full, const float* rep, float* y, idx outer, idx inner) {
+    broadcast_binary(full, rep, y, outer, inner, [](float u, float v) { return u + v; });
 }
 
-/// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float.
-inline void gelu(const float* __restrict x, float* __restrict y, idx n) {
-    for (idx i = 0; i < n; ++i) {
-        const float v = x[i];
-        y[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-    }
+/// y[o * inner + i] = full[o * inner + i] * rep[i] (see broadcast_binary).
+inline void mul(const float* full, const float* rep, float* y, idx outer, idx inner) {
+    broadcast_binary(full, rep, y, outer, inner, [](float u, float v) { return u * v; });
+}
+
+/// y[i] = relu1(x[i]); y may be x (then read through y, as in broadcast_binary).
+inline void relu(const float* x, float* y, idx n) {
+    if (x == y)
+        for (idx i = 0; i < n; ++i) y[i] = relu1(y[i]);
+    else
+        for (idx i = 0; i < n; ++i) y[i] = relu1(x[i]);
+}
+
+/// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float; y may be x.
+inline void gelu_tanh(const float* x, float* y, idx n) {
+    for (idx i = 0; i < n; ++i) y[i] = gelu_tanh1(x[i]);
+}
+
+/// GELU, erf form: 0.5 x (1 + erf(x / sqrt(2))), in float; y may be x.
+inline void gelu_erf(const float* x, float* y, idx n) {
+    for (idx i = 0; i < n; ++i) y[i] = gelu_erf1(x[i]);
 }
 
 /// Softmax over the last axis of [rows, cols]: max, exp(x - max) and its sequential sum, divide.
-inline void softmax(const float* __restrict x, float* __restrict y, idx rows, idx cols) {
+/// y may be x: each pass reads an element of x before the exp pass writes that index of y.
+inline void softmax(const float* x, float* y, idx rows, idx cols) {
     for (idx r = 0; r < rows; ++r) {
-        const float* __restrict xr = x + r * cols;
-        float* __restrict yr = y + r * cols;
+        const float* xr = x + r * cols;
+        float* yr = y + r * cols;
         float mx = xr[0];
         for (idx c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
         float sum = 0.0f;
@@ -110,11 +159,11 @@ inline void softmax(const float* __restrict x, float* __restrict y, idx rows, id
 }
 
 /// LayerNorm over the last axis of [rows, cols], two passes: mean = sum / cols, var = sum of
-/// squared deviations / cols (biased), y = (x - mean) * (1 / sqrt(var + eps)) * gamma + beta.
-/// mean and var (one value per row) are written when not null.
+/// squared deviations / cols (biased), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * gamma +
+/// beta. mean, var and rstd (one value per row) are written when not null.
 inline void layer_norm(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
-                       float* __restrict y, float* __restrict mean, float* __restrict var, idx rows, idx cols,
-                       float eps) {
+                       float* __restrict y, float* __restrict mean, float* __restrict var, float* __restrict rstd_out,
+                       idx rows, idx cols, float eps) {
     for (idx r = 0; r < rows; ++r) {
         const float* __restrict xr = x + r * cols;
         float* __restrict yr = y + r * cols;
@@ -131,6 +180,7 @@ inline void layer_norm(const float* __restrict x, const float* __restrict gamma,
         for (idx c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rstd * gamma[c] + beta[c];
         if (mean != nullptr) mean[r] = mu;
         if (var != nullptr) var[r] = v;
+        if (rstd_out != nullptr) rstd_out[r] = rstd;
     }
 }
 

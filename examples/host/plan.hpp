@@ -6,14 +6,25 @@
 // which ops are supported; an unsupported op gets a one-line reason instead.
 //
 // Calling convention shared by the generic and the generated kernels: `inputs[i]` is the data of
-// input slot i of the record, `outputs[i]` that of output slot i, all float, dense, row-major, and
-// no output overlaps an input. Absent (null) slots and value-dependent inputs whose values are
-// baked into the kernel (Transpose's perm) are not read: their pointer may be null.
+// input slot i of the record, `outputs[i]` that of output slot i, all float. A tensor is dense and
+// row-major, except the x1 and x2 inputs of the matrix products (MatMul, MatMulV2, BatchMatMulV2,
+// FusedMatMul), which may be views (`is_view` with element `stride`s, 0 for a broadcast dim, no
+// `offset`): their pointer is the address of the view's first element, and element (i0, i1, ..)
+// is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs are always dense.
+//
+// No output overlaps an input, with one exception: Add, Mul, Relu, Gelu and SoftmaxV2 may run in
+// place, an output pointer equal to an input pointer whose tensor has the output's shape (torch's
+// add_, mul_, relu_, `_softmax.out(x, out=x)`); their kernels read each element before writing
+// the same index, so the result is the out-of-place one. A partial overlap is never allowed.
+// Absent (null) slots and value-dependent inputs whose values are baked into the kernel
+// (Transpose's perm) are not read: their pointer may be null.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,18 +32,38 @@
 #include <variant>
 #include <vector>
 
+#include <skc/detail/text.hpp>
 #include <skc/op_record.hpp>
 #include <skc/value.hpp>
 
 namespace skc_host {
 
-/// MatMul / MatMulV2 (batch == 1, a_batch == b_batch == 1) and BatchMatMulV2. With ta the first
-/// operand is stored [K, M], with tb the second is stored [N, K]. An operand whose batch is 1 is
-/// broadcast over the batch of the other.
+/// The activations of Relu, Gelu and FusedMatMul, applied per element in float:
+///   relu       v > 0 ? v : 0
+///   gelu_tanh  0.5 v (1 + tanh(0.7978845608 (v + 0.044715 v^3)))   (Gelu's default)
+///   gelu_erf   0.5 v (1 + erf(v * 0.70710678118654752))            (Gelu approximate "none")
+enum class UnaryKind { relu, gelu_tanh, gelu_erf };
+
+/// How a matmul operand is read: element strides along its batch, its outer dim (M for the first
+/// operand, N for the second) and K, after the transpose attr is applied. A dense [M, K] has
+/// outer K, k 1; a dense [K, M] read transposed has outer 1, k M; a view has its own strides,
+/// swapped by the transpose attr. A batch stride is 0 for rank 2 and for a broadcast batch of 1.
+struct MatMulOperand {
+    std::int64_t batch = 0, outer = 0, k = 0;
+};
+
+/// MatMul / MatMulV2 / FusedMatMul (batch == 1) and BatchMatMulV2, with op(x) the operand after its
+/// transpose attr:
+///   y[t, i, j] = act(sum over p = 0 .. k-1 of op(x1)[t, i, p] * op(x2)[t, p, j]  (+ bias[j]))
+/// op(x1)[t, i, p] = x1[t * a.batch + i * a.outer + p * a.k], op(x2)[t, p, j] = x2[t * b.batch +
+/// j * b.outer + p * b.k]; y is dense [batch, m, n]. The bias (inputs[2], n floats) is added once
+/// the sum is complete, then the activation (FusedMatMul) is applied.
 struct MatMulPlan {
-    std::int64_t batch = 1, a_batch = 1, b_batch = 1;
+    std::int64_t batch = 1;
     std::int64_t m = 0, k = 0, n = 0;
-    bool ta = false, tb = false;
+    MatMulOperand a, b;
+    bool bias = false;
+    std::optional<UnaryKind> activation;
 };
 
 enum class BinaryKind { add, mul };
@@ -46,8 +77,7 @@ struct BinaryPlan {
     std::size_t full = 0, rep = 1;  // input slots
 };
 
-enum class UnaryKind { relu, gelu };
-
+/// Relu / Gelu: y[i] = act(x[i]) for n elements.
 struct UnaryPlan {
     UnaryKind kind = UnaryKind::relu;
     std::int64_t n = 0;
@@ -58,12 +88,14 @@ struct SoftmaxPlan {
     std::int64_t rows = 0, cols = 0;
 };
 
-/// LayerNorm over the last axis, gamma and beta of shape [cols]; outputs y, then optionally mean
-/// and variance (biased, over the last axis) of shape [rows] (any shape of that element count).
+/// LayerNorm / LayerNormV3 of x viewed as [rows, cols], cols the product of the dims from
+/// begin_norm_axis on, gamma and beta of cols elements; outputs y, then optionally the mean and
+/// (LayerNorm) the biased variance or (LayerNormV3) rstd = 1 / sqrt(variance + epsilon), one per
+/// row (any shape of `rows` elements).
 struct LayerNormPlan {
     std::int64_t rows = 0, cols = 0;
     float epsilon = 1e-5f;
-    bool mean_out = false, var_out = false;
+    bool mean_out = false, var_out = false, rstd_out = false;
 };
 
 /// Transpose: y has dims in_dims[perm[0]], ..., in_dims[perm[r-1]].
@@ -115,19 +147,59 @@ inline const skc::TensorDesc* slot(const std::vector<skc::TensorSlot>& slots, st
     return std::get_if<skc::TensorDesc>(&slots[i]);
 }
 
-inline const skc::TensorDesc& float_tensor(const skc::TensorDesc* t, std::size_t i, std::string_view side) {
+/// A view's stride must have the shape's rank, no negative entry, and no offset (the kernel gets the
+/// address of the view's first element); the farthest element it reaches must fit in int64.
+inline void check_view(const skc::TensorDesc& t, const std::string& at) {
+    if (!t.stride) unsupported(at + " is a view without a stride");
+    const skc::RuntimeShape& st = *t.stride;
+    if (st.rank() != t.shape.rank())
+        unsupported(at + " has stride " + dims_str(st) + " for shape " + dims_str(t.shape) + ": the ranks differ");
+    if (t.offset.value_or(0) != 0)
+        unsupported(at + " is a view with offset " + std::to_string(*t.offset) +
+                    ": the kernel takes the address of the view's first element, so the offset must be 0");
+    std::int64_t reach = 0;  // the index of the farthest element, sum (dim - 1) * stride
+    for (std::size_t d = 0; d < st.rank(); ++d) {
+        if (st[d] < 0) unsupported(at + " has stride " + dims_str(st) + ": strides must be >= 0");
+        const std::int64_t room = std::numeric_limits<std::int64_t>::max() - reach;
+        if (st[d] != 0 && t.shape[d] - 1 > room / st[d])
+            unsupported(at + " has stride " + dims_str(st) + " for shape " + dims_str(t.shape) +
+                        ": it spans more than 2^63 elements");
+        reach += (t.shape[d] - 1) * st[d];
+    }
+}
+
+/// A float tensor in a plain format with elements; a view only where `view_ok`.
+inline const skc::TensorDesc& float_tensor(const skc::TensorDesc* t, std::size_t i, std::string_view side, bool view_ok) {
     const std::string at = std::string(side) + "[" + std::to_string(i) + "]";
     if (t == nullptr) unsupported(at + " is missing");
     if (t->dtype != "float") unsupported(at + " has dtype " + t->dtype + ": only float is supported");
     if (!plain_format(t->format)) unsupported(at + " has format " + t->format + ": only plain (ND-like) formats are supported");
-    if (t->is_view.value_or(false)) unsupported(at + " is a view: only dense tensors are supported");
+    const bool view = t->is_view.value_or(false);
+    if (view && !view_ok) unsupported(at + " is a view: only dense tensors are supported");
     const std::int64_t n = count(t->shape);
     if (n <= 0) unsupported(at + " has no elements (shape " + dims_str(t->shape) + ")");
+    if (view) check_view(*t, at);
     return *t;
 }
 
-inline const skc::TensorDesc& in(const skc::OpRecord& op, std::size_t i) { return float_tensor(slot(op.inputs, i, "inputs"), i, "inputs"); }
-inline const skc::TensorDesc& out(const skc::OpRecord& op, std::size_t i) { return float_tensor(slot(op.outputs, i, "outputs"), i, "outputs"); }
+inline const skc::TensorDesc& in(const skc::OpRecord& op, std::size_t i, bool view_ok = false) {
+    return float_tensor(slot(op.inputs, i, "inputs"), i, "inputs", view_ok);
+}
+inline const skc::TensorDesc& out(const skc::OpRecord& op, std::size_t i) {
+    return float_tensor(slot(op.outputs, i, "outputs"), i, "outputs", false);
+}
+
+/// The element strides of `t`: its own for a view, else those of its dense row-major shape.
+inline std::vector<std::int64_t> strides_of(const skc::TensorDesc& t) {
+    if (t.is_view.value_or(false)) return {t.stride->begin(), t.stride->end()};
+    std::vector<std::int64_t> st(t.shape.rank());
+    std::int64_t acc = 1;
+    for (std::size_t d = st.size(); d-- > 0;) {
+        st[d] = acc;
+        acc *= t.shape[d];
+    }
+    return st;
+}
 
 /// Slots from `from` on must be absent or null.
 inline void no_more(const std::vector<skc::TensorSlot>& slots, std::size_t from, std::string_view side, std::string_view what) {
@@ -157,6 +229,13 @@ inline std::optional<std::int64_t> int_attr(const skc::OpRecord& op, std::string
     return a->value.as_int();
 }
 
+inline std::optional<std::string> str_attr(const skc::OpRecord& op, std::string_view name) {
+    const skc::Attr* a = find_attr(op, name);
+    if (a == nullptr || a->value.is_null()) return std::nullopt;
+    if (!a->value.is_string()) unsupported("attr " + std::string(name) + " is not a string");
+    return a->value.as_string();
+}
+
 inline std::vector<std::int64_t> int_list(const skc::Value& v, std::string_view what) {
     if (!v.is_array()) unsupported(std::string(what) + " is not a list of integers");
     std::vector<std::int64_t> out;
@@ -180,10 +259,51 @@ inline void expect_count(const skc::OpRecord& op, std::size_t i, std::int64_t wa
                     std::to_string(want) + " elements");
 }
 
-inline MatMulPlan plan_matmul(const skc::OpRecord& op, bool batched) {
-    const skc::TensorDesc& a = in(op, 0);
-    const skc::TensorDesc& b = in(op, 1);
-    no_more(op.inputs, 2, "inputs", "bias and offset_w are not supported");
+enum class MatMulOp { matmul, batch_matmul, fused_matmul };
+
+/// op(t) of a matmul operand of rank 2 or 3, its last two dims swapped when `trans`: dims
+/// [batch, rows, cols] and the element strides along them (batch stride 0 for a batch of 1).
+struct OperandDims {
+    std::int64_t batch = 1, rows = 0, cols = 0;
+    std::int64_t s_batch = 0, s_rows = 0, s_cols = 0;
+};
+
+inline OperandDims operand_dims(const skc::TensorDesc& t, bool trans) {
+    const std::size_t r = t.shape.rank();
+    const std::vector<std::int64_t> st = strides_of(t);
+    OperandDims o;
+    if (r == 3) {
+        o.batch = t.shape[0];
+        o.s_batch = o.batch == 1 ? 0 : st[0];
+    }
+    o.rows = t.shape[r - 2], o.cols = t.shape[r - 1];
+    o.s_rows = st[r - 2], o.s_cols = st[r - 1];
+    if (trans) std::swap(o.rows, o.cols), std::swap(o.s_rows, o.s_cols);
+    return o;
+}
+
+inline UnaryKind fused_op_type(const skc::OpRecord& op) {
+    const std::optional<std::string> f = str_attr(op, "fused_op_type");
+    if (!f) unsupported("attr fused_op_type is missing (relu, gelu_erf or gelu_tanh)");
+    if (*f == "relu") return UnaryKind::relu;
+    if (*f == "gelu_erf") return UnaryKind::gelu_erf;
+    if (*f == "gelu_tanh") return UnaryKind::gelu_tanh;
+    unsupported("attr fused_op_type " + skc::detail::quote(*f, 64) + " is not supported (relu, gelu_erf or gelu_tanh)");
+}
+
+/// MatMul, MatMulV2 and FusedMatMul: rank 2, inputs [x1, x2, bias, offset_w / x3]; BatchMatMulV2:
+/// rank 3, inputs [x1, x2] (a bias is not supported). x1 and x2 may be views.
+inline MatMulPlan plan_matmul(const skc::OpRecord& op, MatMulOp kind) {
+    const bool batched = kind == MatMulOp::batch_matmul;
+    const skc::TensorDesc& a = in(op, 0, true);
+    const skc::TensorDesc& b = in(op, 1, true);
+    if (batched && slot(op.inputs, 2, "inputs") != nullptr)
+        unsupported("inputs[2] is present: BatchMatMulV2 with a bias is not supported");
+    if (slot(op.inputs, 3, "inputs") != nullptr)
+        unsupported(kind == MatMulOp::fused_matmul ? "inputs[3] is present: x3 is not supported"
+                                                   : "inputs[3] is present: offset_w is not supported");
+    no_more(op.inputs, 4, "inputs", "only x1, x2, bias and " + std::string(kind == MatMulOp::fused_matmul ? "x3" : "offset_w") +
+                                        " are known");
     no_more(op.outputs, 1, "outputs", "only one output is supported");
     if (auto off = int_attr(op, "offset_x"); off && *off != 0) unsupported("offset_x is not 0");
     MatMulPlan p;
@@ -191,22 +311,24 @@ inline MatMulPlan plan_matmul(const skc::OpRecord& op, bool batched) {
     if (a.shape.rank() != r || b.shape.rank() != r)
         unsupported(op.op_type + " needs rank-" + std::to_string(r) + " inputs, got " + dims_str(a.shape) + " and " +
                     dims_str(b.shape));
-    p.ta = bool_attr(op, batched ? "adj_x1" : "transpose_x1", false);
-    p.tb = bool_attr(op, batched ? "adj_x2" : "transpose_x2", false);
-    const std::size_t o = batched ? 1 : 0;
-    if (batched) {
-        p.a_batch = a.shape[0];
-        p.b_batch = b.shape[0];
-        if (p.a_batch != p.b_batch && p.a_batch != 1 && p.b_batch != 1)
-            unsupported("batch dims " + std::to_string(p.a_batch) + " and " + std::to_string(p.b_batch) + " do not broadcast");
-        p.batch = std::max(p.a_batch, p.b_batch);
-    }
-    p.m = p.ta ? a.shape[o + 1] : a.shape[o];
-    p.k = p.ta ? a.shape[o] : a.shape[o + 1];
-    const std::int64_t kb = p.tb ? b.shape[o + 1] : b.shape[o];
-    p.n = p.tb ? b.shape[o] : b.shape[o + 1];
-    if (kb != p.k)
+    if (kind == MatMulOp::fused_matmul) p.activation = fused_op_type(op);
+    const OperandDims x1 = operand_dims(a, bool_attr(op, batched ? "adj_x1" : "transpose_x1", false));
+    const OperandDims x2 = operand_dims(b, bool_attr(op, batched ? "adj_x2" : "transpose_x2", false));
+    if (x1.batch != x2.batch && x1.batch != 1 && x2.batch != 1)
+        unsupported("batch dims " + std::to_string(x1.batch) + " and " + std::to_string(x2.batch) + " do not broadcast");
+    p.batch = std::max(x1.batch, x2.batch);
+    p.m = x1.rows, p.k = x1.cols, p.n = x2.cols;
+    if (x2.rows != p.k)
         unsupported("inner dims differ: " + dims_str(a.shape) + " x " + dims_str(b.shape) + " with the transpose attrs given");
+    p.a = MatMulOperand{x1.s_batch, x1.s_rows, x1.s_cols};
+    p.b = MatMulOperand{x2.s_batch, x2.s_cols, x2.s_rows};
+    if (!batched && slot(op.inputs, 2, "inputs") != nullptr) {
+        const skc::TensorDesc& bias = in(op, 2);
+        if (!(bias.shape == skc::RuntimeShape{p.n} || bias.shape == skc::RuntimeShape{1, p.n}))
+            unsupported("bias (inputs[2]) has shape " + dims_str(bias.shape) + ", expected [" + std::to_string(p.n) + "] or [1," +
+                        std::to_string(p.n) + "]");
+        p.bias = true;
+    }
     expect_shape(op, 0, batched ? skc::RuntimeShape{p.batch, p.m, p.n} : skc::RuntimeShape{p.m, p.n});
     return p;
 }
@@ -251,6 +373,14 @@ inline UnaryPlan plan_unary(const skc::OpRecord& op, UnaryKind kind) {
     return UnaryPlan{kind, count(x.shape)};
 }
 
+/// Gelu's attr approximate: "tanh" or absent (the tanh formula), "none" (the erf one).
+inline UnaryKind gelu_kind(const skc::OpRecord& op) {
+    const std::optional<std::string> a = str_attr(op, "approximate");
+    if (!a || *a == "tanh") return UnaryKind::gelu_tanh;
+    if (*a == "none") return UnaryKind::gelu_erf;
+    unsupported("attr approximate " + skc::detail::quote(*a, 64) + " is not supported (none or tanh)");
+}
+
 /// The normalised axis list of attr `name` must be exactly {rank - 1} (absent means `dflt`).
 inline void last_axis_only(const skc::OpRecord& op, std::string_view name, std::size_t rank) {
     const skc::Attr* a = find_attr(op, name);
@@ -276,21 +406,47 @@ inline SoftmaxPlan plan_softmax(const skc::OpRecord& op) {
     return SoftmaxPlan{count(x.shape) / cols, cols};
 }
 
-inline LayerNormPlan plan_layer_norm(const skc::OpRecord& op) {
+/// Int attr `name` as an axis of a tensor of rank `rank`: negative counts from the end, absent is -1.
+inline std::int64_t axis_attr(const skc::OpRecord& op, std::string_view name, std::size_t rank) {
+    const std::int64_t v = int_attr(op, name).value_or(-1);
+    const auto r = static_cast<std::int64_t>(rank);
+    if (v < -r || v >= r)
+        unsupported("attr " + std::string(name) + " " + std::to_string(v) + " is out of range for rank " + std::to_string(r));
+    return v < 0 ? v + r : v;
+}
+
+/// LayerNorm (outputs y, mean, variance) and LayerNormV3 (outputs y, mean, rstd) over the dims
+/// from begin_norm_axis on; mean and the third output may be absent.
+inline LayerNormPlan plan_layer_norm(const skc::OpRecord& op, bool v3) {
     const skc::TensorDesc& x = in(op, 0);
     const skc::TensorDesc& g = in(op, 1);
     const skc::TensorDesc& b = in(op, 2);
     no_more(op.inputs, 3, "inputs", "only x, gamma and beta are supported");
-    no_more(op.outputs, 3, "outputs", "only y, mean and variance are supported");
+    no_more(op.outputs, 3, "outputs", v3 ? "only y, mean and rstd are supported" : "only y, mean and variance are supported");
     if (x.shape.rank() == 0) unsupported("layer norm of a scalar");
-    last_axis_only(op, "begin_norm_axis", x.shape.rank());
-    last_axis_only(op, "begin_params_axis", x.shape.rank());
+    const std::int64_t axis = axis_attr(op, "begin_norm_axis", x.shape.rank());
+    const std::int64_t params_axis = axis_attr(op, "begin_params_axis", x.shape.rank());
+    if (params_axis != axis)
+        unsupported("begin_params_axis is axis " + std::to_string(params_axis) + ", begin_norm_axis axis " + std::to_string(axis) +
+                    ": they must be the same axis");
     LayerNormPlan p;
-    p.cols = x.shape[x.shape.rank() - 1];
-    p.rows = count(x.shape) / p.cols;
-    if (count(g.shape) != p.cols || count(b.shape) != p.cols)
-        unsupported("gamma/beta shapes " + dims_str(g.shape) + ", " + dims_str(b.shape) + " do not match the last axis " +
-                    std::to_string(p.cols));
+    p.rows = 1, p.cols = 1;
+    skc::RuntimeShape normalised;
+    for (std::size_t d = 0; d < x.shape.rank(); ++d) {
+        if (static_cast<std::int64_t>(d) < axis) {
+            p.rows *= x.shape[d];
+        } else {
+            p.cols *= x.shape[d];
+            normalised.push_back(x.shape[d]);
+        }
+    }
+    for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+        const skc::TensorDesc& t = i == 1 ? g : b;
+        if (count(t.shape) != p.cols)
+            unsupported(std::string(i == 1 ? "gamma" : "beta") + " (inputs[" + std::to_string(i) + "]) has shape " +
+                        dims_str(t.shape) + ", expected " + std::to_string(p.cols) + " elements (the normalised dims " +
+                        dims_str(normalised) + ")");
+    }
     if (const skc::Attr* e = find_attr(op, "epsilon"); e != nullptr && !e->value.is_null()) {
         if (!e->value.is_number()) unsupported("attr epsilon is not a number");
         p.epsilon = static_cast<float>(e->value.as_double());
@@ -298,9 +454,10 @@ inline LayerNormPlan plan_layer_norm(const skc::OpRecord& op) {
     }
     expect_shape(op, 0, x.shape);
     p.mean_out = slot(op.outputs, 1, "outputs") != nullptr;
-    p.var_out = slot(op.outputs, 2, "outputs") != nullptr;
+    const bool third = slot(op.outputs, 2, "outputs") != nullptr;
+    (v3 ? p.rstd_out : p.var_out) = third;
     if (p.mean_out) expect_count(op, 1, p.rows);
-    if (p.var_out) expect_count(op, 2, p.rows);
+    if (third) expect_count(op, 2, p.rows);
     return p;
 }
 
@@ -336,24 +493,29 @@ inline TransposePlan plan_transpose(const skc::OpRecord& op) {
 
 }  // namespace detail
 
+/// The op types analyze() supports, as its reason for any other type lists them.
+inline constexpr std::string_view supported_op_types =
+    "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, Relu, Gelu, SoftmaxV2, LayerNorm, LayerNormV3, Transpose";
+
 /// The plan of `op`, or why the host kernels do not support it.
 inline Analysis analyze(const skc::OpRecord& op) {
     try {
         const std::string& t = op.op_type;
         Plan p;
-        if (t == "MatMul" || t == "MatMulV2") p = detail::plan_matmul(op, false);
-        else if (t == "BatchMatMulV2") p = detail::plan_matmul(op, true);
+        if (t == "MatMul" || t == "MatMulV2") p = detail::plan_matmul(op, detail::MatMulOp::matmul);
+        else if (t == "BatchMatMulV2") p = detail::plan_matmul(op, detail::MatMulOp::batch_matmul);
+        else if (t == "FusedMatMul") p = detail::plan_matmul(op, detail::MatMulOp::fused_matmul);
         else if (t == "Add") p = detail::plan_binary(op, BinaryKind::add);
         else if (t == "Mul") p = detail::plan_binary(op, BinaryKind::mul);
         else if (t == "Relu") p = detail::plan_unary(op, UnaryKind::relu);
-        else if (t == "Gelu") p = detail::plan_unary(op, UnaryKind::gelu);
+        else if (t == "Gelu") p = detail::plan_unary(op, detail::gelu_kind(op));
         else if (t == "SoftmaxV2") p = detail::plan_softmax(op);
-        else if (t == "LayerNorm") p = detail::plan_layer_norm(op);
+        else if (t == "LayerNorm") p = detail::plan_layer_norm(op, false);
+        else if (t == "LayerNormV3") p = detail::plan_layer_norm(op, true);
         else if (t == "Transpose") p = detail::plan_transpose(op);
         else
-            return {std::nullopt, t + ": op type " + t +
-                                      " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, "
-                                      "Add, Mul, Relu, Gelu, SoftmaxV2, LayerNorm, Transpose)"};
+            return {std::nullopt, t + ": op type " + t + " is not supported by the host kernels (supported: " +
+                                      std::string(supported_op_types) + ")"};
         return {std::move(p), {}};
     } catch (const detail::Unsupported& u) {
         return {std::nullopt, op.op_type + ": " + u.reason};

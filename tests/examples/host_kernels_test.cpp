@@ -1,16 +1,20 @@
 // The host (CPU) reference kernels of examples/host/: every supported op at several shapes is
 // turned into a shape-specialised kernel by generate_kernel(), all of them are compiled at test
 // time with the system C++ compiler (c++ on PATH, or $SKC_HOST_CXX) into two shared objects in one
-// go, dlopened, run on random inputs and compared with run_generic(). The generic kernels are also
-// checked against naive double-precision references, and unsupported ops against their reasons.
+// go, dlopened, run on random inputs and compared with run_generic(); the ops that may run in
+// place are also run so, generated and generic, and must give the out-of-place result. The generic
+// kernels are also checked against naive double-precision references, and unsupported ops against
+// their reasons.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -80,6 +84,154 @@ OpRecord bmm(std::int64_t b1, std::int64_t b2, std::int64_t m, std::int64_t k, s
                 {tensor(ta ? RuntimeShape{b1, k, m} : RuntimeShape{b1, m, k}),
                  tensor(tb ? RuntimeShape{b2, n, k} : RuntimeShape{b2, k, n})},
                 {tensor({std::max(b1, b2), m, n})}, {attr("adj_x1", "bool", ta), attr("adj_x2", "bool", tb)});
+}
+
+/// A view of `shape` with element strides `stride` (x1 and x2 of the matrix products only).
+TensorDesc view(RuntimeShape shape, RuntimeShape stride, std::optional<std::int64_t> offset = std::nullopt) {
+    TensorDesc t = tensor(std::move(shape));
+    t.is_view = true;
+    t.stride = std::move(stride);
+    t.offset = offset;
+    return t;
+}
+
+/// The element strides of `t`: its own for a view, dense row-major otherwise.
+std::vector<std::int64_t> strides(const TensorDesc& t) {
+    if (t.is_view.value_or(false)) return {t.stride->begin(), t.stride->end()};
+    std::vector<std::int64_t> st(t.shape.rank());
+    std::int64_t acc = 1;
+    for (std::size_t d = st.size(); d-- > 0;) st[d] = acc, acc *= t.shape[d];
+    return st;
+}
+
+/// Floats a buffer for `t` needs: its element count, or for a view 1 + its farthest element.
+std::size_t extent(const TensorDesc& t) {
+    if (!t.is_view.value_or(false)) return static_cast<std::size_t>(t.shape.element_count().value());
+    const std::vector<std::int64_t> st = strides(t);
+    std::int64_t reach = 0;
+    for (std::size_t d = 0; d < st.size(); ++d) reach += (t.shape[d] - 1) * st[d];
+    return static_cast<std::size_t>(reach + 1);
+}
+
+/// x1 . x2 as `type` with the given (stored) operands, transpose attrs, bias shape and, for
+/// FusedMatMul, fused_op_type (nullopt: no attr). The output shape follows from the operands.
+OpRecord mm(std::string type, TensorDesc a, TensorDesc b, bool ta, bool tb, std::optional<RuntimeShape> bias = std::nullopt,
+            std::optional<std::string> fused = std::nullopt) {
+    const bool batched = type == "BatchMatMulV2";
+    const std::size_t r = a.shape.rank();
+    const std::int64_t m = ta ? a.shape[r - 1] : a.shape[r - 2], n = tb ? b.shape[r - 2] : b.shape[r - 1];
+    RuntimeShape y{m, n};
+    if (batched) y = {std::max(a.shape[0], b.shape[0]), m, n};
+    std::vector<TensorSlot> in{std::move(a), std::move(b)};
+    if (!batched || bias) {
+        in.emplace_back(bias ? TensorSlot(tensor(*bias)) : TensorSlot(std::monostate{}));
+        in.emplace_back(std::monostate{});
+    }
+    std::vector<Attr> attrs{attr(batched ? "adj_x1" : "transpose_x1", "bool", ta),
+                            attr(batched ? "adj_x2" : "transpose_x2", "bool", tb)};
+    if (fused) attrs.push_back(attr("fused_op_type", "str", *fused));
+    return make(std::move(type), std::move(in), {tensor(y)}, std::move(attrs));
+}
+
+OpRecord gelu(const RuntimeShape& s, std::optional<std::string> approximate) {
+    std::vector<Attr> attrs;
+    if (approximate) attrs.push_back(attr("approximate", "str", *approximate));
+    return make("Gelu", {tensor(s)}, {tensor(s)}, std::move(attrs));
+}
+
+/// LayerNorm (`v3`: LayerNormV3) of x `s` over the dims from `axis` on, gamma and beta of those
+/// dims, the mean and variance/rstd outputs shaped as aten's ([d0, .., 1, ..]) when wanted.
+OpRecord layer_norm_axis(const RuntimeShape& s, std::int64_t axis, bool v3, bool mean, bool third, double eps = 1e-5) {
+    const auto r = static_cast<std::int64_t>(s.rank());
+    const std::int64_t a = axis < 0 ? axis + r : axis;
+    RuntimeShape params, st;
+    for (std::int64_t d = 0; d < r; ++d) {
+        if (d >= a) params.push_back(s[static_cast<std::size_t>(d)]);
+        st.push_back(d < a ? s[static_cast<std::size_t>(d)] : 1);
+    }
+    std::vector<TensorSlot> out{tensor(s)};
+    out.emplace_back(mean ? TensorSlot(tensor(st)) : TensorSlot(std::monostate{}));
+    out.emplace_back(third ? TensorSlot(tensor(st)) : TensorSlot(std::monostate{}));
+    return make(v3 ? "LayerNormV3" : "LayerNorm", {tensor(s), tensor(params), tensor(params)}, std::move(out),
+                {attr("begin_norm_axis", "int", axis), attr("begin_params_axis", "int", axis), attr("epsilon", "float", eps)});
+}
+
+/// The ops the torch plugin records beyond the demo's: matmuls with views, biases and fused
+/// activations, Gelu's approximate attr, LayerNorm(V3) over any axis. Generated against generic
+/// and generic against the naive references both run over these.
+std::vector<OpRecord> plugin_cases() {
+    std::vector<OpRecord> c;
+    // MatMulV2 with a bias [N] or [1, N], every transpose combination, the plain (M < 6) and the
+    // tiled path, N not a multiple of 8.
+    for (std::int64_t m : {4, 13})
+        for (bool ta : {false, true})
+            for (bool tb : {false, true})
+                for (const RuntimeShape& bias : {RuntimeShape{11}, RuntimeShape{1, 11}})
+                    c.push_back(mm("MatMulV2", tensor(ta ? RuntimeShape{9, m} : RuntimeShape{m, 9}),
+                                   tensor(tb ? RuntimeShape{11, 9} : RuntimeShape{9, 11}), ta, tb, bias));
+    c.push_back(mm("MatMul", tensor({7, 33}), tensor({16, 33}), false, true, RuntimeShape{16}));  // Linear: x W^T + b
+    // Views: a [M, K] window of a wider [M, 2K] matrix, as x1 or x2, with the transposes.
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            c.push_back(mm("MatMulV2", ta ? view({9, 13}, {18, 1}) : view({13, 9}, {18, 1}),
+                           tensor(tb ? RuntimeShape{11, 9} : RuntimeShape{9, 11}), ta, tb));
+            c.push_back(mm("MatMulV2", tensor(ta ? RuntimeShape{9, 4} : RuntimeShape{4, 9}),
+                           tb ? view({11, 9}, {20, 1}) : view({9, 11}, {22, 1}), ta, tb, RuntimeShape{11}));
+            // Arbitrary strides on both, column-major with padding and every other column.
+            c.push_back(mm("MatMulV2", ta ? view({9, 13}, {1, 12}) : view({13, 9}, {1, 16}),
+                           tb ? view({11, 9}, {1, 13}) : view({9, 11}, {23, 2}), ta, tb));
+        }
+    // Broadcast inner strides: every row of x2 the same row, every column of x1 the same column.
+    c.push_back(mm("MatMulV2", view({7, 5}, {1, 0}), view({5, 10}, {0, 1}), false, false));
+    // Attention, L = 13 tokens, B * H = 3, D = 4: q, k and v are [L, B*H, D] contiguous, viewed
+    // [B*H, L, D] with strides [D, B*H*D, 1]; k^T is the view [B*H, D, L] with strides [D, 1, B*H*D].
+    for (std::int64_t l : {5, 13}) {
+        const std::int64_t bh = 3, d = 4;
+        const TensorDesc q = view({bh, l, d}, {d, bh * d, 1}), kt = view({bh, d, l}, {d, 1, bh * d});
+        c.push_back(mm("BatchMatMulV2", q, kt, false, false));                                  // q k^T
+        c.push_back(mm("BatchMatMulV2", q, q, false, true));                                    // q (k)^T by adj_x2
+        c.push_back(mm("BatchMatMulV2", kt, kt, true, false));                                  // (q^T)^T k^T
+        c.push_back(mm("BatchMatMulV2", tensor({bh, l, l}), q, false, false));                  // p v
+        c.push_back(mm("BatchMatMulV2", tensor({bh, l, l}), view({bh, d, l}, {d, 1, bh * d}), false, true));  // p (v^T)^T
+    }
+    // Expanded batch (stride 0) and a batch of 1 with a stride, broadcast either way.
+    c.push_back(mm("BatchMatMulV2", tensor({3, 7, 5}), view({3, 5, 9}, {0, 9, 1}), false, false));
+    c.push_back(mm("BatchMatMulV2", view({3, 5, 7}, {0, 1, 5}), tensor({3, 5, 9}), true, false));
+    c.push_back(mm("BatchMatMulV2", view({1, 7, 5}, {99, 5, 1}), view({4, 9, 5}, {45, 1, 9}), false, true));
+    // FusedMatMul: every activation, with and without a bias, plain (M = 4 without a transposed
+    // x2) and tiled paths, N = 13.
+    for (const char* f : {"relu", "gelu_erf", "gelu_tanh"})
+        for (std::int64_t m : {4, 13})
+            for (bool tb : {false, true})
+                for (int bias = 0; bias < 3; ++bias) {
+                    const std::optional<RuntimeShape> b =
+                        bias == 0 ? std::nullopt : std::optional<RuntimeShape>(bias == 1 ? RuntimeShape{13} : RuntimeShape{1, 13});
+                    c.push_back(mm("FusedMatMul", tensor({m, 9}), tensor(tb ? RuntimeShape{13, 9} : RuntimeShape{9, 13}), false,
+                                   tb, b, f));
+                }
+    c.push_back(mm("FusedMatMul", view({9, 6}, {1, 12}), tensor({16, 9}), true, true, RuntimeShape{16}, "gelu_tanh"));
+    // K above the largest panel: the plain path with dot products (x2 transposed), with a bias
+    // and an activation.
+    c.push_back(mm("FusedMatMul", tensor({7, 4097}), tensor({3, 4097}), false, true, RuntimeShape{3}, "gelu_erf"));
+    c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
+    // Gelu: approximate none (erf), tanh, absent (tanh).
+    for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
+        c.push_back(gelu(s, "none"));
+        c.push_back(gelu(s, "tanh"));
+        c.push_back(gelu(s, std::nullopt));
+    }
+    // LayerNorm and LayerNormV3 over the last, the last two, and every dim, by negative and
+    // positive axes, with and without the mean and the third output; 8 rows and more use the
+    // grouped path of the generated kernel.
+    for (bool v3 : {false, true}) {
+        c.push_back(layer_norm_axis({3, 8, 5}, -1, v3, true, true));
+        c.push_back(layer_norm_axis({3, 8, 5}, 2, v3, false, true));
+        c.push_back(layer_norm_axis({3, 8, 5}, -2, v3, true, false));
+        c.push_back(layer_norm_axis({16, 2, 7}, 1, v3, true, true, 1e-6));
+        c.push_back(layer_norm_axis({16, 2, 7}, -2, v3, false, false));
+        c.push_back(layer_norm_axis({2, 3, 5}, 0, v3, true, true));
+    }
+    return c;
 }
 
 OpRecord binary(std::string type, RuntimeShape a, RuntimeShape b, RuntimeShape y) {
@@ -164,6 +316,7 @@ std::vector<std::pair<std::string, OpRecord>> cases() {
     add(transpose({1, 33, 1}, {2, 0, -2}));
     add(transpose({1}, {0}));
     add(transpose({64, 65}, {1, 0}, true));
+    for (OpRecord& r : plugin_cases()) add(std::move(r));
     for (const auto& e : fs::directory_iterator(skc_test::example_ops_dir())) {
         OpRecord r = skc::read_op_info(e.path());
         if (skc_host::supported(r)) c.emplace_back(e.path().filename().string(), std::move(r));
@@ -221,7 +374,8 @@ struct Lib {
     }
 };
 
-/// One float buffer per float slot (random for inputs), null for absent or non-float slots.
+/// One float buffer per float slot (random for inputs; a view's covers every element it reaches),
+/// null for absent or non-float slots.
 std::vector<std::vector<float>> buffers(const std::vector<TensorSlot>& slots, std::mt19937& rng, bool random, float fill) {
     std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
     std::vector<std::vector<float>> out;
@@ -231,7 +385,7 @@ std::vector<std::vector<float>> buffers(const std::vector<TensorSlot>& slots, st
             out.emplace_back();
             continue;
         }
-        std::vector<float> v(static_cast<std::size_t>(t->shape.element_count().value()), fill);
+        std::vector<float> v(extent(*t), fill);
         if (random)
             for (float& f : v) f = dist(rng);
         out.push_back(std::move(v));
@@ -252,6 +406,19 @@ double rel_err(float a, float b) {
 }
 
 constexpr double tolerance = 1e-5;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The input slot whose buffer an op's output may be (Add, Mul, Relu, Gelu, SoftmaxV2), if any.
+std::optional<std::size_t> in_place_input(const OpRecord& op) {
+    const skc_host::Analysis a = skc_host::analyze(op);
+    if (!a.plan) return std::nullopt;
+    if (const auto* b = std::get_if<skc_host::BinaryPlan>(&*a.plan)) return b->full;
+    if (std::holds_alternative<skc_host::UnaryPlan>(*a.plan) || std::holds_alternative<skc_host::SoftmaxPlan>(*a.plan)) return 0;
+    return std::nullopt;
+}
 
 }  // namespace
 
@@ -292,6 +459,7 @@ TEST_CASE("generated kernels compiled with the system compiler agree with the ge
     std::mt19937 rng(1234);
     double worst = 0.0;
     std::string worst_op;
+    int in_place = 0, not_bitwise = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const std::string& name = ops[i].first;
         const OpRecord& op = ops[i].second;
@@ -319,8 +487,44 @@ TEST_CASE("generated kernels compiled with the system compiler agree with the ge
         CHECK_MESSAGE(all_finite, "an output element was not written (or is not finite)");
         CHECK(err <= tolerance);
         if (err > worst) worst = err, worst_op = name;
+        bool bitwise = true;
+        for (std::size_t o = 0; o < out_static.size(); ++o) bitwise = bitwise && same_bits(out_static[o], out_generic[o]);
+        if (!bitwise) ++not_bitwise;
+#if defined(__x86_64__)
+        // Without -march, x86-64 has no fused multiply-add to contract to: the same operations in
+        // the same order give the same bits.
+        CHECK_MESSAGE(bitwise, "the generated kernel does not agree with the generic one bit for bit");
+#endif
+
+        // In place: the output is the input with its shape, generated and generic alike, and gives
+        // the out-of-place result bit for bit. For equal shapes, x op x with all three one buffer.
+        if (const std::optional<std::size_t> slot = in_place_input(op)) {
+            ++in_place;
+            for (int generated = 0; generated < 2; ++generated) {
+                std::vector<float> buf = in[*slot];
+                std::vector<const float*> ip = in_p;
+                ip[*slot] = buf.data();
+                float* op_p[] = {buf.data()};
+                if (generated == 1) kernel(ip.data(), op_p);
+                else skc_host::run_generic(op, ip.data(), op_p);
+                CHECK_MESSAGE(same_bits(buf, generated == 1 ? out_static[0] : out_generic[0]),
+                              (generated == 1 ? "generated" : "generic") << " kernel in place differs");
+                if (op.inputs.size() == 2 && in[0].size() == in[1].size() && in[0].size() == buf.size()) {
+                    std::vector<float> self = in[0], expect(buf.size(), 0.0f);
+                    const float* ip2[] = {in[0].data(), in[0].data()};
+                    float* ep[] = {expect.data()};
+                    float* sp[] = {self.data()};
+                    const float* ip3[] = {self.data(), self.data()};
+                    if (generated == 1) kernel(ip2, ep), kernel(ip3, sp);
+                    else skc_host::run_generic(op, ip2, ep), skc_host::run_generic(op, ip3, sp);
+                    CHECK_MESSAGE(same_bits(self, expect), (generated == 1 ? "generated" : "generic") << " x op x in place differs");
+                }
+            }
+        }
     }
-    MESSAGE(ops.size() << " kernels; max relative error static vs generic: " << worst
+    CHECK(in_place >= 30);
+    MESSAGE(ops.size() << " kernels (" << in_place << " also run in place), " << not_bitwise
+                       << " not bit for bit; max relative error static vs generic: " << worst
                        << (worst_op.empty() ? "" : " (" + worst_op + ")"));
 }
 
@@ -410,6 +614,146 @@ TEST_CASE("generic kernels against naive references") {
     }
 }
 
+namespace {
+
+bool bool_attr(const OpRecord& op, const std::string& name) {
+    for (const Attr& a : *op.attrs)
+        if (a.name == name) return a.value.as_bool();
+    return false;
+}
+
+std::optional<std::string> str_attr(const OpRecord& op, const std::string& name) {
+    for (const Attr& a : *op.attrs)
+        if (a.name == name) return a.value.as_string();
+    return std::nullopt;
+}
+
+double gelu_tanh_ref(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (v + 0.044715 * v * v * v))); }
+double gelu_erf_ref(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+
+double act_ref(const std::string& f, double v) {
+    if (f == "relu") return std::max(v, 0.0);
+    if (f == "gelu_erf") return gelu_erf_ref(v);
+    REQUIRE(f == "gelu_tanh");
+    return gelu_tanh_ref(v);
+}
+
+/// Checks the generic kernel's output of a matmul-family record against y = act(op(x1) op(x2) +
+/// bias) in double, each operand read element by element through its own shape and strides.
+void check_matmul(const OpRecord& op, const std::vector<std::vector<float>>& in, const std::vector<float>& y) {
+    const auto& a = std::get<TensorDesc>(op.inputs[0]);
+    const auto& b = std::get<TensorDesc>(op.inputs[1]);
+    const bool batched = op.op_type == "BatchMatMulV2";
+    const bool ta = bool_attr(op, batched ? "adj_x1" : "transpose_x1"), tb = bool_attr(op, batched ? "adj_x2" : "transpose_x2");
+    const std::optional<std::string> fused = str_attr(op, "fused_op_type");
+    const float* bias = op.inputs.size() > 2 && std::holds_alternative<TensorDesc>(op.inputs[2]) ? in[2].data() : nullptr;
+    const auto& yd = std::get<TensorDesc>(op.outputs[0]);
+    const std::size_t r = yd.shape.rank();
+    const std::int64_t batch = batched ? yd.shape[0] : 1, m = yd.shape[r - 2], n = yd.shape[r - 1];
+    const std::int64_t k = ta ? a.shape[r - 2] : a.shape[r - 1];
+    // Element (t, row, col) of op(t) for a stored operand: the last two indices swapped when transposed.
+    auto at = [&](const TensorDesc& d, const std::vector<float>& buf, std::int64_t t, std::int64_t row, std::int64_t col, bool tr) {
+        if (tr) std::swap(row, col);
+        const std::vector<std::int64_t> st = strides(d);
+        std::int64_t off = row * st[r - 2] + col * st[r - 1];
+        if (r == 3 && d.shape[0] != 1) off += t * st[0];
+        return static_cast<double>(buf[static_cast<std::size_t>(off)]);
+    };
+    int bad = 0;
+    for (std::int64_t t = 0; t < batch; ++t)
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) {
+                double s = 0, mag = 0;
+                for (std::int64_t p = 0; p < k; ++p) {
+                    const double prod = at(a, in[0], t, i, p, ta) * at(b, in[1], t, p, j, tb);
+                    s += prod;
+                    mag += std::abs(prod);
+                }
+                if (bias != nullptr) s += bias[j], mag += std::abs(bias[j]);
+                if (fused) s = act_ref(*fused, s);
+                const double got = y[static_cast<std::size_t>((t * m + i) * n + j)];
+                if (!(std::abs(got - s) <= 1e-5 * (1 + mag))) ++bad;
+            }
+    CHECK(bad == 0);
+}
+
+/// LayerNorm / LayerNormV3 against the double-precision mean, biased variance and rstd of each row.
+void check_layer_norm(const OpRecord& op, const std::vector<std::vector<float>>& in, const std::vector<std::vector<float>>& out) {
+    const auto& x = std::get<TensorDesc>(op.inputs[0]);
+    std::int64_t axis = 0, rank = static_cast<std::int64_t>(x.shape.rank());
+    double eps = 0;
+    for (const Attr& a : *op.attrs) {
+        if (a.name == "begin_norm_axis") axis = a.value.as_int();
+        if (a.name == "epsilon") eps = a.value.as_double();
+    }
+    if (axis < 0) axis += rank;
+    std::size_t cols = 1;
+    for (std::int64_t d = axis; d < rank; ++d) cols *= static_cast<std::size_t>(x.shape[static_cast<std::size_t>(d)]);
+    const std::size_t rows = in[0].size() / cols;
+    const bool v3 = op.op_type == "LayerNormV3";
+    int bad = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+        double mu = 0, var = 0;
+        for (std::size_t c = 0; c < cols; ++c) mu += in[0][row * cols + c];
+        mu /= static_cast<double>(cols);
+        for (std::size_t c = 0; c < cols; ++c) var += (in[0][row * cols + c] - mu) * (in[0][row * cols + c] - mu);
+        var /= static_cast<double>(cols);
+        const double rstd = 1 / std::sqrt(var + eps);
+        for (std::size_t c = 0; c < cols; ++c) {
+            const double want = (in[0][row * cols + c] - mu) * rstd * in[1][c] + in[2][c];
+            if (!(std::abs(out[0][row * cols + c] - want) < 1e-4)) ++bad;
+        }
+        if (!out[1].empty() && !(std::abs(out[1][row] - mu) < 1e-5)) ++bad;
+        if (!out[2].empty() && !(std::abs(out[2][row] - (v3 ? rstd : var)) < 1e-5 * (v3 ? rstd : 1.0))) ++bad;
+    }
+    CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("generic kernels of the plugin's ops against naive references") {
+    std::mt19937 rng(2024);
+    int checked = 0;
+    for (const OpRecord& op : plugin_cases()) {
+        const std::string name = skc_host::detail::describe(op);
+        CAPTURE(name);
+        REQUIRE_MESSAGE(skc_host::supported(op), skc_host::unsupported_reason(op));
+        auto in = buffers(op.inputs, rng, true, 0.0f);
+        auto out = buffers(op.outputs, rng, false, std::numeric_limits<float>::quiet_NaN());
+        skc_host::run_generic(op, pointers<const float>(in).data(), pointers<float>(out).data());
+        if (op.op_type == "Gelu") {
+            const std::optional<std::string> approx = str_attr(op, "approximate");
+            int bad = 0;
+            for (std::size_t i = 0; i < in[0].size(); ++i) {
+                const double want = approx == "none" ? gelu_erf_ref(in[0][i]) : gelu_tanh_ref(in[0][i]);
+                if (!(std::abs(out[0][i] - want) < 1e-5)) ++bad;
+            }
+            CHECK(bad == 0);
+        } else if (op.op_type == "LayerNorm" || op.op_type == "LayerNormV3") {
+            check_layer_norm(op, in, out);
+        } else {
+            check_matmul(op, in, out[0]);
+        }
+        ++checked;
+    }
+    CHECK(checked > 90);
+    MESSAGE(checked << " plugin ops checked against naive references");
+}
+
+TEST_CASE("Gelu approximate none and tanh differ; absent is tanh, bit for bit") {
+    std::mt19937 rng(5);
+    const auto check_same = [&](const OpRecord& a, const OpRecord& b, bool same) {
+        auto in = buffers(a.inputs, rng, true, 0.0f);
+        auto ya = buffers(a.outputs, rng, false, 0.0f), yb = buffers(b.outputs, rng, false, 0.0f);
+        skc_host::run_generic(a, pointers<const float>(in).data(), pointers<float>(ya).data());
+        skc_host::run_generic(b, pointers<const float>(in).data(), pointers<float>(yb).data());
+        CHECK(same_bits(ya[0], yb[0]) == same);
+    };
+    check_same(gelu({7, 33}, std::nullopt), gelu({7, 33}, "tanh"), true);
+    check_same(gelu({7, 33}, std::nullopt), unary("Gelu", {7, 33}), true);
+    check_same(gelu({7, 33}, "none"), gelu({7, 33}, "tanh"), false);
+}
+
 TEST_CASE("unsupported ops give nullopt and a clear reason") {
     auto check = [](const OpRecord& op, const std::string& needle) {
         CAPTURE(needle);
@@ -430,9 +774,6 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     check(nz, "format FRACTAL_NZ");
     check(unary("Sigmoid", {4}), "op type Sigmoid is not supported");
     check(make("MatMulV2", {tensor({2, 4, 4}), tensor({2, 4, 4})}, {tensor({2, 4, 4})}), "rank-2");
-    OpRecord bias = matmul(4, 4, 4, false, false);
-    bias.inputs[2] = tensor({4});
-    check(bias, "bias");
     check(make("MatMul", {tensor({4, 5}), tensor({6, 4})}, {tensor({4, 4})}), "inner dims differ");
     check(bmm(2, 3, 4, 4, 4, false, false), "do not broadcast");
     check(binary("Add", {4, 5}, {4}, {4, 5}), "trailing-dim broadcast");
@@ -440,9 +781,6 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     OpRecord sm = softmax({4, 5});
     (*sm.attrs)[0].value = skc::Array{skc::Value(0)};
     check(sm, "last axis");
-    OpRecord ln = layer_norm({4, 5}, true);
-    (*ln.attrs)[0].value = 0;
-    check(ln, "begin_norm_axis");
     check(transpose({2, 3}, {0, 0}, true), "not a permutation");
     OpRecord tr = transpose({2, 3}, {1, 0});
     std::get<TensorDesc>(tr.inputs[1]).const_data.reset();
@@ -450,6 +788,73 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     check(make("Relu", {tensor({0, 3})}, {tensor({0, 3})}), "no elements");
     check(make("ConcatD", {std::vector<TensorDesc>{tensor({2}), tensor({2})}}, {tensor({4})}), "ConcatD");
     CHECK_THROWS_AS((void)skc_host::generate_kernel(unary("Relu", {4}), "not an identifier"), std::invalid_argument);
+
+    // The whole reason, for the plugin's conventions.
+    auto exact = [&](const OpRecord& op, const std::string& reason) {
+        CHECK(skc_host::unsupported_reason(op) == reason);
+        check(op, reason);
+    };
+    const TensorDesc q = view({3, 5, 4}, {4, 12, 1});
+    exact(mm("MatMulV2", view({4, 5}, {10, 1}, 3), tensor({5, 6}), false, false),
+          "MatMulV2: inputs[0] is a view with offset 3: the kernel takes the address of the view's first element, so the offset "
+          "must be 0");
+    CHECK(skc_host::supported(mm("MatMulV2", view({4, 5}, {10, 1}, 0), tensor({5, 6}), false, false)));
+    OpRecord view_out = mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false);
+    view_out.outputs[0] = view({4, 6}, {6, 1});
+    exact(view_out, "MatMulV2: outputs[0] is a view: only dense tensors are supported");
+    exact(mm("BatchMatMulV2", q, q, false, true, RuntimeShape{5}),
+          "BatchMatMulV2: inputs[2] is present: BatchMatMulV2 with a bias is not supported");
+    exact(mm("FusedMatMul", tensor({4, 5}), tensor({5, 6}), false, false, std::nullopt, "sigmoid"),
+          "FusedMatMul: attr fused_op_type \"sigmoid\" is not supported (relu, gelu_erf or gelu_tanh)");
+    exact(mm("FusedMatMul", tensor({4, 5}), tensor({5, 6}), false, false, std::nullopt, ""),
+          "FusedMatMul: attr fused_op_type \"\" is not supported (relu, gelu_erf or gelu_tanh)");
+    exact(mm("FusedMatMul", tensor({4, 5}), tensor({5, 6}), false, false),
+          "FusedMatMul: attr fused_op_type is missing (relu, gelu_erf or gelu_tanh)");
+    exact(gelu({4}, "exact"), "Gelu: attr approximate \"exact\" is not supported (none or tanh)");
+    OpRecord gelu_int = gelu({4}, std::nullopt);
+    gelu_int.attrs->push_back(attr("approximate", "int", 0));
+    exact(gelu_int, "Gelu: attr approximate is not a string");
+    OpRecord params = layer_norm_axis({4, 5}, 0, false, true, true);
+    (*params.attrs)[1].value = -1;
+    exact(params, "LayerNorm: begin_params_axis is axis 1, begin_norm_axis axis 0: they must be the same axis");
+    OpRecord gamma = layer_norm_axis({4, 5}, -1, true, true, true);
+    gamma.inputs[1] = tensor({4});
+    exact(gamma, "LayerNormV3: gamma (inputs[1]) has shape [4], expected 5 elements (the normalised dims [5])");
+    OpRecord beta = layer_norm_axis({2, 4, 5}, 1, false, false, false);
+    beta.inputs[2] = tensor({5});
+    exact(beta, "LayerNorm: beta (inputs[2]) has shape [5], expected 20 elements (the normalised dims [4,5])");
+    exact(layer_norm_axis({4, 5}, 2, false, true, true), "LayerNorm: attr begin_norm_axis 2 is out of range for rank 2");
+    OpRecord rstd = layer_norm_axis({2, 4, 5}, 1, true, true, true);
+    rstd.outputs[2] = tensor({4});
+    exact(rstd, "LayerNormV3: outputs[2] has shape [4], expected 2 elements");
+    // Other view and bias faults.
+    exact(mm("MatMulV2", view({4, 5}, {5}), tensor({5, 6}), false, false),
+          "MatMulV2: inputs[0] has stride [5] for shape [4,5]: the ranks differ");
+    TensorDesc no_stride = tensor({5, 6});
+    no_stride.is_view = true;
+    exact(mm("MatMulV2", tensor({4, 5}), no_stride, false, false), "MatMulV2: inputs[1] is a view without a stride");
+    exact(mm("MatMulV2", tensor({4, 5}), view({5, 6}, {-6, 1}), false, false),
+          "MatMulV2: inputs[1] has stride [-6,1]: strides must be >= 0");
+    exact(mm("MatMulV2", tensor({4, 5}), view({5, 6}, {std::int64_t{1} << 62, 1}), false, false),
+          "MatMulV2: inputs[1] has stride [4611686018427387904,1] for shape [5,6]: it spans more than 2^63 elements");
+    exact(mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false, RuntimeShape{5}),
+          "MatMulV2: bias (inputs[2]) has shape [5], expected [6] or [1,6]");
+    exact(mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false, RuntimeShape{4, 6}),
+          "MatMulV2: bias (inputs[2]) has shape [4,6], expected [6] or [1,6]");
+    OpRecord offset_w = mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false);
+    offset_w.inputs[3] = tensor({6});
+    exact(offset_w, "MatMulV2: inputs[3] is present: offset_w is not supported");
+    OpRecord x3 = mm("FusedMatMul", tensor({4, 5}), tensor({5, 6}), false, false, RuntimeShape{6}, "relu");
+    x3.inputs[3] = tensor({4, 6});
+    exact(x3, "FusedMatMul: inputs[3] is present: x3 is not supported");
+    OpRecord bias_view = mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false, RuntimeShape{6});
+    bias_view.inputs[2] = view({6}, {1});
+    exact(bias_view, "MatMulV2: inputs[2] is a view: only dense tensors are supported");
+    exact(mm("FusedMatMul", tensor({2, 4, 5}), tensor({2, 5, 6}), false, false, std::nullopt, "relu"),
+          "FusedMatMul: FusedMatMul needs rank-2 inputs, got [2,4,5] and [2,5,6]");
+    OpRecord add_view = binary("Add", {4, 5}, {4, 5}, {4, 5});
+    add_view.inputs[0] = view({4, 5}, {5, 1});
+    exact(add_view, "Add: inputs[0] is a view: only dense tensors are supported");
 
     // The example files the host kernels do not cover are reported, not compiled.
     int skipped = 0;
@@ -473,4 +878,18 @@ TEST_CASE("generated source: constants, not run-time shape arithmetic") {
     CHECK(t.find("i0 < 3") != std::string::npos);
     const std::string l = skc_host::generate_kernel(layer_norm({2, 3}, false, 1e-5), "ln").value();
     CHECK(l.find("outputs[1]") == std::string::npos);
+    // A view's strides are constants too; the bias and the activation are in the source.
+    const std::string v = skc_host::generate_kernel(mm("FusedMatMul", view({9, 13}, {1, 12}), tensor({11, 9}), true, true,
+                                                       RuntimeShape{11}, "gelu_erf"), "fused").value();
+    CHECK(v.find("constexpr idx SAM = 12, SAK = 1, SBK = 1, SBN = 9;") != std::string::npos);
+    CHECK(v.find("bias[j0 + c]") != std::string::npos);
+    CHECK(v.find("std::erf(v * 0.70710678118654752f)") != std::string::npos);
+    const OpRecord bmm_views = mm("BatchMatMulV2", view({3, 5, 4}, {4, 12, 1}), view({1, 4, 5}, {7, 1, 4}), false, false);
+    const std::string bm = skc_host::generate_kernel(bmm_views, "bmm").value();
+    CHECK(bm.find("inputs[0] + t * 4;") != std::string::npos);
+    CHECK(bm.find("const float* __restrict B = inputs[1];") != std::string::npos);  // batch 1: broadcast
+    // The kernels that may run in place promise no __restrict.
+    for (const OpRecord& op : {binary("Add", {4, 5}, {5}, {4, 5}), binary("Mul", {4, 5}, {}, {4, 5}), unary("Relu", {4}),
+                               gelu({4}, "none"), softmax({2, 40})})
+        CHECK(skc_host::generate_kernel(op, "k").value().find("__restrict") == std::string::npos);
 }

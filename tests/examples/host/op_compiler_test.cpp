@@ -126,8 +126,8 @@ TEST_CASE("host_op_compiler compiles the example ops into a run package that ins
 
     // What it printed: every unsupported file skipped with its reason, the duplicate, progress, summary.
     const std::string supported_list =
-        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, Add, Mul, Relu, Gelu, "
-        "SoftmaxV2, LayerNorm, Transpose)\n";
+        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, Relu, "
+        "Gelu, SoftmaxV2, LayerNorm, LayerNormV3, Transpose)\n";
     CHECK(r.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
                           ": 11 kernels to compile, 3 unsupported, 1 duplicate\n",
                       0) == 0);
