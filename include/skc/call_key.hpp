@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -187,7 +188,7 @@ public:
         std::lock_guard lock(mu_);
         const Table* t = current_.load(std::memory_order_relaxed);
         if (const T* v = find_in(*t, key.words(), h)) return *v;  // inserted meanwhile
-        auto e = std::make_unique<Entry>(h, key.words(), std::forward<Make>(make));
+        EntryPtr e = Entry::make(h, key.words(), std::forward<Make>(make));
         if ((count_ + 1) * 2 > t->mask + 1) t = grow();
         insert_into(*t, e.get());
         ++count_;
@@ -211,15 +212,45 @@ public:
 private:
     static constexpr std::size_t initial_capacity = 64;
 
-    struct Entry {
-        /// The value is made in place (T need not be movable: it may hold atomics).
+    /// One key and its value, in one allocation: the header, the value, then the key's words (so a
+    /// lookup reads one or two cache lines, not a second block).
+    struct alignas(std::uint64_t) Entry {
         template <class Make>
-        Entry(std::uint64_t h, std::span<const std::uint64_t> w, Make&& make)
-            : hash(h), words(w.begin(), w.end()), value(std::forward<Make>(make)()) {}
+        Entry(std::uint64_t h, std::size_t n, Make&& make) : hash(h), size(n), value(std::forward<Make>(make)()) {}
+        Entry(const Entry&) = delete;
+        Entry& operator=(const Entry&) = delete;
+
+        /// A new entry holding a copy of `w`; the value is made in place (T need not be movable).
+        template <class Make>
+        static std::unique_ptr<Entry, void (*)(Entry*)> make(std::uint64_t h, std::span<const std::uint64_t> w, Make&& make) {
+            void* raw = ::operator new(sizeof(Entry) + w.size() * sizeof(std::uint64_t));
+            Entry* e = nullptr;
+            try {
+                e = ::new (raw) Entry(h, w.size(), std::forward<Make>(make));
+            } catch (...) {
+                ::operator delete(raw);
+                throw;
+            }
+            std::uninitialized_copy(w.begin(), w.end(), e->words_begin());
+            return {e, [](Entry* x) {
+                        x->~Entry();
+                        ::operator delete(static_cast<void*>(x));
+                    }};
+        }
+
+        [[nodiscard]] std::uint64_t* words_begin() noexcept {
+            return reinterpret_cast<std::uint64_t*>(reinterpret_cast<unsigned char*>(this) + sizeof(Entry));
+        }
+        [[nodiscard]] std::span<const std::uint64_t> words() const noexcept {
+            return {reinterpret_cast<const std::uint64_t*>(reinterpret_cast<const unsigned char*>(this) + sizeof(Entry)), size};
+        }
+
         std::uint64_t hash;
-        std::vector<std::uint64_t> words;
+        std::size_t size;
         T value;
     };
+    static_assert(alignof(Entry) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "skc::CallMap: an over-aligned value type");
+    using EntryPtr = std::unique_ptr<Entry, void (*)(Entry*)>;
     struct Table {
         explicit Table(std::size_t cap) : mask(cap - 1), slots(new std::atomic<const Entry*>[cap]) {
             for (std::size_t i = 0; i < cap; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
@@ -232,7 +263,7 @@ private:
         for (std::size_t i = static_cast<std::size_t>(h) & t.mask;; i = (i + 1) & t.mask) {
             const Entry* e = t.slots[i].load(std::memory_order_acquire);
             if (e == nullptr) return nullptr;
-            if (e->hash == h && Key::same_words(e->words, w)) return &e->value;
+            if (e->hash == h && Key::same_words(e->words(), w)) return &e->value;
         }
     }
 
@@ -259,7 +290,7 @@ private:
     std::atomic<const Table*> current_{nullptr};
     mutable std::mutex mu_;
     std::size_t count_ = 0;
-    std::vector<std::unique_ptr<Entry>> entries_;  // insertion order
+    std::vector<EntryPtr> entries_;                // insertion order
     std::vector<std::unique_ptr<Table>> tables_;   // every table published; the last is current
 };
 

@@ -408,7 +408,7 @@ double rel_err(float a, float b) {
 constexpr double tolerance = 1e-5;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 /// The input slot whose buffer an op's output may be (Add, Mul, Relu, Gelu, SoftmaxV2), if any.
