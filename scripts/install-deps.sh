@@ -9,6 +9,7 @@ packages=(
   makeself                                    # run packages
   libopenblas-dev                             # benchmarks: OpenBLAS sgemm beside the host MatMul
   libopenmpi-dev openmpi-bin                  # optional MpiGather (skc/ext/mpi.hpp), skc compile --mpi, tests/mpi
+  libtorch-dev python3-torch                  # the PyTorch plugin examples/torch (libskc_torch.so) and its tests
 )
 
 missing=()

@@ -23,10 +23,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <iostream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -41,6 +38,7 @@
 #include <skc/op_info_io.hpp>
 
 #include "host/runtime.hpp"
+#include "host/toolchain.hpp"
 
 #ifndef SKC_HOST_OP_COMPILER
 #error "build with -DSKC_HOST_OP_COMPILER=\"<path of host_op_compiler>\""
@@ -432,25 +430,6 @@ std::string cache_line(const skc::CompileReport& r) {
 
 double ms(std::chrono::nanoseconds t) { return static_cast<double>(t.count()) / 1e6; }
 
-/// The toolchain version, the cache's namespace and part of its key. The kernels host_op_compiler
-/// makes depend on its own code (the kernel generator is compiled into it) and on the C++ compiler
-/// it runs ($CXX, else c++), so both are in it: with a fixed string, a rebuilt host_op_compiler
-/// would be served the packages of the old one. (An upgrade of the C++ compiler under the same
-/// name is not seen; a real toolchain has a version number for that.)
-std::string toolchain_version(const fs::path& compiler) {
-    std::ifstream in(compiler, std::ios::binary);
-    if (!in.is_open())
-        throw skc::Error(skc::Errc::io_error, "cannot read the kernel compiler", skc::ErrorContext{compiler.string(), {}, {}});
-    std::string id((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const char* cxx = std::getenv("CXX");
-    id += '\0';
-    id += cxx != nullptr && *cxx != '\0' ? cxx : "c++";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "host-%016llx",
-                  static_cast<unsigned long long>(std::hash<std::string_view>{}(std::string_view(id))));
-    return buf;
-}
-
 // ---- the flow ---------------------------------------------------------------------------------------
 
 using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
@@ -493,7 +472,7 @@ int run(const Config& cfg) {
     options.base_dir = base.string();
     options.jobs = cfg.jobs;
     skc::CompilerSettings settings;
-    settings.toolchain_version = toolchain_version(SKC_HOST_OP_COMPILER);
+    settings.toolchain_version = skc_host::toolchain_version(SKC_HOST_OP_COMPILER);
     settings.device = cfg.device;
     settings.op_library = library;
     settings.backend = "host";

@@ -1,0 +1,379 @@
+// examples/torch/mapping.hpp: which aten calls the PyTorch plugin records, and as what.
+//
+// The plugin overrides a few aten CPU kernels (plugin.cpp). Each call is described here without
+// any PyTorch type, so the mapping is tested and benchmarked without libtorch: a Call holds the
+// aten op, its tensor arguments as sizes and strides, and its attributes. From a Call:
+//   key_of()   the skc::CallKey of the call's raw arguments: cheap, no allocation, done per call;
+//   describe() the OpRecord it is recorded as (the original's op type names), or why it is not
+//              supported: done once per distinct key, remembered by the plugin in an skc::CallMap.
+// The record is a function of what key_of() writes, so equal keys always mean equal records.
+//
+// What the records look like (docs/torch.md lists them): float32 tensors in format ND; a dense
+// tensor is described by its shape, a matrix operand of a product that is a transposed dense
+// matrix by its stored shape and a transpose attr (as the original does for Linear's weight.t()),
+// and any other strided operand as a view (`is_view`, `stride`; the kernel gets the address of its
+// first element, so no offset). Elementwise and row ops need dense (contiguous) tensors.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <skc/call_key.hpp>
+#include <skc/op_record.hpp>
+#include <skc/value.hpp>
+
+namespace skc_torch {
+
+/// The op types the plugin records: the original's names. Also the rows of counters().
+enum class OpType : std::uint8_t {
+    MatMulV2, FusedMatMul, BatchMatMulV2, Add, Mul, Relu, Gelu, SoftmaxV2, LayerNormV3, Transpose
+};
+inline constexpr std::size_t op_type_count = 10;
+
+constexpr std::string_view name(OpType t) noexcept {
+    constexpr std::array<std::string_view, op_type_count> names{
+        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add", "Mul", "Relu", "Gelu", "SoftmaxV2", "LayerNormV3", "Transpose"};
+    return names[static_cast<std::size_t>(t)];
+}
+
+/// The aten ops the plugin overrides (in-place and out= variants share their op's entry).
+enum class Aten : std::uint8_t {
+    mm, addmm, addmm_activation, bmm, add, mul, relu, gelu, softmax, native_layer_norm, clone
+};
+
+constexpr OpType op_type_of(Aten a) noexcept {
+    switch (a) {
+    case Aten::mm:
+    case Aten::addmm: return OpType::MatMulV2;
+    case Aten::addmm_activation: return OpType::FusedMatMul;
+    case Aten::bmm: return OpType::BatchMatMulV2;
+    case Aten::add: return OpType::Add;
+    case Aten::mul: return OpType::Mul;
+    case Aten::relu: return OpType::Relu;
+    case Aten::gelu: return OpType::Gelu;
+    case Aten::softmax: return OpType::SoftmaxV2;
+    case Aten::native_layer_norm: return OpType::LayerNormV3;
+    case Aten::clone: return OpType::Transpose;
+    }
+    return OpType::MatMulV2;
+}
+
+using Dims = std::span<const std::int64_t>;
+
+/// A tensor argument as the framework hands it over. Only float32 tensors are ever described;
+/// the plugin counts calls with other dtypes as unsupported before it builds a Call.
+struct TensorArg {
+    Dims sizes;
+    Dims strides;
+    /// True only when is_dense(sizes, strides) (torch's is_contiguous(), a cached flag): the key
+    /// then leaves the strides out, since the record of a dense tensor does not depend on them.
+    bool dense = false;
+};
+
+/// One call of an overridden aten op.
+struct Call {
+    Aten aten = Aten::mm;
+    std::array<TensorArg, 3> t{};  // the tensor arguments, in aten's order (see describe())
+    std::size_t n = 0;             // how many of t are used
+    std::int64_t i0 = 0;           // softmax: dim; layer norm: number of normalized dims;
+                                   // gelu: 1 for tanh; addmm_activation: 1 for gelu
+    double f0 = 0;                 // layer norm: eps
+};
+
+/// Dense row-major (torch's is_contiguous: strides of size-1 dims do not matter; no elements is dense).
+inline bool is_dense(Dims sizes, Dims strides) noexcept {
+    std::int64_t expected = 1;
+    for (std::size_t i = sizes.size(); i-- > 0;) {
+        if (sizes[i] == 0) return true;
+        if (sizes[i] != 1 && strides[i] != expected) return false;
+        expected *= sizes[i];
+    }
+    return true;
+}
+
+inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.strides); }
+
+/// Whether the records of `a` depend on Call::i0, and on Call::f0.
+constexpr bool uses_i0(Aten a) noexcept {
+    return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm;
+}
+constexpr bool uses_f0(Aten a) noexcept { return a == Aten::native_layer_norm; }
+
+/// The call's raw arguments as a key: the op, every tensor's sizes and strides (none for a tensor
+/// marked dense: an empty list, which no non-dense tensor has), the attributes the op's records
+/// use.
+template <std::size_t Words>
+void key_of(const Call& c, skc::BasicCallKey<Words>& k) noexcept {
+    k.word(static_cast<std::uint64_t>(c.aten) | (static_cast<std::uint64_t>(c.n) << 8));
+    for (std::size_t i = 0; i < c.n; ++i) k.tensor(0, c.t[i].sizes, c.t[i].dense ? Dims{} : c.t[i].strides);
+    if (uses_i0(c.aten)) k.integer(c.i0);
+    if (uses_f0(c.aten)) k.real(c.f0);
+}
+
+/// What a call is recorded as, or why it is not recorded.
+struct Description {
+    OpType type = OpType::MatMulV2;
+    std::optional<skc::OpRecord> record;  // set when supported
+    std::string reason;                   // set when not
+};
+
+namespace detail {
+
+struct Unsupported {
+    std::string reason;
+};
+
+[[noreturn]] inline void unsupported(std::string reason) { throw Unsupported{std::move(reason)}; }
+
+inline std::string dims_str(Dims d) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+    return s + "]";
+}
+
+inline std::int64_t numel(Dims d) {
+    std::int64_t n = 1;
+    for (std::int64_t v : d) n *= v;
+    return n;
+}
+
+inline skc::RuntimeShape shape(Dims d) {
+    skc::RuntimeShape s;
+    for (std::int64_t v : d) s.push_back(v);
+    return s;
+}
+
+inline skc::TensorDesc dense(std::string name, std::int64_t index, Dims sizes) {
+    skc::TensorDesc t;
+    t.name = std::move(name);
+    t.index = index;
+    t.param_type = skc::ParamType::required;
+    t.dtype = "float";
+    t.format = "ND";
+    t.shape = shape(sizes);
+    t.origin_shape = t.shape;
+    t.origin_format = "ND";
+    return t;
+}
+
+inline skc::TensorDesc dense(std::string name, std::int64_t index, const std::vector<std::int64_t>& sizes) {
+    return dense(std::move(name), index, Dims(sizes));
+}
+
+inline skc::Attr attr(std::string name, std::string dtype, std::int64_t index, skc::Value v) {
+    return skc::Attr{std::move(name), std::move(dtype), index, std::move(v), {}};
+}
+
+inline skc::OpRecord op(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out,
+                        std::vector<skc::Attr> attrs) {
+    skc::OpRecord r;
+    r.op_type = std::move(type);
+    r.inputs = std::move(in);
+    r.outputs = std::move(out);
+    r.attrs = std::move(attrs);
+    return r;
+}
+
+/// An elementwise or row op's input: dense float with elements.
+inline const TensorArg& dense_input(const Call& c, std::size_t i, std::string_view what) {
+    const TensorArg& t = c.t[i];
+    if (!is_dense(t)) unsupported(std::string(what) + " is not contiguous (sizes " + dims_str(t.sizes) + ", strides " + dims_str(t.strides) + ")");
+    if (numel(t.sizes) == 0) unsupported(std::string(what) + " has no elements");
+    return t;
+}
+
+/// A matrix operand of a product (the last two dims are the matrix): dense as it is, dense once
+/// its last two dims are swapped (described by the stored shape and the transpose attr), or a view.
+struct Operand {
+    skc::TensorDesc desc;
+    bool transposed = false;
+};
+
+inline Operand operand(const TensorArg& t, std::string name, std::int64_t index) {
+    if (is_dense(t)) return {dense(std::move(name), index, t.sizes), false};
+    const std::size_t r = t.sizes.size();
+    std::vector<std::int64_t> ss(t.sizes.begin(), t.sizes.end()), st(t.strides.begin(), t.strides.end());
+    std::swap(ss[r - 1], ss[r - 2]);
+    std::swap(st[r - 1], st[r - 2]);
+    if (is_dense(ss, st)) return {dense(std::move(name), index, ss), true};
+    skc::TensorDesc d = dense(std::move(name), index, t.sizes);
+    d.is_view = true;
+    d.stride = shape(t.strides);
+    return {std::move(d), false};
+}
+
+inline void matrix(const TensorArg& t, std::size_t rank, std::string_view what) {
+    if (t.sizes.size() != rank)
+        unsupported(std::string(what) + " has rank " + std::to_string(t.sizes.size()) + ", expected " + std::to_string(rank));
+    if (numel(t.sizes) == 0) unsupported(std::string(what) + " has no elements");
+}
+
+/// addmm's `self` as a MatMulV2 bias: a dense row of n elements ([n] or [1, n]).
+inline skc::TensorDesc bias(const TensorArg& b, std::int64_t n) {
+    const bool row = (b.sizes.size() == 1 && b.sizes[0] == n) || (b.sizes.size() == 2 && b.sizes[0] == 1 && b.sizes[1] == n);
+    if (!row) unsupported("the added tensor has shape " + dims_str(b.sizes) + ": only a bias row [" + std::to_string(n) + "] or [1, " + std::to_string(n) + "] is supported");
+    if (!is_dense(b)) unsupported("the bias is not contiguous");
+    return dense("bias", 2, b.sizes);
+}
+
+/// mm(self, mat2), addmm(self, mat1, mat2), _addmm_activation(self, mat1, mat2, use_gelu).
+inline skc::OpRecord matmul(const Call& c) {
+    const bool with_bias = c.aten != Aten::mm;
+    const TensorArg& a = c.t[with_bias ? 1 : 0];
+    const TensorArg& b = c.t[with_bias ? 2 : 1];
+    matrix(a, 2, "the first matrix");
+    matrix(b, 2, "the second matrix");
+    const std::int64_t m = a.sizes[0], n = b.sizes[1];
+    if (a.sizes[1] != b.sizes[0]) unsupported("inner dims differ: " + dims_str(a.sizes) + " x " + dims_str(b.sizes));
+    Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
+    std::vector<skc::TensorSlot> in{std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}};
+    if (with_bias) in[2] = bias(c.t[0], n);
+    std::vector<skc::Attr> attrs{attr("transpose_x1", "bool", 0, x1.transposed), attr("transpose_x2", "bool", 1, x2.transposed)};
+    if (c.aten == Aten::addmm_activation) {
+        attrs.push_back(attr("fused_op_type", "str", 2, c.i0 != 0 ? "gelu_erf" : "relu"));
+        return op("FusedMatMul", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
+    }
+    attrs.push_back(attr("offset_x", "int", 2, 0));
+    return op("MatMulV2", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
+}
+
+/// bmm(self, mat2) and bmm.out.
+inline skc::OpRecord batch_matmul(const Call& c) {
+    const TensorArg &a = c.t[0], &b = c.t[1];
+    matrix(a, 3, "the first batch of matrices");
+    matrix(b, 3, "the second batch of matrices");
+    if (a.sizes[0] != b.sizes[0] || a.sizes[2] != b.sizes[1])
+        unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not multiply");
+    Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
+    const std::vector<std::int64_t> y{a.sizes[0], a.sizes[1], b.sizes[2]};
+    const bool t1 = x1.transposed, t2 = x2.transposed;
+    return op("BatchMatMulV2", {std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}}, {dense("y", 0, y)},
+              {attr("adj_x1", "bool", 0, t1), attr("adj_x2", "bool", 1, t2), attr("offset_x", "int", 2, 0)});
+}
+
+/// The shape of a broadcast of two shapes; nullopt when they do not broadcast.
+inline std::optional<std::vector<std::int64_t>> broadcast(Dims a, Dims b) {
+    const std::size_t r = std::max(a.size(), b.size());
+    std::vector<std::int64_t> out(r);
+    for (std::size_t i = 0; i < r; ++i) {
+        const std::int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+        const std::int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+        if (x != y && x != 1 && y != 1) return std::nullopt;
+        out[i] = x == 1 ? y : x;
+    }
+    return out;
+}
+
+/// add(self, other), add_, mul(self, other), mul_.
+inline skc::OpRecord binary(const Call& c) {
+    const TensorArg& a = dense_input(c, 0, "self");
+    const TensorArg& b = dense_input(c, 1, "other");
+    const auto y = broadcast(a.sizes, b.sizes);
+    if (!y) unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not broadcast");
+    return op(c.aten == Aten::add ? "Add" : "Mul", {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)}, {dense("y", 0, *y)}, {});
+}
+
+/// relu(self), relu_, gelu(self, approximate).
+inline skc::OpRecord unary(const Call& c) {
+    const TensorArg& x = dense_input(c, 0, "self");
+    if (c.aten == Aten::relu) return op("Relu", {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)}, {});
+    return op("Gelu", {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)},
+              {attr("approximate", "str", 0, c.i0 != 0 ? "tanh" : "none")});
+}
+
+/// _softmax(self, dim, half_to_float=false) and _softmax.out; dim already wrapped to [0, rank).
+inline skc::OpRecord softmax(const Call& c) {
+    const TensorArg& x = dense_input(c, 0, "self");
+    if (x.sizes.empty()) unsupported("softmax of a 0-dim tensor");
+    return op("SoftmaxV2", {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)},
+              {attr("axes", "list_int", 0, skc::Array{skc::Value(c.i0)}), attr("half_to_float", "bool", 1, false)});
+}
+
+/// native_layer_norm(input, normalized_shape, weight, bias, eps): the normalized dims are the last
+/// i0 dims of the input; weight and bias are given (elementwise affine).
+inline skc::OpRecord layer_norm(const Call& c) {
+    const TensorArg& x = dense_input(c, 0, "input");
+    const TensorArg& g = dense_input(c, 1, "weight");
+    const TensorArg& b = dense_input(c, 2, "bias");
+    const auto k = static_cast<std::size_t>(c.i0);
+    if (k == 0 || k > x.sizes.size()) unsupported("normalized_shape has " + std::to_string(c.i0) + " dims for an input of rank " + std::to_string(x.sizes.size()));
+    const std::size_t axis = x.sizes.size() - k;
+    const Dims norm = x.sizes.subspan(axis);
+    if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()) || !std::equal(b.sizes.begin(), b.sizes.end(), norm.begin(), norm.end()))
+        unsupported("weight " + dims_str(g.sizes) + " and bias " + dims_str(b.sizes) + " are not the normalized shape " + dims_str(norm));
+    std::vector<std::int64_t> stat(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(axis));
+    stat.resize(x.sizes.size(), 1);  // aten keeps the rank: [d0, .., 1, .., 1]
+    const auto a = static_cast<std::int64_t>(axis);
+    return op("LayerNormV3", {dense("x", 0, x.sizes), dense("gamma", 1, g.sizes), dense("beta", 2, b.sizes)},
+              {dense("y", 0, x.sizes), dense("mean", 1, stat), dense("rstd", 2, stat)},
+              {attr("begin_norm_axis", "int", 0, a), attr("begin_params_axis", "int", 1, a), attr("epsilon", "float", 2, c.f0)});
+}
+
+/// clone(self, memory_format=contiguous) of a permuted view of a dense tensor: Transpose. The
+/// input is described as that dense tensor and the permutation, a value-dependent input whose
+/// values are part of the op's identity (const_data), as the original's Transpose takes it.
+inline skc::OpRecord transpose(const Call& c) {
+    const TensorArg& v = c.t[0];
+    const std::size_t r = v.sizes.size();
+    if (numel(v.sizes) == 0) unsupported("self has no elements");
+    if (is_dense(v)) unsupported("self is already contiguous: a plain copy, not a transpose");
+    // The dense tensor's dims are the view's dims ordered by stride, largest first (dims of size 1
+    // after the others of their stride, in index order, so the order is a function of the view).
+    std::vector<std::size_t> order(r);
+    for (std::size_t i = 0; i < r; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+        if (v.strides[x] != v.strides[y]) return v.strides[x] > v.strides[y];
+        return v.sizes[x] != 1 && v.sizes[y] == 1;
+    });
+    std::vector<std::int64_t> in_dims(r), in_strides(r), perm(r);
+    for (std::size_t j = 0; j < r; ++j) {
+        in_dims[j] = v.sizes[order[j]];
+        in_strides[j] = v.strides[order[j]];
+        perm[order[j]] = static_cast<std::int64_t>(j);
+    }
+    if (!is_dense(in_dims, in_strides)) unsupported("self (sizes " + dims_str(v.sizes) + ", strides " + dims_str(v.strides) + ") is not a permutation of a dense tensor");
+    // y dim i is x dim perm[i]: y = x.permute(perm).
+    skc::TensorDesc p = dense("perm", 1, std::vector<std::int64_t>{static_cast<std::int64_t>(r)});
+    p.dtype = "int64";
+    skc::Array pv;
+    for (std::int64_t d : perm) pv.emplace_back(d);
+    p.const_data = skc::Value(std::move(pv));
+    return op("Transpose", {dense("x", 0, in_dims), std::move(p)}, {dense("y", 0, v.sizes)}, {});
+}
+
+}  // namespace detail
+
+/// What `c` is recorded as. Never throws for unsupported arguments: the reason is returned.
+inline Description describe(const Call& c) {
+    Description d;
+    d.type = op_type_of(c.aten);
+    try {
+        switch (c.aten) {
+        case Aten::mm:
+        case Aten::addmm:
+        case Aten::addmm_activation: d.record = detail::matmul(c); break;
+        case Aten::bmm: d.record = detail::batch_matmul(c); break;
+        case Aten::add:
+        case Aten::mul: d.record = detail::binary(c); break;
+        case Aten::relu:
+        case Aten::gelu: d.record = detail::unary(c); break;
+        case Aten::softmax: d.record = detail::softmax(c); break;
+        case Aten::native_layer_norm: d.record = detail::layer_norm(c); break;
+        case Aten::clone: d.record = detail::transpose(c); break;
+        }
+    } catch (const detail::Unsupported& u) {
+        d.reason = std::string(name(d.type)) + ": " + u.reason;
+    }
+    return d;
+}
+
+}  // namespace skc_torch

@@ -1,0 +1,838 @@
+// libskc_torch.so: static kernel compilation for PyTorch's CPU backend, through skc.
+//
+// Loaded with torch.ops.load_library(path), it defines four ops (docs/torch.md):
+//   torch.ops.skc.enable(config: str)   start recording (config: skc options plus compiler,
+//                                       device, toolchain_version, op_library, timing)
+//   torch.ops.skc.compile() -> str      end the session, compile or find in the cache, install,
+//                                       load the kernels; the report as JSON
+//   torch.ops.skc.counters() -> str     per op type: static, stock, recorded, unsupported calls
+//   torch.ops.skc.disable()             stock kernels again, nothing recorded
+// and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
+// add_, mul, mul_, relu, relu_, gelu, _softmax (and its out=), native_layer_norm and clone, as CPU
+// extensions that replace aten kernels do. While the plugin is off, each override calls the stock
+// kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
+// its raw arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the
+// op as an skc::OpRecord once and remembers its digest (skc::CallMap). While recording, a new op
+// goes to the session (skc::OpRecorder); after compile(), a call whose op has a static kernel in
+// the skc::KernelTable runs it, every other call runs the stock kernel.
+//
+// Build with -DNDEBUG and -D_GLIBCXX_USE_CXX11_ABI=1, as libtorch was (examples/torch/meson.build).
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/_addmm_activation_cpu_dispatch.h>
+#include <ATen/ops/_softmax_cpu_dispatch.h>
+#include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/clone_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/gelu_cpu_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/ops/native_layer_norm_cpu_dispatch.h>
+#include <ATen/ops/relu_cpu_dispatch.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <skc/call_key.hpp>
+#include <skc/compiler.hpp>
+#include <skc/kernel_table.hpp>
+#include <skc/op_info_io.hpp>
+#include <skc/options.hpp>
+#include <skc/recorder.hpp>
+
+#include "host/loader.hpp"
+#include "host/toolchain.hpp"
+#include "mapping.hpp"
+
+#ifndef SKC_TORCH_HOST_OP_COMPILER
+#error "build with -DSKC_TORCH_HOST_OP_COMPILER=\"<path of host_op_compiler>\""
+#endif
+
+namespace skc_torch {
+namespace {
+
+namespace fs = std::filesystem;
+using skc_host::KernelFn;
+using Clock = std::chrono::steady_clock;
+using Recorder = skc::OpRecorder<>;
+
+// ---- configuration ---------------------------------------------------------------------------------
+
+/// The config keys the plugin reads itself; every other key is an skc option (docs/options.md).
+constexpr std::array<std::string_view, 5> plugin_keys{"compiler", "device", "toolchain_version", "op_library", "timing"};
+
+struct Config {
+    skc::Options options;
+    fs::path compiler;
+    std::string device = "host-cpu";
+    std::string toolchain_version;  // empty: the compiler's fingerprint
+    fs::path op_library;            // empty: <base>/op_library
+    bool timing = false;
+};
+
+[[noreturn]] void config_error(std::string_view key, std::string message) {
+    throw skc::Error(skc::Errc::invalid_option, std::move(message), skc::ErrorContext{{}, {}, std::string(key)});
+}
+
+std::string config_string(const skc::Value& v, std::string_view key) {
+    if (!v.is_string()) config_error(key, "expected a string, found " + skc::detail::found_kind(v));
+    if (v.as_string().empty()) config_error(key, "must not be empty");
+    return v.as_string();
+}
+
+/// This library's file, for the default compiler beside it.
+fs::path plugin_file() {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<const void*>(&plugin_file), &info) != 0 && info.dli_fname != nullptr) return info.dli_fname;
+    return {};
+}
+
+/// host_op_compiler beside this library, else where the build put it.
+fs::path default_compiler() {
+    const fs::path beside = plugin_file().parent_path() / "host_op_compiler";
+    if (!plugin_file().empty() && ::access(beside.c_str(), X_OK) == 0) return beside;
+    return SKC_TORCH_HOST_OP_COMPILER;
+}
+
+Config parse_config(std::string_view text) {
+    const skc::Value doc = skc::parse_json(text);
+    Config c;
+    c.options = skc::parse_options(doc, plugin_keys);
+    // Calling enable() asks for the feature: on unless the config turns it off.
+    if (doc.find("static_kernel_compile") == nullptr) c.options.static_kernel_compile = true;
+    if (const skc::Value* v = doc.find("compiler")) {
+        c.compiler = config_string(*v, "compiler");
+    } else {
+        c.compiler = default_compiler();
+    }
+    if (const skc::Value* v = doc.find("device")) c.device = config_string(*v, "device");
+    if (const skc::Value* v = doc.find("toolchain_version")) c.toolchain_version = config_string(*v, "toolchain_version");
+    if (const skc::Value* v = doc.find("op_library")) c.op_library = config_string(*v, "op_library");
+    if (const skc::Value* v = doc.find("timing")) {
+        if (!v->is_bool()) config_error("timing", "expected true or false, found " + skc::detail::found_kind(*v));
+        c.timing = v->as_bool();
+    }
+    const std::string shown = skc::detail::quote(c.compiler.string(), 200);
+    struct stat st {};
+    if (::stat(c.compiler.c_str(), &st) != 0)
+        config_error("compiler", shown + " does not exist" +
+                                     (doc.find("compiler") ? std::string() : " (the default: host_op_compiler beside the plugin or where it was built)"));
+    if (!S_ISREG(st.st_mode) || ::access(c.compiler.c_str(), X_OK) != 0) config_error("compiler", shown + " is not an executable file");
+    return c;
+}
+
+// ---- per-op state ------------------------------------------------------------------------------------
+
+/// One distinct op instance (one CallKey), described once. What every call reads comes first,
+/// in one cache line; the record and the reason are apart.
+struct Instance {
+    explicit Instance(Description d) : type(d.type) {
+        auto c = std::make_unique<Cold>();
+        c->reason = std::move(d.reason);
+        if (d.record) {
+            try {
+                skc::validate(*d.record);
+                digest = skc::digest(*d.record);
+                c->record = std::move(*d.record);
+            } catch (const skc::Error& e) {
+                c->reason = std::string(name(type)) + ": " + e.what();
+            }
+        }
+        cold = std::move(c);
+    }
+    [[nodiscard]] bool supported() const noexcept { return cold->record.has_value(); }
+    [[nodiscard]] const skc::OpRecord& record() const noexcept { return *cold->record; }
+    [[nodiscard]] const std::string& reason() const noexcept { return cold->reason; }
+
+    OpType type;
+    mutable std::atomic<bool> said_stock{false};        // SKC_TORCH_VERBOSE said it had no kernel
+    skc::Digest digest{};                              // the record's digest, when supported
+    mutable std::atomic<std::uint64_t> recorded_in{0};  // the last session it was given to
+    struct Cold {
+        std::optional<skc::OpRecord> record;  // what is recorded, when supported
+        std::string reason;                   // why it is not supported
+    };
+    std::unique_ptr<const Cold> cold;
+};
+
+struct TypeCounters {
+    std::atomic<std::uint64_t> static_calls{0}, stock_calls{0}, recorded{0}, unsupported{0};
+    std::atomic<std::uint64_t> static_ns{0}, stock_ns{0};
+};
+
+/// The reselect hook: the installed kernels of the device into the plugin's table.
+struct TableReselect {
+    skc::KernelTable<KernelFn>* table;
+    void reselect(const skc::ReselectContext& ctx) { table->reload(skc_host::load_installed_kernels(ctx)); }
+};
+
+/// A StaticKernelCompiler of either gather policy (the ranks come from the environment).
+struct AnyCompiler {
+    virtual ~AnyCompiler() = default;
+    virtual skc::CompileReport compile(Recorder& r) = 0;
+};
+
+template <class Gather>
+struct CompilerOf final : AnyCompiler {
+    CompilerOf(const Config& c, skc::CompilerSettings s, TableReselect hook, Gather g)
+        : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), skc::RunPackageInstaller(), hook, std::move(g)) {}
+    skc::CompileReport compile(Recorder& r) override { return compiler.compile(r); }
+    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
+                              TableReselect, Gather>
+        compiler;
+};
+
+// ---- the plugin ---------------------------------------------------------------------------------------
+
+/// What the plugin decided for one call. Every call the plugin looks at is counted once, as
+/// static (its static kernel ran), stock (a supported op without a static kernel: the fallback) or
+/// unsupported (the plugin cannot describe it: the stock kernel ran, untimed).
+struct Decision {
+    TypeCounters* counters = nullptr;  // null: nothing is counted (unsupported, counted already)
+    const KernelFn* kernel = nullptr;  // the static kernel, or null: stock
+    bool timing = false;
+};
+
+class Plugin {
+public:
+    static Plugin& get() {
+        static auto* p = new Plugin;  // never destroyed: kernels may run while the process exits
+        return *p;
+    }
+
+    [[nodiscard]] bool on() const noexcept { return on_.load(std::memory_order_acquire); }
+
+    /// The decision for a call of the plugin's, `c`. `describable` says whether its tensors are
+    /// float32 and its scalar arguments have the values the records assume (else it is counted as
+    /// unsupported and runs the stock kernel).
+    Decision decide(bool describable, const Call& c, const char* why_not = "a tensor is not a plain float32 tensor") {
+        Decision d;
+        TypeCounters& counters = counters_[static_cast<std::size_t>(op_type_of(c.aten))];
+        if (!describable) {
+            counters.unsupported.fetch_add(1, std::memory_order_relaxed);
+            if (verbose()) say_once(std::string(name(op_type_of(c.aten))) + ": " + why_not);
+            return d;
+        }
+        skc::CallKey key;
+        key_of(c, key);
+        if (!key.ok()) {
+            counters.unsupported.fetch_add(1, std::memory_order_relaxed);
+            return d;
+        }
+        const Instance* inst = instances_.find(key);
+        if (inst == nullptr) {
+            bool made = false;
+            inst = &instances_.emplace(key, [&] {
+                made = true;
+                return Instance(describe(c));
+            });
+            if (made) said(*inst);
+        }
+        if (!inst->supported()) {
+            counters.unsupported.fetch_add(1, std::memory_order_relaxed);
+            return d;
+        }
+        d.counters = &counters;
+        d.timing = timing_.load(std::memory_order_relaxed);
+        d.kernel = table_.find(inst->digest);
+        if (d.kernel == nullptr && verbose() && table_.size() > 0 && !inst->said_stock.exchange(true))
+            std::fprintf(stderr, "skc_torch: no static kernel for %s %s: stock\n", std::string(name(inst->type)).c_str(),
+                         inst->digest.hex().c_str());
+        const std::uint64_t session = session_.load(std::memory_order_acquire);
+        if (session != 0 && inst->recorded_in.load(std::memory_order_relaxed) != session) record(*inst, session, d);
+        return d;
+    }
+
+    /// Runs the stock kernel, counted (and timed) for a supported op.
+    template <class Fn>
+    decltype(auto) stock(const Decision& d, Fn&& fn) {
+        if (d.counters == nullptr) return std::forward<Fn>(fn)();
+        d.counters->stock_calls.fetch_add(1, std::memory_order_relaxed);
+        if (!d.timing) return std::forward<Fn>(fn)();
+        Timer t(d.counters->stock_ns);
+        return std::forward<Fn>(fn)();
+    }
+
+    /// Runs the static kernel with the data of each input and output slot.
+    void run_static(const Decision& d, std::initializer_list<const float*> in, std::initializer_list<float*> out) {
+        d.counters->static_calls.fetch_add(1, std::memory_order_relaxed);
+        const float* ins[4] = {};
+        float* outs[3] = {};
+        std::size_t i = 0;
+        for (const float* p : in) ins[i++] = p;
+        i = 0;
+        for (float* p : out) outs[i++] = p;
+        if (!d.timing) {
+            (*d.kernel)(ins, outs);
+            return;
+        }
+        Timer t(d.counters->static_ns);
+        (*d.kernel)(ins, outs);
+    }
+
+    void enable(std::string_view text) {
+        std::lock_guard lock(mu_);
+        if (recorder_ != nullptr)
+            throw skc::Error(skc::Errc::session_active,
+                             "a recording session is already active: call torch.ops.skc.compile() or torch.ops.skc.disable() first");
+        Config c = parse_config(text);
+        if (!c.options.static_kernel_compile) {  // the feature is off: stock kernels, nothing recorded
+            turn_off();
+            off_by_config_ = true;
+            return;
+        }
+        const fs::path base = skc::resolve_base(c.options);  // the error names the path
+        skc::CompilerSettings s;
+        s.toolchain_version = c.toolchain_version.empty() ? skc_host::toolchain_version(c.compiler) : c.toolchain_version;
+        s.device = c.device;
+        s.op_library = c.op_library.empty() ? base / "op_library" : c.op_library;
+        s.backend = "host";
+        if (s.op_library.is_relative()) s.op_library = fs::absolute(s.op_library);
+        std::unique_ptr<AnyCompiler> compiler;
+        const TableReselect hook{&table_};
+        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env())
+            compiler = std::make_unique<CompilerOf<skc::LocalFsGather>>(c, s, hook, skc::LocalFsGather(std::move(*ranks), c.options.compile_timeout));
+        else
+            compiler = std::make_unique<CompilerOf<skc::SingleRank>>(c, s, hook, skc::SingleRank());
+        std::error_code ec;
+        fs::create_directories(s.op_library, ec);
+        if (ec)
+            throw skc::Error(skc::Errc::io_error, "cannot create the op library: " + ec.message(),
+                             skc::ErrorContext{s.op_library.string(), {}, "op_library"});
+        recorder_ = std::make_unique<Recorder>();
+        live_.store(recorder_.get(), std::memory_order_release);
+        pending_ = std::move(compiler);
+        off_by_config_ = false;
+        timing_.store(c.timing, std::memory_order_relaxed);
+        session_.store(++sessions_, std::memory_order_release);
+        on_.store(true, std::memory_order_release);
+    }
+
+    std::string compile() {
+        std::lock_guard lock(mu_);
+        if (recorder_ == nullptr) {
+            if (off_by_config_) return skc::dump_json(skc::CompileReport{}.to_value());
+            throw skc::Error(skc::Errc::no_session, "no recording session: call torch.ops.skc.enable(config) first");
+        }
+        session_.store(0, std::memory_order_release);  // calls from now on do not record
+        std::unique_ptr<Recorder> rec = std::move(recorder_);
+        std::unique_ptr<AnyCompiler> compiler = std::move(pending_);
+        skc::CompileReport report;
+        try {
+            report = compiler->compile(*rec);
+        } catch (...) {
+            rec->discard();
+            retire(std::move(rec));
+            throw;
+        }
+        retire(std::move(rec));
+        compilers_.push_back(std::move(compiler));  // its installs last as long as it does
+        return skc::dump_json(report.to_value());
+    }
+
+    void disable() {
+        std::lock_guard lock(mu_);
+        turn_off();
+        off_by_config_ = false;
+    }
+
+    std::string counters() const {
+        skc::Object o;
+        for (std::size_t i = 0; i < op_type_count; ++i) {
+            const TypeCounters& c = counters_[i];
+            const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+            if (get(c.static_calls) + get(c.stock_calls) + get(c.recorded) + get(c.unsupported) == 0) continue;
+            o.push_back({std::string(name(static_cast<OpType>(i))),
+                         skc::Value(skc::Object{{"static", skc::Value(get(c.static_calls))},
+                                                {"stock", skc::Value(get(c.stock_calls))},
+                                                {"recorded", skc::Value(get(c.recorded))},
+                                                {"unsupported", skc::Value(get(c.unsupported))},
+                                                {"static_ms", skc::Value(static_cast<double>(get(c.static_ns)) / 1e6)},
+                                                {"stock_ms", skc::Value(static_cast<double>(get(c.stock_ns)) / 1e6)}})});
+        }
+        return skc::dump_json(skc::Value(std::move(o)));
+    }
+
+private:
+    /// Adds the time from construction to destruction to a counter.
+    struct Timer {
+        explicit Timer(std::atomic<std::uint64_t>& to) : to_(to), t0_(Clock::now()) {}
+        Timer(const Timer&) = delete;
+        Timer& operator=(const Timer&) = delete;
+        ~Timer() {
+            to_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count()),
+                          std::memory_order_relaxed);
+        }
+        std::atomic<std::uint64_t>& to_;
+        Clock::time_point t0_;
+    };
+
+    /// A new op instance, said on stderr when SKC_TORCH_VERBOSE is set (to see what a model's
+    /// calls are recorded as, and why some are not).
+    static bool verbose() {
+        static const bool on = [] {
+            const char* v = std::getenv("SKC_TORCH_VERBOSE");
+            return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+        }();
+        return on;
+    }
+
+    /// Says `line` on stderr the first time only.
+    void say_once(const std::string& line) {
+        std::lock_guard lock(said_mu_);
+        if (said_.insert(line).second) std::fprintf(stderr, "skc_torch: unsupported call: %s\n", line.c_str());
+    }
+
+    static void said(const Instance& inst) {
+        if (!verbose()) return;
+        const std::string line = inst.supported() ? std::string(name(inst.type)) + " " + inst.digest.hex() + " " +
+                                                        skc::op_info_file_name(inst.record(), 0)
+                                                  : "unsupported: " + inst.reason();
+        std::fprintf(stderr, "skc_torch: new op instance: %s\n", line.c_str());
+    }
+
+    /// Gives `inst` to the session once. The session may end meanwhile (compile() or disable()
+    /// in another thread): the recorder then refuses with no_session, and the op is not recorded.
+    void record(const Instance& inst, std::uint64_t session, const Decision& d) {
+        inst.recorded_in.store(session, std::memory_order_relaxed);
+        Recorder* rec = live_.load(std::memory_order_acquire);
+        if (rec == nullptr) return;
+        try {
+            const bool added = rec->record(inst.digest, [&] {
+                skc::OpRecord r = inst.record();
+                r.bin_type = d.kernel != nullptr ? 0 : 1;  // which kernel ran, as the original's files say
+                return r;
+            });
+            if (added) d.counters->recorded.fetch_add(1, std::memory_order_relaxed);
+        } catch (const skc::Error& e) {
+            if (e.code() != skc::Errc::no_session) throw;
+        }
+    }
+
+    /// Keeps a finished session's recorder alive: calls that loaded its address may still use it.
+    void retire(std::unique_ptr<Recorder> rec) {
+        live_.store(nullptr, std::memory_order_release);
+        retired_.push_back(std::move(rec));
+    }
+
+    void turn_off() {
+        on_.store(false, std::memory_order_release);
+        session_.store(0, std::memory_order_release);
+        if (recorder_) {
+            recorder_->discard();
+            retire(std::move(recorder_));
+        }
+        pending_.reset();
+        table_.reload({});
+        compilers_.clear();  // their installs are released (other processes may still hold them)
+    }
+
+    std::atomic<bool> on_{false};
+    std::atomic<bool> timing_{false};
+    std::atomic<std::uint64_t> session_{0};  // the recording session's number; 0: none
+    std::atomic<Recorder*> live_{nullptr};   // the recording session's recorder, for calls
+    std::array<TypeCounters, op_type_count> counters_;
+    skc::CallMap<Instance> instances_;
+    skc::KernelTable<KernelFn> table_;
+
+    std::mutex said_mu_;  // SKC_TORCH_VERBOSE's lines said once
+    std::set<std::string> said_;
+    std::mutex mu_;  // enable, compile, disable
+    std::uint64_t sessions_ = 0;
+    bool off_by_config_ = false;
+    std::unique_ptr<Recorder> recorder_;
+    std::unique_ptr<AnyCompiler> pending_;  // made by enable() (checks the config), run by compile()
+    std::vector<std::unique_ptr<AnyCompiler>> compilers_;
+    std::vector<std::unique_ptr<Recorder>> retired_;
+};
+
+// ---- the overrides ----------------------------------------------------------------------------------
+//
+// Each override: off, or called from inside another override's kernel (a stock kernel's own aten
+// calls are not the model's ops), it runs the stock kernel and nothing else. Otherwise it builds
+// the Call, asks the plugin, and runs the static kernel (outputs dense, allocated here, or the
+// given out= tensor when it fits) or the stock one.
+
+// initial-exec: one instruction to reach it, not a call to __tls_get_addr (as a dlopen'ed
+// library's thread-locals otherwise cost); a bool fits the static TLS every glibc reserves.
+thread_local bool in_kernel __attribute__((tls_model("initial-exec"))) = false;
+
+/// Marks the thread as inside an override's kernel while it lives.
+struct KernelScope {
+    KernelScope() noexcept { in_kernel = true; }
+    KernelScope(const KernelScope&) = delete;
+    KernelScope& operator=(const KernelScope&) = delete;
+    ~KernelScope() { in_kernel = false; }
+};
+
+/// Whether the plugin looks at this call at all.
+bool intercept() noexcept { return !in_kernel && Plugin::get().on(); }
+
+bool f32(const at::Tensor& t) noexcept {
+    return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && !t.is_neg() && !t.is_conj();
+}
+
+TensorArg arg(const at::Tensor& t) noexcept {
+    return {Dims(t.sizes().data(), t.sizes().size()), Dims(t.strides().data(), t.strides().size()), t.is_contiguous()};
+}
+
+bool is_one(const at::Scalar& s) {
+    if (s.isIntegral(false)) return s.toLong() == 1;
+    if (s.isFloatingPoint()) return s.toDouble() == 1.0;
+    return false;
+}
+
+const float* in(const at::Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
+float* out(const at::Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+
+at::Tensor new_dense(at::IntArrayRef sizes) { return at::empty(sizes, at::TensorOptions().dtype(at::kFloat)); }
+
+/// The bytes a strided tensor's elements span, from its first element's address.
+std::pair<std::uintptr_t, std::uintptr_t> span_of(const at::Tensor& t) {
+    std::int64_t last = 0;
+    for (std::int64_t i = 0; i < t.dim(); ++i) last += (t.size(i) - 1) * t.stride(i);
+    const auto b = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    return {b, b + static_cast<std::uintptr_t>(last + 1) * sizeof(float)};
+}
+
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+    const auto x = span_of(a), y = span_of(b);
+    return x.first < y.second && y.first < x.second;
+}
+
+/// `o` can take a dense result of `sizes` written over it: dense, that shape, and apart from
+/// `inputs` or exactly one of them (the same elements: in place).
+bool fits(const at::Tensor& o, at::IntArrayRef sizes, std::initializer_list<const at::Tensor*> inputs) {
+    if (!f32(o) || !o.is_contiguous() || o.sizes() != sizes) return false;
+    for (const at::Tensor* t : inputs)
+        if (overlap(o, *t) && !(t->data_ptr() == o.data_ptr() && t->sizes() == o.sizes() && t->is_contiguous())) return false;
+    return true;
+}
+
+/// The stock kernel, counted, with the thread marked as inside a kernel.
+template <class Fn>
+decltype(auto) stock(const Decision& d, Fn&& fn) {
+    KernelScope scope;
+    return Plugin::get().stock(d, std::forward<Fn>(fn));
+}
+
+void run(const Decision& d, std::initializer_list<const float*> ins, std::initializer_list<float*> outs) {
+    KernelScope scope;
+    Plugin::get().run_static(d, ins, outs);
+}
+
+// Matrix products.
+
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+    if (!intercept()) return at::cpu::mm(self, mat2);
+    const Call c{Aten::mm, {arg(self), arg(mat2)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && f32(mat2), c);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense({self.size(0), mat2.size(1)});
+        run(d, {in(self), in(mat2), nullptr, nullptr}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::mm(self, mat2); });
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                 const at::Scalar& alpha) {
+    if (!intercept()) return at::cpu::addmm(self, mat1, mat2, beta, alpha);
+    const Call c{Aten::addmm, {arg(self), arg(mat1), arg(mat2)}, 3};
+    const Decision d = Plugin::get().decide(f32(self) && f32(mat1) && f32(mat2) && is_one(beta) && is_one(alpha), c,
+                                            "a tensor is not a plain float32 tensor, or beta or alpha is not 1");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense({mat1.size(0), mat2.size(1)});
+        run(d, {in(mat1), in(mat2), in(self), nullptr}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::addmm(self, mat1, mat2, beta, alpha); });
+}
+
+at::Tensor addmm_activation(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                            const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu) {
+    if (!intercept()) return at::cpu::_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu);
+    const Call c{Aten::addmm_activation, {arg(self), arg(mat1), arg(mat2)}, 3, use_gelu ? 1 : 0};
+    const Decision d = Plugin::get().decide(f32(self) && f32(mat1) && f32(mat2) && is_one(beta) && is_one(alpha), c,
+                                            "a tensor is not a plain float32 tensor, or beta or alpha is not 1");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense({mat1.size(0), mat2.size(1)});
+        run(d, {in(mat1), in(mat2), in(self), nullptr}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu); });
+}
+
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+    if (!intercept()) return at::cpu::bmm(self, mat2);
+    const Call c{Aten::bmm, {arg(self), arg(mat2)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && f32(mat2), c);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense({self.size(0), self.size(1), mat2.size(2)});
+        run(d, {in(self), in(mat2), nullptr, nullptr}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::bmm(self, mat2); });
+}
+
+at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& result) {
+    if (!intercept()) return at::cpu::bmm_outf(self, mat2, result);
+    const Call c{Aten::bmm, {arg(self), arg(mat2)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && f32(mat2), c);
+    if (d.kernel != nullptr && fits(result, {self.size(0), self.size(1), mat2.size(2)}, {}) && !overlap(result, self) &&
+        !overlap(result, mat2)) {
+        run(d, {in(self), in(mat2), nullptr, nullptr}, {out(result)});
+        return result;
+    }
+    return stock(d, [&]() -> at::Tensor& { return at::cpu::bmm_outf(self, mat2, result); });
+}
+
+// Elementwise ops: add and mul, out of place and in place.
+
+constexpr const char* binary_why = "a tensor is not a plain float32 tensor (a Python number is a double), or alpha is not 1";
+
+template <Aten A, class Stock>
+at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
+    if (!intercept()) return stock_fn();
+    const Call c{A, {arg(self), arg(other)}, 2};
+    const Decision d = Plugin::get().decide(describable && f32(self) && f32(other), c, binary_why);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(at::infer_size(self.sizes(), other.sizes()));
+        run(d, {in(self), in(other)}, {out(y)});
+        return y;
+    }
+    return stock(d, stock_fn);
+}
+
+template <Aten A, class Stock>
+at::Tensor& binary_(at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
+    if (!intercept()) return stock_fn();
+    const Call c{A, {arg(self), arg(other)}, 2};
+    const Decision d = Plugin::get().decide(describable && f32(self) && f32(other), c, binary_why);
+    if (d.kernel != nullptr && fits(self, at::infer_size(self.sizes(), other.sizes()), {&other})) {
+        run(d, {in(self), in(other)}, {out(self)});
+        return self;
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    return binary<Aten::add>(self, other, is_one(alpha), [&] { return at::cpu::add(self, other, alpha); });
+}
+at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    return binary_<Aten::add>(self, other, is_one(alpha), [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); });
+}
+at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
+    return binary<Aten::mul>(self, other, true, [&] { return at::cpu::mul(self, other); });
+}
+at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
+    return binary_<Aten::mul>(self, other, true, [&]() -> at::Tensor& { return at::cpu::mul_(self, other); });
+}
+
+// Activations and rows.
+
+at::Tensor relu(const at::Tensor& self) {
+    if (!intercept()) return at::cpu::relu(self);
+    const Call c{Aten::relu, {arg(self)}, 1};
+    const Decision d = Plugin::get().decide(f32(self), c);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(self.sizes());
+        run(d, {in(self)}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::relu(self); });
+}
+
+at::Tensor& relu_(at::Tensor& self) {
+    if (!intercept()) return at::cpu::relu_(self);
+    const Call c{Aten::relu, {arg(self)}, 1};
+    const Decision d = Plugin::get().decide(f32(self), c);
+    if (d.kernel != nullptr) {  // the kernel needs a dense self, so it is one
+        run(d, {in(self)}, {out(self)});
+        return self;
+    }
+    return stock(d, [&]() -> at::Tensor& { return at::cpu::relu_(self); });
+}
+
+at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+    if (!intercept()) return at::cpu::gelu(self, approximate);
+    const bool tanh = approximate == "tanh";
+    const Call c{Aten::gelu, {arg(self)}, 1, tanh ? 1 : 0};
+    const Decision d = Plugin::get().decide(f32(self) && (tanh || approximate == "none"), c,
+                                            "self is not a plain float32 tensor, or approximate is neither none nor tanh");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(self.sizes());
+        run(d, {in(self)}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::gelu(self, approximate); });
+}
+
+/// _softmax's dim wrapped to [0, rank), or -1 when out of range (the stock kernel then reports it).
+std::int64_t softmax_dim(const at::Tensor& self, std::int64_t dim) {
+    const std::int64_t r = std::max<std::int64_t>(self.dim(), 1);
+    if (dim < -r || dim >= r) return -1;
+    return dim < 0 ? dim + r : dim;
+}
+
+at::Tensor softmax(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
+    if (!intercept()) return at::cpu::_softmax(self, dim, half_to_float);
+    const std::int64_t wrapped = softmax_dim(self, dim);
+    const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
+    const Decision d = Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
+                                            "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(self.sizes());
+        run(d, {in(self)}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::_softmax(self, dim, half_to_float); });
+}
+
+at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& result) {
+    if (!intercept()) return at::cpu::_softmax_outf(self, dim, half_to_float, result);
+    const std::int64_t wrapped = softmax_dim(self, dim);
+    const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
+    const Decision d = Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
+                                            "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    if (d.kernel != nullptr && fits(result, self.sizes(), {&self})) {  // the fast path runs it in place
+        run(d, {in(self)}, {out(result)});
+        return result;
+    }
+    return stock(d, [&]() -> at::Tensor& { return at::cpu::_softmax_outf(self, dim, half_to_float, result); });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                                                                 const c10::optional<at::Tensor>& weight,
+                                                                 const c10::optional<at::Tensor>& bias, double eps) {
+    auto stock_fn = [&] { return at::cpu::native_layer_norm_symint(input, normalized_shape, weight, bias, eps); };
+    if (!intercept()) return stock_fn();
+    const bool affine = weight.has_value() && weight->defined() && bias.has_value() && bias->defined();
+    if (!affine) {  // described with gamma and beta only
+        const Decision d = Plugin::get().decide(false, Call{Aten::native_layer_norm, {arg(input)}, 1},
+                                                "no weight or no bias (elementwise_affine=False)");
+        return stock(d, stock_fn);
+    }
+    const auto k = static_cast<std::int64_t>(normalized_shape.size());
+    const Call c{Aten::native_layer_norm, {arg(input), arg(*weight), arg(*bias)}, 3, k, eps};
+    const Decision d = Plugin::get().decide(f32(input) && f32(*weight) && f32(*bias), c);
+    if (d.kernel != nullptr) {
+        std::vector<std::int64_t> stat(input.sizes().begin(), input.sizes().end());
+        for (std::size_t i = stat.size() - static_cast<std::size_t>(k); i < stat.size(); ++i) stat[i] = 1;
+        at::Tensor y = new_dense(input.sizes()), mean = new_dense(stat), rstd = new_dense(stat);
+        run(d, {in(input), in(*weight), in(*bias)}, {out(y), out(mean), out(rstd)});
+        return {y, mean, rstd};
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor clone(const at::Tensor& self, c10::optional<at::MemoryFormat> memory_format) {
+    if (!intercept()) return at::compositeexplicitautograd::clone(self, memory_format);
+    const Call c{Aten::clone, {arg(self)}, 1};
+    const Decision d = Plugin::get().decide(f32(self) && memory_format == at::MemoryFormat::Contiguous, c,
+                                            "self is not a plain float32 tensor, or the clone is not to a contiguous tensor");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(self.sizes());
+        run(d, {in(self), nullptr}, {out(y)});  // self's first element is the dense tensor's
+        return y;
+    }
+    return stock(d, [&] { return at::compositeexplicitautograd::clone(self, memory_format); });
+}
+
+// ---- the entry points ---------------------------------------------------------------------------------
+
+/// skc's errors reach Python as RuntimeError with skc's message.
+template <class Fn>
+decltype(auto) entry(Fn&& fn) {
+    try {
+        return std::forward<Fn>(fn)();
+    } catch (const skc::Error& e) {
+        throw std::runtime_error(std::string("skc: ") + e.what());
+    }
+}
+
+void op_enable(std::string config) { entry([&] { Plugin::get().enable(config); }); }
+std::string op_compile() { return entry([] { return Plugin::get().compile(); }); }
+std::string op_counters() { return entry([] { return Plugin::get().counters(); }); }
+void op_disable() { entry([] { Plugin::get().disable(); }); }
+
+/// Overriding aten's kernels makes the dispatcher warn once per op ("Overriding a previously
+/// registered kernel ..."); that is this plugin's purpose, so those warnings are dropped while the
+/// overrides register (the objects around TORCH_LIBRARY_IMPL below run in definition order).
+class QuietOverrides final : public c10::WarningHandler {
+public:
+    void process(const c10::SourceLocation& where, const std::string& msg, bool verbatim) override {
+        if (msg.rfind("Overriding a previously registered kernel", 0) == 0) return;
+        (previous != nullptr ? previous : &fallback)->process(where, msg, verbatim);
+    }
+    c10::WarningHandler* previous = nullptr;
+    c10::WarningHandler fallback;
+};
+
+QuietOverrides quiet_overrides;
+[[maybe_unused]] const bool quiet_on = [] {
+    quiet_overrides.previous = c10::Warning::get_warning_handler();
+    c10::Warning::set_warning_handler(&quiet_overrides);
+    return true;
+}();
+
+}  // namespace
+}  // namespace skc_torch
+
+TORCH_LIBRARY(skc, m) {
+    m.def("enable(str config) -> ()", &skc_torch::op_enable);
+    m.def("compile() -> str", &skc_torch::op_compile);
+    m.def("counters() -> str", &skc_torch::op_counters);
+    m.def("disable() -> ()", &skc_torch::op_disable);
+}
+
+TORCH_LIBRARY_IMPL(aten, CPU, m) {
+    m.impl("mm", &skc_torch::mm);
+    m.impl("addmm", &skc_torch::addmm);
+    m.impl("_addmm_activation", &skc_torch::addmm_activation);
+    m.impl("bmm", &skc_torch::bmm);
+    m.impl("bmm.out", &skc_torch::bmm_out);
+    m.impl("add.Tensor", &skc_torch::add);
+    m.impl("add_.Tensor", &skc_torch::add_);
+    m.impl("mul.Tensor", &skc_torch::mul);
+    m.impl("mul_.Tensor", &skc_torch::mul_);
+    m.impl("relu", &skc_torch::relu);
+    m.impl("relu_", &skc_torch::relu_);
+    m.impl("gelu", &skc_torch::gelu);
+    m.impl("_softmax", &skc_torch::softmax);
+    m.impl("_softmax.out", &skc_torch::softmax_out);
+    m.impl("native_layer_norm", &skc_torch::native_layer_norm);
+    m.impl("clone", &skc_torch::clone);
+}
+
+namespace skc_torch {
+namespace {
+[[maybe_unused]] const bool quiet_off = [] {
+    c10::Warning::set_warning_handler(quiet_overrides.previous);
+    return true;
+}();
+}  // namespace
+}  // namespace skc_torch

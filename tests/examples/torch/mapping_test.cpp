@@ -1,0 +1,464 @@
+// The PyTorch plugin's mapping from aten calls to op records (examples/torch/mapping.hpp), without
+// libtorch. For every op the plugin overrides, many calls with random shapes, layouts (dense,
+// transposed, views, broadcast strides) and attributes:
+//   - the key from the raw arguments finds the same record: equal keys always describe equal
+//     records (so a CallMap entry made once per key is right for every later call);
+//   - every described record is valid, and the host backend supports it;
+//   - the host's generic kernel, run on the record with the call's data pointers, computes what
+//     aten's op computes (a double-precision reference read straight from the strided arguments).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <skc/call_key.hpp>
+#include <skc/op_info_io.hpp>
+#include <skc/op_record.hpp>
+
+#include "host/dispatch.hpp"
+#include "host/plan.hpp"
+#include "torch/mapping.hpp"
+
+namespace {
+
+using skc_torch::Aten;
+using skc_torch::Call;
+using skc_torch::Description;
+using skc_torch::TensorArg;
+using Vec = std::vector<std::int64_t>;
+
+std::mt19937_64& rng() {
+    static std::mt19937_64 g(20261203);
+    return g;
+}
+
+std::int64_t pick(std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng()); }
+
+/// A strided tensor as a framework hands it out: sizes, strides, and a buffer holding every
+/// element it reaches (from its first element on).
+struct Strided {
+    Vec sizes, strides;
+    std::vector<float> data;
+
+    [[nodiscard]] TensorArg arg() const { return {sizes, strides}; }
+    [[nodiscard]] std::int64_t offset(const Vec& idx) const {
+        std::int64_t o = 0;
+        for (std::size_t i = 0; i < idx.size(); ++i) o += idx[i] * strides[i];
+        return o;
+    }
+    [[nodiscard]] double at(const Vec& idx) const { return data[static_cast<std::size_t>(offset(idx))]; }
+};
+
+/// `sizes` laid out with dims in memory order `order` (outermost first), each dim's extent padded
+/// by `pad[d]` (a window of a larger tensor), dims in `zero` with stride 0 (broadcast).
+Strided make_strided(const Vec& sizes, const std::vector<std::size_t>& order, const Vec& pad, const std::vector<std::size_t>& zero = {}) {
+    Strided t;
+    t.sizes = sizes;
+    t.strides.assign(sizes.size(), 0);
+    std::int64_t s = 1;
+    for (std::size_t k = order.size(); k-- > 0;) {
+        const std::size_t d = order[k];
+        if (std::find(zero.begin(), zero.end(), d) != zero.end()) continue;
+        t.strides[d] = s;
+        s *= sizes[d] + pad[d];
+    }
+    std::int64_t last = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) last += (sizes[i] - 1) * t.strides[i];
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    t.data.resize(static_cast<std::size_t>(last + 1));
+    for (float& v : t.data) v = u(rng());
+    return t;
+}
+
+Strided dense(const Vec& sizes) {
+    std::vector<std::size_t> order(sizes.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    return make_strided(sizes, order, Vec(sizes.size(), 0));
+}
+
+/// A random layout of `sizes`: dense, the last two dims swapped in memory (a transposed matrix), a
+/// random memory order, a window (padding), or a broadcast dim.
+Strided random_layout(const Vec& sizes, bool allow_broadcast) {
+    const std::size_t r = sizes.size();
+    std::vector<std::size_t> order(r);
+    for (std::size_t i = 0; i < r; ++i) order[i] = i;
+    Vec pad(r, 0);
+    std::vector<std::size_t> zero;
+    switch (pick(0, 4)) {
+    case 0: break;
+    case 1:
+        if (r >= 2) std::swap(order[r - 1], order[r - 2]);
+        break;
+    case 2: std::shuffle(order.begin(), order.end(), rng()); break;
+    case 3: pad[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(r) - 1))] = pick(1, 3); break;
+    default:
+        if (allow_broadcast && r == 3) zero.push_back(0);
+        else std::shuffle(order.begin(), order.end(), rng());
+    }
+    return make_strided(sizes, order, pad, zero);
+}
+
+/// Every index of `sizes`, in row-major order.
+template <class Fn>
+void for_each_index(const Vec& sizes, Fn&& fn) {
+    for (std::int64_t s : sizes)
+        if (s == 0) return;
+    Vec idx(sizes.size(), 0);
+    for (;;) {
+        fn(idx);
+        std::size_t d = sizes.size();
+        for (;;) {
+            if (d == 0) return;
+            --d;
+            if (++idx[d] < sizes[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+double gelu_erf(double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }
+double gelu_tanh(double v) { return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }
+
+/// A call with its tensors' data, the outputs aten would return, and their reference values.
+struct Case {
+    Call call;
+    std::vector<Strided> in;                // the call's tensors, in aten's order
+    std::vector<Vec> out_sizes;             // dense outputs
+    std::vector<std::vector<double>> want;  // reference values of each output, row-major
+    std::vector<int> slot_of;               // for each record input slot, the index into `in` (-1: none)
+};
+
+/// The call's tensors, marked dense as a framework does (is_contiguous) or, at random, left unmarked
+/// (the key then holds their strides: another key, the same record).
+void finish(Case& c) {
+    c.call.n = c.in.size();
+    for (std::size_t i = 0; i < c.in.size(); ++i) {
+        c.call.t[i] = c.in[i].arg();
+        c.call.t[i].dense = pick(0, 1) == 1 && skc_torch::is_dense(c.call.t[i]);
+    }
+}
+
+Case matmul_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    const std::int64_t m = pick(1, 13), k = pick(1, 17), n = pick(1, 19);
+    const bool bias = a != Aten::mm;
+    Strided x = random_layout({m, k}, false), w = random_layout({k, n}, false);
+    Strided b = pick(0, 1) == 0 ? dense({n}) : dense({1, n});
+    if (a == Aten::addmm_activation) c.call.i0 = pick(0, 1);
+    if (bias) c.in.push_back(b);
+    c.in.push_back(x);
+    c.in.push_back(w);
+    finish(c);
+    std::vector<double> y;
+    for_each_index({m, n}, [&](const Vec& i) {
+        double s = 0;
+        for (std::int64_t p = 0; p < k; ++p) s += x.at({i[0], p}) * w.at({p, i[1]});
+        if (bias) s += b.data[static_cast<std::size_t>(i[1])];
+        if (a == Aten::addmm_activation) s = c.call.i0 != 0 ? gelu_erf(s) : std::max(s, 0.0);
+        y.push_back(s);
+    });
+    c.out_sizes = {{m, n}};
+    c.want = {y};
+    c.slot_of = bias ? std::vector<int>{1, 2, 0, -1} : std::vector<int>{0, 1, -1, -1};
+    return c;
+}
+
+Case bmm_case() {
+    Case c;
+    c.call.aten = Aten::bmm;
+    const std::int64_t bt = pick(1, 5), m = pick(1, 9), k = pick(1, 11), n = pick(1, 10);
+    Strided x = random_layout({bt, m, k}, true), w = random_layout({bt, k, n}, true);
+    c.in = {x, w};
+    finish(c);
+    std::vector<double> y;
+    for_each_index({bt, m, n}, [&](const Vec& i) {
+        double s = 0;
+        for (std::int64_t p = 0; p < k; ++p) s += x.at({i[0], i[1], p}) * w.at({i[0], p, i[2]});
+        y.push_back(s);
+    });
+    c.out_sizes = {{bt, m, n}};
+    c.want = {y};
+    c.slot_of = {0, 1, -1, -1};
+    return c;
+}
+
+Vec random_sizes(std::size_t rank, std::int64_t hi, std::int64_t lo = 1) {
+    Vec s(rank);
+    for (auto& v : s) v = pick(lo, hi);
+    return s;
+}
+
+Case binary_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    const Vec full = random_sizes(static_cast<std::size_t>(pick(1, 3)), 7);
+    Vec other = full;
+    switch (pick(0, 3)) {
+    case 0: break;
+    case 1: other = Vec(full.end() - 1, full.end()); break;  // trailing broadcast
+    case 2: other = {}; break;                                // a 0-dim tensor
+    default: other = Vec(full.size(), 1); other.back() = full.back();
+    }
+    const bool swap = pick(0, 1) == 1;  // the broadcast one first
+    Strided x = dense(swap ? other : full), y = dense(swap ? full : other);
+    c.in = {x, y};
+    finish(c);
+    std::vector<double> out;
+    const Vec& f = full;
+    for_each_index(f, [&](const Vec& i) {
+        auto read = [&](const Strided& t) {
+            Vec j(t.sizes.size());
+            for (std::size_t d = 0; d < j.size(); ++d) j[d] = t.sizes[d] == 1 ? 0 : i[i.size() - j.size() + d];
+            return t.at(j);
+        };
+        out.push_back(a == Aten::add ? read(x) + read(y) : read(x) * read(y));
+    });
+    c.out_sizes = {f};
+    c.want = {out};
+    c.slot_of = {0, 1};
+    return c;
+}
+
+Case unary_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    if (a == Aten::gelu) c.call.i0 = pick(0, 1);
+    Strided x = dense(random_sizes(static_cast<std::size_t>(pick(1, 3)), 9));
+    c.in = {x};
+    finish(c);
+    std::vector<double> y;
+    for (float v : x.data) y.push_back(a == Aten::relu ? std::max<double>(v, 0) : c.call.i0 ? gelu_tanh(v) : gelu_erf(v));
+    c.out_sizes = {x.sizes};
+    c.want = {y};
+    c.slot_of = {0};
+    return c;
+}
+
+Case softmax_case() {
+    Case c;
+    c.call.aten = Aten::softmax;
+    Strided x = dense(random_sizes(static_cast<std::size_t>(pick(1, 4)), 9));
+    c.call.i0 = static_cast<std::int64_t>(x.sizes.size()) - 1;  // the host computes the last axis
+    c.in = {x};
+    finish(c);
+    const std::int64_t cols = x.sizes.back();
+    std::vector<double> y;
+    for (std::size_t r = 0; r < x.data.size(); r += static_cast<std::size_t>(cols)) {
+        double mx = -1e300, sum = 0;
+        for (std::int64_t j = 0; j < cols; ++j) mx = std::max<double>(mx, x.data[r + static_cast<std::size_t>(j)]);
+        for (std::int64_t j = 0; j < cols; ++j) sum += std::exp(x.data[r + static_cast<std::size_t>(j)] - mx);
+        for (std::int64_t j = 0; j < cols; ++j) y.push_back(std::exp(x.data[r + static_cast<std::size_t>(j)] - mx) / sum);
+    }
+    c.out_sizes = {x.sizes};
+    c.want = {y};
+    c.slot_of = {0};
+    return c;
+}
+
+Case layer_norm_case() {
+    Case c;
+    c.call.aten = Aten::native_layer_norm;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
+    const auto k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
+    const Vec norm(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
+    Strided x = dense(sizes), g = dense(norm), b = dense(norm);
+    c.call.i0 = static_cast<std::int64_t>(k);
+    c.call.f0 = 1e-5;
+    c.in = {x, g, b};
+    finish(c);
+    std::int64_t cols = 1;
+    for (std::int64_t v : norm) cols *= v;
+    std::vector<double> y, mean, rstd;
+    for (std::size_t r = 0; r < x.data.size(); r += static_cast<std::size_t>(cols)) {
+        double mu = 0, var = 0;
+        for (std::int64_t j = 0; j < cols; ++j) mu += x.data[r + static_cast<std::size_t>(j)];
+        mu /= static_cast<double>(cols);
+        for (std::int64_t j = 0; j < cols; ++j) var += std::pow(x.data[r + static_cast<std::size_t>(j)] - mu, 2);
+        var /= static_cast<double>(cols);
+        const double rs = 1 / std::sqrt(var + 1e-5);
+        for (std::int64_t j = 0; j < cols; ++j)
+            y.push_back((x.data[r + static_cast<std::size_t>(j)] - mu) * rs * g.data[static_cast<std::size_t>(j)] +
+                        b.data[static_cast<std::size_t>(j)]);
+        mean.push_back(mu);
+        rstd.push_back(rs);
+    }
+    Vec stat(sizes.begin(), sizes.end() - static_cast<std::ptrdiff_t>(k));
+    stat.resize(sizes.size(), 1);
+    c.out_sizes = {sizes, stat, stat};
+    c.want = {y, mean, rstd};
+    c.slot_of = {0, 1, 2};
+    return c;
+}
+
+Case transpose_case() {
+    Case c;
+    c.call.aten = Aten::clone;
+    const std::size_t r = static_cast<std::size_t>(pick(2, 4));
+    Vec sizes = random_sizes(r, 6, 2);
+    if (pick(0, 4) == 0) sizes[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(r) - 1))] = 1;  // a dim of 1
+    std::vector<std::size_t> order(r);
+    for (std::size_t i = 0; i < r; ++i) order[i] = i;
+    do std::shuffle(order.begin(), order.end(), rng());
+    while (std::is_sorted(order.begin(), order.end()) && pick(0, 3) != 0);
+    Strided x = make_strided(sizes, order, Vec(r, 0));
+    c.in = {x};
+    finish(c);
+    std::vector<double> y;
+    for_each_index(sizes, [&](const Vec& i) { y.push_back(x.at(i)); });
+    c.out_sizes = {sizes};
+    c.want = {y};
+    c.slot_of = {0, -1};
+    return c;
+}
+
+Case random_case(Aten a) {
+    switch (a) {
+    case Aten::mm:
+    case Aten::addmm:
+    case Aten::addmm_activation: return matmul_case(a);
+    case Aten::bmm: return bmm_case();
+    case Aten::add:
+    case Aten::mul: return binary_case(a);
+    case Aten::relu:
+    case Aten::gelu: return unary_case(a);
+    case Aten::softmax: return softmax_case();
+    case Aten::native_layer_norm: return layer_norm_case();
+    case Aten::clone: return transpose_case();
+    }
+    return matmul_case(Aten::mm);
+}
+
+std::int64_t numel(const Vec& v) {
+    std::int64_t n = 1;
+    for (std::int64_t x : v) n *= x;
+    return n;
+}
+
+constexpr Aten all_ops[] = {Aten::mm,   Aten::addmm, Aten::addmm_activation, Aten::bmm,      Aten::add,  Aten::mul,
+                            Aten::relu, Aten::gelu,  Aten::softmax,          Aten::native_layer_norm, Aten::clone};
+
+}  // namespace
+
+TEST_CASE("every overridden op: the record is the host's, and computes what aten computes") {
+    for (Aten a : all_ops) {
+        int checked = 0, not_transposes = 0;
+        for (int iter = 0; iter < 150; ++iter) {
+            Case c = random_case(a);
+            const Description d = skc_torch::describe(c.call);
+            CAPTURE(static_cast<int>(a));
+            CAPTURE(iter);
+            if (!d.record) {
+                // Only a clone of an already dense tensor is not a transpose.
+                REQUIRE_MESSAGE(a == Aten::clone, d.reason);
+                CHECK(d.reason == "Transpose: self is already contiguous: a plain copy, not a transpose");
+                ++not_transposes;
+                continue;
+            }
+            CHECK_EQ(d.record->op_type, std::string(skc_torch::name(d.type)));
+            skc::validate(*d.record);
+            const skc_host::Analysis an = skc_host::analyze(*d.record);
+            REQUIRE_MESSAGE(an.plan.has_value(), an.reason, " for ", skc::op_info_file_name(*d.record, 0));
+            std::vector<const float*> ins;
+            for (int s : c.slot_of) ins.push_back(s < 0 ? nullptr : c.in[static_cast<std::size_t>(s)].data.data());
+            std::vector<std::vector<float>> outs;
+            std::vector<float*> out_ptrs;
+            for (const Vec& s : c.out_sizes) outs.emplace_back(static_cast<std::size_t>(numel(s)), std::nanf(""));
+            for (auto& o : outs) out_ptrs.push_back(o.data());
+            skc_host::run_plan(*an.plan, ins.data(), out_ptrs.data());
+            for (std::size_t o = 0; o < outs.size(); ++o) {
+                REQUIRE_EQ(outs[o].size(), c.want[o].size());
+                for (std::size_t i = 0; i < outs[o].size(); ++i) {
+                    const double want = c.want[o][i];
+                    if (!(std::fabs(outs[o][i] - want) <= 1e-4 + 1e-4 * std::fabs(want))) {
+                        FAIL_CHECK("output ", o, " element ", i, ": ", outs[o][i], " != ", want, " for ",
+                                   skc::op_info_file_name(*d.record, 0));
+                        break;
+                    }
+                }
+            }
+            ++checked;
+        }
+        CHECK(checked > 100);
+        if (a == Aten::clone) CHECK(not_transposes < 40);
+    }
+}
+
+TEST_CASE("equal keys describe equal records, and the key has every argument the record depends on") {
+    for (Aten a : all_ops) {
+        std::map<std::vector<std::uint64_t>, std::string> by_key;  // key words -> digest or reason
+        for (int iter = 0; iter < 300; ++iter) {
+            Case c = random_case(a);
+            skc::CallKey key;
+            skc_torch::key_of(c.call, key);
+            REQUIRE(key.ok());
+            const Description d = skc_torch::describe(c.call);
+            const std::string what = d.record ? skc::digest(*d.record).hex() : d.reason;
+            const std::vector<std::uint64_t> words(key.words().begin(), key.words().end());
+            const auto inserted = by_key.emplace(words, what);
+            const std::string& before = inserted.first->second;
+            CHECK_MESSAGE(before == what, "one key, two descriptions: ", before, " and ", what);
+            // The same call again: the same key, the same record.
+            skc::CallKey again;
+            skc_torch::key_of(c.call, again);
+            CHECK(again == key);
+            CHECK_EQ(again.hash(), key.hash());
+        }
+        CHECK(by_key.size() > 20);  // the random calls were mostly distinct
+    }
+}
+
+TEST_CASE("a CallMap made once per key gives every later call the digest of its own record") {
+    skc::CallMap<skc::Digest> map;
+    std::size_t made = 0;
+    std::vector<Case> seen;
+    for (Aten a : all_ops)
+        for (int iter = 0; iter < 40; ++iter) seen.push_back(random_case(a));
+    for (int round = 0; round < 2; ++round)
+        for (const Case& c : seen) {
+            const Description d = skc_torch::describe(c.call);
+            if (!d.record) continue;
+            skc::CallKey key;
+            skc_torch::key_of(c.call, key);
+            const skc::Digest& got = map.emplace(key, [&] {
+                ++made;
+                return skc::digest(*d.record);
+            });
+            CHECK(got == skc::digest(*d.record));
+        }
+    CHECK(made == map.size());
+    CHECK(made > 300);
+}
+
+TEST_CASE("arguments the plugin cannot describe give the reason") {
+    const Vec s23{2, 3}, s34{3, 4}, s5{5}, st31{3, 1}, st1{1}, s0{0, 3};
+    auto describe = [](Call c) { return skc_torch::describe(c).reason; };
+    CHECK_EQ(describe(Call{Aten::mm, {TensorArg{s23, st31}, TensorArg{s5, st1}}, 2}),
+             "MatMulV2: the second matrix has rank 1, expected 2");
+    CHECK_EQ(describe(Call{Aten::mm, {TensorArg{s23, st31}, TensorArg{s23, st31}}, 2}),
+             "MatMulV2: inner dims differ: [2,3] x [2,3]");
+    const Vec s4{4}, s14{1, 4}, s24{2, 4}, st41{4, 1};
+    CHECK_EQ(describe(Call{Aten::addmm, {TensorArg{s24, st41}, TensorArg{s23, st31}, TensorArg{s34, st41}}, 3}),
+             "MatMulV2: the added tensor has shape [2,4]: only a bias row [4] or [1, 4] is supported");
+    CHECK(describe(Call{Aten::addmm, {TensorArg{s14, st41}, TensorArg{s23, st31}, TensorArg{s34, st41}}, 3}).empty());
+    const Vec s03{0, 3};
+    CHECK_EQ(describe(Call{Aten::relu, {TensorArg{s03, st31}}, 1}), "Relu: self has no elements");
+    const Vec st13{1, 3};
+    CHECK_EQ(describe(Call{Aten::relu, {TensorArg{s23, st13}}, 1}),
+             "Relu: self is not contiguous (sizes [2,3], strides [1,3])");
+    CHECK_EQ(describe(Call{Aten::add, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
+             "Add: shapes [2,3] and [3,4] do not broadcast");
+    const Vec st62{6, 2};
+    CHECK_EQ(describe(Call{Aten::clone, {TensorArg{s23, st62}}, 1}),
+             "Transpose: self (sizes [2,3], strides [6,2]) is not a permutation of a dense tensor");
+    const Vec s234{2, 3, 4}, st_421{12, 4, 1}, s3{3};
+    CHECK_EQ(describe(Call{Aten::native_layer_norm, {TensorArg{s234, st_421}, TensorArg{s3, st1}, TensorArg{s3, st1}}, 3, 1}),
+             "LayerNormV3: weight [3] and bias [3] are not the normalized shape [4]");
+    (void)s0;
+}

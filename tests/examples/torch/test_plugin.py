@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""The PyTorch plugin (examples/torch, libskc_torch.so) driven as a user drives it, through
+torch.ops.skc.enable / compile / counters / disable, each case in processes of its own.
+
+Needs SKC_TORCH_PLUGIN (the library) and SKC_TORCH_EXAMPLE (examples/torch/transformer.py); meson
+sets both. Run with /usr/bin/python3 (Debian's torch).
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = os.path.join(HERE, "scenarios.py")
+PYTHON = "/usr/bin/python3"
+
+
+def run(args, timeout=300, env=None, cwd=None):
+    full_env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    full_env.update(env or {})
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+    return p
+
+
+def scenario(*args, timeout=300):
+    p = run([PYTHON, SCENARIOS, *args], timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError(f"scenario {args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_packages(base):
+    """The run packages the compiler wrote (one per compile) under the base's run folders."""
+    return glob.glob(os.path.join(base, "static_kernel_compile_outputs", "ts*_outputs", "static_kernel_*.run"))
+
+
+class TempBase(unittest.TestCase):
+    def setUp(self):
+        self.base = tempfile.mkdtemp(prefix="skc-torch-test-")
+        self.addCleanup(shutil.rmtree, self.base, True)
+
+
+class Models(TempBase):
+    """Three models from torch.nn layers, two shapes each, with autograd and under no_grad."""
+
+    def check_model(self, name, batch, seq, d):
+        r = scenario("model", name, str(batch), str(seq), str(d), self.base)
+        where = f"{name} [{batch}, {seq}, {d}]"
+        self.assertEqual(r["report"]["outcome"], "miss, compiled", where)
+        for mode, c in r["static_run"].items():
+            self.assertTrue(c["allclose"], f"{where} {mode}: static kernels differ from stock torch: {c}")
+        for mode, c in r["recording_run"].items():
+            self.assertTrue(c["equal"], f"{where} {mode}: recording changed the results: {c}")
+        # Every op type the model used and the plugin recorded ran its static kernel.
+        used = {op: c for op, c in r["counters"].items() if c["recorded"] > 0}
+        self.assertTrue(used, where)
+        for op, c in used.items():
+            self.assertGreater(c["static"], 0, f"{where}: {op} never ran its static kernel: {c}")
+        # A batch size seen only after compile: stock kernels, bit for bit stock torch's results.
+        for mode, c in r["new_shape_run"].items():
+            self.assertTrue(c["equal"], f"{where} {mode}: the new shape's fallback differs from stock: {c}")
+        new = r["counters_new_shape"]
+        self.assertEqual(sum(c["static"] for c in new.values()), 0, f"{where}: {new}")
+        self.assertGreater(sum(c["stock"] for c in new.values()), 0, f"{where}: {new}")
+        self.assertEqual(sum(c["recorded"] for c in new.values()), 0, f"{where}: recorded after compile: {new}")
+        # disable(): stock kernels, nothing counted.
+        for mode, c in r["disabled_run"].items():
+            self.assertTrue(c["equal"], f"{where} {mode}: {c}")
+        self.assertFalse(r["counters_changed_after_disable"], where)
+        return r
+
+    def test_encoder(self):
+        r = self.check_model("encoder", 2, 8, 32)
+        used = {op for op, c in r["counters"].items() if c["static"] > 0}
+        # The general path (autograd) and the fused fast path (no_grad) both reach these.
+        for op in ["MatMulV2", "FusedMatMul", "BatchMatMulV2", "SoftmaxV2", "LayerNormV3", "Gelu", "Add", "Transpose"]:
+            self.assertIn(op, used)
+        self.check_model("encoder", 3, 16, 64)
+
+    def test_prenorm_gelu(self):
+        self.check_model("prenorm_gelu", 2, 12, 32)
+        self.check_model("prenorm_gelu", 1, 20, 48)
+
+    def test_mixer(self):
+        r = self.check_model("mixer", 2, 8, 32)
+        used = {op for op, c in r["counters"].items() if c["static"] > 0}
+        for op in ["MatMulV2", "BatchMatMulV2", "Gelu", "Relu", "LayerNormV3", "SoftmaxV2", "Add", "Mul"]:
+            self.assertIn(op, used)
+        self.check_model("mixer", 4, 6, 40)
+
+
+class Configs(TempBase):
+    def test_bad_configs_are_runtime_errors_naming_field_and_value(self):
+        unwritable = "/proc/1"  # not writable, not even for root
+        r = scenario("bad_configs", self.base, unwritable)
+        e = r["errors"]
+        self.assertTrue(e["unknown field"].startswith(
+            "skc: option 'op_blacklst': unknown option; known options are: static_kernel_compile, "), e["unknown field"])
+        self.assertTrue(e["unknown field"].endswith(
+            "super_kernel, compiler, device, toolchain_version, op_library, timing"), e["unknown field"])
+        self.assertEqual(e["wrong type"], "skc: option 'static_kernel_compile': expected true or false, found string \"yes\"")
+        self.assertEqual(e["wrong type in list"], "skc: option 'op_blacklist': element 1: expected a string, found integer 7")
+        self.assertEqual(e["out of range"], "skc: option 'jobs': expected an integer from 1 to 1024, found 0")
+        self.assertEqual(e["missing compiler"], "skc: option 'compiler': \"/nonexistent/op_compiler\" does not exist")
+        self.assertEqual(e["compiler not executable"],
+                         f"skc: option 'compiler': \"{self.base}/not_executable\" is not an executable file")
+        self.assertEqual(e["unwritable base"],
+                         "skc: /proc/1: option 'base_dir': not writable by this user (write permission missing)")
+        self.assertEqual(e["base is a file"], f"skc: {self.base}/not_executable: option 'base_dir': not a directory")
+        self.assertEqual(e["empty device"], "skc: option 'device': must not be empty")
+        self.assertEqual(e["not an object"], "skc: options must be a JSON object, found array")
+        self.assertTrue(e["not json"].startswith("skc: not valid JSON: "), e["not json"])
+        self.assertEqual(e["compile without enable"],
+                         "skc: no recording session: call torch.ops.skc.enable(config) first")
+        self.assertEqual(e["enable twice"], "skc: a recording session is already active: call torch.ops.skc.compile() "
+                                            "or torch.ops.skc.disable() first")
+        # Nothing half-done: the bad configs wrote nothing, and a good one afterwards works.
+        self.assertEqual(r["good_report"]["outcome"], "miss, compiled")
+        self.assertEqual(len(run_packages(self.base)), 1)
+
+    @unittest.skipIf(os.geteuid() == 0, "root may write into any folder")
+    def test_read_only_base_folder(self):
+        ro = os.path.join(self.base, "ro")
+        os.mkdir(ro, 0o500)
+        r = scenario("bad_configs", self.base, ro)
+        self.assertEqual(r["errors"]["unwritable base"],
+                         f"skc: {ro}: option 'base_dir': not writable by this user (write permission missing)")
+
+
+class Cache(TempBase):
+    def test_second_process_hits_the_cache(self):
+        first = scenario("hit", self.base)
+        second = scenario("hit", self.base)
+        self.assertEqual(first["report"]["outcome"], "miss, compiled")
+        self.assertEqual(second["report"]["outcome"], "hit")
+        self.assertEqual(second["report"]["key"], first["report"]["key"])
+        self.assertEqual(second["report"]["stage_ms"]["compile"], 0)
+        self.assertEqual(len(run_packages(self.base)), 1, "the second process compiled")
+        for r in (first, second):
+            for mode, c in r["static_run"].items():
+                self.assertTrue(c["allclose"], f"{mode}: {c}")
+            self.assertGreater(sum(c["static"] for c in r["counters"].values()), 0)
+
+    def test_example_twice(self):
+        """examples/torch/transformer.py, as the README runs it: compiles, then hits."""
+        example = os.environ["SKC_TORCH_EXAMPLE"]
+        reports = []
+        for i in range(2):
+            out = os.path.join(self.base, f"report{i}.json")
+            p = run([PYTHON, example, "--base", self.base, "--iters", "2", "--report", out])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("op type", p.stdout)
+            reports.append(json.load(open(out)))
+        self.assertEqual(reports[0]["report"]["outcome"], "miss, compiled")
+        self.assertEqual(reports[1]["report"]["outcome"], "hit")
+        self.assertTrue(all(r["ok"] for r in reports))
+
+
+class Torchrun(TempBase):
+    def test_four_ranks_compile_and_extract_once(self):
+        """torchrun with 4 ranks on the node: the leader compiles and installs once, every rank runs
+        static kernels. (--redirects/--tee work around torchrun 1.13 failing at start under Python
+        3.11; 1.13 spells the option --nproc_per_node.)"""
+        torchrun = shutil.which("torchrun") or "/usr/bin/torchrun"
+        example = os.environ["SKC_TORCH_EXAMPLE"]
+        reports = os.path.join(self.base, "reports")
+        os.mkdir(reports)
+        script = (f"import os, runpy, sys; sys.argv = [{example!r}, '--base', {self.base!r}, '--iters', '1', "
+                  f"'--quiet', '--report', os.path.join({reports!r}, 'rank' + os.environ['LOCAL_RANK'] + '.json')]; "
+                  f"runpy.run_path({example!r}, run_name='__main__')")
+        wrapper = os.path.join(self.base, "rank.py")
+        with open(wrapper, "w") as f:
+            f.write(script + "\n")
+        p = run([torchrun, "--standalone", "--nproc_per_node", "4", "--redirects", "9:1", "--tee", "9:1", wrapper],
+                timeout=600, cwd=self.base)
+        self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+        ranks = [json.load(open(os.path.join(reports, f"rank{i}.json"))) for i in range(4)]
+        keys = {r["report"]["key"] for r in ranks}
+        self.assertEqual(len(keys), 1, keys)
+        self.assertEqual(sum(1 for r in ranks if r["report"]["extracted"]), 1)
+        self.assertEqual(len(run_packages(self.base)), 1, "more than one compile")
+        for i, r in enumerate(ranks):
+            self.assertEqual(r["report"]["local_rank"], i)
+            self.assertEqual(r["report"]["local_world_size"], 4)
+            self.assertEqual(r["report"]["outcome"], "miss, compiled")
+            self.assertTrue(r["ok"], f"rank {i}: {r}")
+            self.assertGreater(sum(c["static"] for c in r["counters"].values()), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
