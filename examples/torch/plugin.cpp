@@ -612,16 +612,42 @@ at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& 
 
 // Elementwise ops: add and mul, out of place and in place.
 
-constexpr const char* binary_why = "a tensor is not a plain float32 tensor (a Python number is a double), or alpha is not 1";
+constexpr const char* binary_why = "a tensor is not a plain float32 tensor, or alpha is not 1";
+
+/// The second operand of add and mul: a float32 tensor, or a Python number (a wrapped 0-dim
+/// tensor, which torch casts to self's float32): then described as a 0-dim float tensor, and the
+/// kernel reads the number as a float.
+struct Other {
+    bool ok = false;
+    bool number = false;
+    float value = 0;
+    TensorArg arg;
+    [[nodiscard]] const float* data(const at::Tensor& t) const { return number ? &value : in(t); }
+};
+
+Other other_operand(const at::Tensor& other) {
+    Other o;
+    if (f32(other)) {
+        o.ok = true;
+        o.arg = arg(other);
+    } else if (other.defined() && other.unsafeGetTensorImpl()->is_wrapped_number() && other.dim() == 0 &&
+               (other.scalar_type() == at::kDouble || other.scalar_type() == at::kLong)) {
+        o.ok = o.number = true;
+        o.value = static_cast<float>(other.item<double>());
+        o.arg = TensorArg{Dims{}, Dims{}, true};
+    }
+    return o;
+}
 
 template <Aten A, class Stock>
 at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
     if (!intercept()) return stock_fn();
-    const Call c{A, {arg(self), arg(other)}, 2};
-    const Decision d = Plugin::get().decide(describable && f32(self) && f32(other), c, binary_why);
+    const Other o = other_operand(other);
+    const Call c{A, {arg(self), o.arg}, 2};
+    const Decision d = Plugin::get().decide(describable && f32(self) && o.ok, c, binary_why);
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(at::infer_size(self.sizes(), other.sizes()));
-        run(d, {in(self), in(other)}, {out(y)});
+        run(d, {in(self), o.data(other)}, {out(y)});
         return y;
     }
     return stock(d, stock_fn);
@@ -630,10 +656,11 @@ at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describa
 template <Aten A, class Stock>
 at::Tensor& binary_(at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
     if (!intercept()) return stock_fn();
-    const Call c{A, {arg(self), arg(other)}, 2};
-    const Decision d = Plugin::get().decide(describable && f32(self) && f32(other), c, binary_why);
+    const Other o = other_operand(other);
+    const Call c{A, {arg(self), o.arg}, 2};
+    const Decision d = Plugin::get().decide(describable && f32(self) && o.ok, c, binary_why);
     if (d.kernel != nullptr && fits(self, at::infer_size(self.sizes(), other.sizes()), {&other})) {
-        run(d, {in(self), in(other)}, {out(self)});
+        run(d, {in(self), o.data(other)}, {out(self)});
         return self;
     }
     return stock(d, stock_fn);
