@@ -10,7 +10,10 @@ bash scripts/install-deps.sh
 if [ ! -f build/gcc/build.ninja ]; then
   CXX=g++ meson setup build/gcc -Dbenchmarks=enabled -Ddebug=false
 fi
-meson compile -C build/gcc skc_demo host_op_compiler skc
+targets=(skc_demo host_op_compiler skc)
+# The PyTorch plugin (examples/torch), when libtorch is installed: see docs/torch.md.
+if meson introspect build/gcc --targets | grep -q '"name": "skc_torch"'; then targets+=(skc_torch); fi
+meson compile -C build/gcc "${targets[@]}"
 base=build/demo-base
 mkdir -p "$base"
 echo "== first run"
