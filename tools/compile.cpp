@@ -131,7 +131,7 @@ int exit_status_of(const skc::Error& e) {
 }
 
 void print_report(const skc::CompileReport& r, const fs::path& library, const std::string& backend) {
-    std::string s = "skc compile: " + std::string(skc::to_string(r.outcome)) + "\n";
+    std::string s = "skc compile: " + std::string(skc::describe(r.outcome)) + "\n";
     if (r.local_world_size > 1)
         s += "  rank       local rank " + std::to_string(r.local_rank) + " of " + std::to_string(r.local_world_size) +
              (r.local_rank == 0 ? " (the leader)" : "") + ", " + plural(r.gathered, "op", "ops") +

@@ -75,7 +75,22 @@ enum class CompileOutcome : unsigned char {
     disabled,  // compiled here, the cache is off
 };
 
+/// The outcome's fixed identifier, for machine-readable output and between ranks: `skipped`, `hit`,
+/// `waited`, `compiled`, `disabled`.
 constexpr std::string_view to_string(CompileOutcome o) noexcept {
+    switch (o) {
+    case CompileOutcome::skipped: return "skipped";
+    case CompileOutcome::hit: return "hit";
+    case CompileOutcome::waited: return "waited";
+    case CompileOutcome::compiled: return "compiled";
+    case CompileOutcome::disabled: return "disabled";
+    }
+    return {};
+}
+
+/// The outcome for people: `skipped`, `hit`, `hit after waiting`, `miss, compiled`,
+/// `cache disabled, compiled`.
+constexpr std::string_view describe(CompileOutcome o) noexcept {
     switch (o) {
     case CompileOutcome::skipped: return "skipped";
     case CompileOutcome::hit: return "hit";
@@ -154,7 +169,7 @@ struct CompileReport {
 
     /// One line for a log.
     [[nodiscard]] std::string summary() const {
-        std::string s = "static kernel compile: " + std::string(to_string(outcome));
+        std::string s = "static kernel compile: " + std::string(describe(outcome));
         if (!key.empty()) s += ", key " + key;
         s += ", " + std::to_string(selected) + " of " + std::to_string(recorded) + " ops selected";
         if (local_world_size > 1)

@@ -366,12 +366,13 @@ enum class CacheResult : unsigned char {
     disabled,  // compiled here, the cache is off
 };
 
+/// The result's fixed identifier: `hit`, `waited`, `compiled`, `disabled`.
 constexpr std::string_view to_string(CacheResult r) noexcept {
     switch (r) {
     case CacheResult::hit: return "hit";
-    case CacheResult::waited: return "hit after waiting";
-    case CacheResult::compiled: return "miss, compiled";
-    case CacheResult::disabled: return "disabled, compiled";
+    case CacheResult::waited: return "waited";
+    case CacheResult::compiled: return "compiled";
+    case CacheResult::disabled: return "disabled";
     }
     return {};
 }
