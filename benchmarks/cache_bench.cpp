@@ -5,7 +5,7 @@
 //                            is computed beforehand; the cache is opened once, outside the timing.
 //                            IndexCache keeps no entries in memory, so every lookup does all of its
 //                            file work: per-key shared flock, read and check the entry, lstat of the
-//                            package (size and identity; the package is not read), unlock.
+//                            package (its size; the package is not read), unlock.
 //   BM_Hit_OursOpenClose/<n> the same in a new IndexCache each iteration: open_cache, lookup,
 //                            release, and the destructor (which flushes the statistics). What a
 //                            process that looks up one key and exits pays. Counters give the steps.
@@ -35,7 +35,7 @@
 //   skc/       an skc cache of n entries with 256-byte packages. By default a few entries are
 //              published through IndexCache::publish and the rest are written directly, byte for byte
 //              what publish writes (same package bytes; the entry encoded by the same function from the
-//              package's own size and identity; the key's lock file); population checks that claim
+//              package's own size; the key's lock file); population checks that claim
 //              against the published entries and stops if it does not hold. --populate=publish
 //              publishes every entry instead (1 to 3 ms each here: a publish fsyncs the
 //              package, the entry and their folder).
@@ -196,7 +196,6 @@ skc::CacheEntry entry_as_published(const skc::CacheKey& key, const skc::ObjectIn
     e.key = key.hex();
     e.package = "packages/" + e.key + ".run";
     e.size = package.size;
-    e.identity = package.identity;
     e.checksum = like.checksum;  // the same package bytes
     e.created_unix = like.created_unix;
     e.compile_ns = like.compile_ns;
@@ -532,7 +531,7 @@ void BM_HitSteps(benchmark::State& state, std::size_t n) {
         t[step_path] = Clock::now();
         std::optional<fs::path> local = e ? storage.local_path(e->package) : std::nullopt;
         t[step_release] = Clock::now();
-        const bool ok = pin.owns() && e && e->key == hex && info && info->size == e->size && info->identity == e->identity;
+        const bool ok = pin.owns() && e && e->key == hex && info && info->size == e->size;
         benchmark::DoNotOptimize(local);
         e.reset();
         text.reset();

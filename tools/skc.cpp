@@ -268,7 +268,6 @@ skc::Object entry_json(const Target& t, const std::string& stem, const skc::Cach
     o.push_back({"last_used_ns", e.last_used_ns});
     o.push_back({"compile_ns", e.compile_ns});
     o.push_back({"checksum", e.checksum.hex()});
-    o.push_back({"identity", e.identity});
     o.push_back({"package", utf8(e.package)});
     o.push_back({"package_path", utf8(t.shown_path(stem + "/" + e.package))});
     skc::Object components;

@@ -321,3 +321,31 @@ TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
     CHECK(no_dir.status == 2);
     CHECK(no_dir.err == "skc ops inspect: no folder given (see skc ops --help)\n");
 }
+
+TEST_CASE("skc compile: a base copied with cp -r (and its packages chmod'ed) hits, and skc cache verify finds it clean") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
+    const Run first = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"});
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    const std::string key = skc::parse_json(first.out).find("key")->as_string();
+
+    const Run cp = skc_test::run_program("/bin/cp", tmp.path(), {"-r", "base", "copy"});
+    REQUIRE(cp.status == 0);
+    for (const auto& e : fs::recursive_directory_iterator(tmp / "copy"))
+        if (e.is_regular_file() && e.path().extension() == ".run")
+            fs::permissions(e.path(), fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    const Run verify = run_skc(tmp.path(), {"cache", "verify", "--base", "copy"});
+    CHECK(verify.status == 0);
+    CHECK(verify.out == "CANN-1.0_host-cpu: checked 1 entry, all good\n");
+    CHECK(verify.err.empty());
+
+    std::vector<std::string> args = compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"};
+    args[4] = (tmp / "copy").string();  // --base copy
+    const Run second = run_skc(tmp.path(), args);
+    REQUIRE_MESSAGE(second.status == 0, second.err);
+    const skc::Value b = skc::parse_json(second.out);
+    CHECK(b.find("outcome")->as_string() == "hit");
+    CHECK(b.find("key")->as_string() == key);
+    CHECK(run_packages_in(b.find("run_dir")->as_string()) == 0);  // nothing compiled
+}

@@ -577,7 +577,6 @@ TEST_CASE("ls: one line per entry, least recently used first; --json gives every
             CHECK(num(e, "last_used_ns") == static_cast<std::uint64_t>(expected[i]->last_used_s) * 1000000000ULL);
             CHECK(num(e, "compile_ns") == static_cast<std::uint64_t>(want.compile_ns));
             CHECK(str(e, "checksum") == want.checksum.hex());
-            CHECK(num(e, "identity") == want.identity);
             CHECK(str(e, "package") == "packages/" + want.key + ".run");
             CHECK(str(e, "package_path") == shown_cache + "/" + ns + "/packages/" + want.key + ".run");
             const skc::Object& components = at(e, "components").as_object();
@@ -629,7 +628,7 @@ TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
     const Stored* a_bad[] = {&f.a1, &f.a2};
     std::sort(std::begin(a_bad), std::end(a_bad), [](const Stored* x, const Stored* y) { return x->entry.key < y->entry.key; });
     const auto reason = [&](const Stored* s) {
-        return s == &f.a1 ? "the package was replaced or modified after it was stored"
+        return s == &f.a1 ? "the package's checksum does not match the entry"
                           : "the entry is unreadable (truncated or altered)";
     };
     const Run r = f.run({"cache", "verify", "--base", "base"});
@@ -694,9 +693,9 @@ TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
     for (const skc::Value& b : bad) by_key[str(b, "key")] = &b;
     REQUIRE(by_key.count(f.a0.entry.key) == 1);
     REQUIRE(by_key.count(f.a1.entry.key) == 1);
-    CHECK(str(*by_key[f.a0.entry.key], "reason") == "the package was replaced or modified after it was stored");
+    CHECK(str(*by_key[f.a0.entry.key], "reason") == "the package's checksum does not match the entry");
     CHECK(at(*by_key[f.a0.entry.key], "removed").as_bool());
-    CHECK(str(*by_key[f.a1.entry.key], "reason") == "the package was replaced or modified after it was stored");
+    CHECK(str(*by_key[f.a1.entry.key], "reason") == "the package's checksum does not match the entry");
     CHECK_FALSE(at(*by_key[f.a1.entry.key], "removed").as_bool());
     CHECK(f.gone(f.a0));
     CHECK(f.present(f.a1));
@@ -706,14 +705,14 @@ TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
     const Run text = f.run({"cache", "verify", "--base", "base", "--namespace", ns_a});
     CHECK(text.status == 1);
     CHECK(text.out == ns_a + ": checked 2 entries, 1 bad\n  " + f.a1.entry.key +
-                          ": the package was replaced or modified after it was stored (in use, not removed)\n"
+                          ": the package's checksum does not match the entry (in use, not removed)\n"
                           "1 bad entry found, 0 removed\n");
     // Once it is let go, the next verify removes it.
     pin.reset();
     const Run after = f.run({"cache", "verify", "--base", "base", "--namespace", ns_a});
     CHECK(after.status == 1);
     CHECK(after.out == ns_a + ": checked 2 entries, 1 bad\n  " + f.a1.entry.key +
-                           ": the package was replaced or modified after it was stored (removed)\n"
+                           ": the package's checksum does not match the entry (removed)\n"
                            "1 bad entry found, 1 removed\n");
     CHECK(f.gone(f.a1));
     CHECK(f.run({"cache", "verify", "--base", "base"}).status == 0);

@@ -7,13 +7,17 @@
 // IndexCache stores one entry per key, as its own small object (`entries/<key>`), next to the
 // package it names (`packages/<key>.run`). A lookup reads one entry, whatever the number of
 // entries, and one corrupt entry cannot spoil another. Each entry is a short text with its own
-// checksum line; it records the package's size, its cheap identity (device, inode and change time
-// on a file system) and the 128-bit checksum of its bytes.
+// checksum line; it records the package's size and the 128-bit checksum of its bytes: an entry is
+// identified by content only, so a cache copied elsewhere (cp -r, rsync, tar, an image layer, a
+// chmod) still hits.
 //
-//   lookup        per-key shared lock, read the entry, check it and the package's size and identity
-//                 (no read of the package). The returned hit keeps the shared lock: an entry in use
-//                 is never evicted or removed.
-//   verify        the full checksum, once per process and package, before the package is used.
+//   lookup        per-key shared lock, read the entry, check it and the package's size (no read of
+//                 the package). The returned hit keeps the shared lock: an entry in use is never
+//                 evicted or removed.
+//   verify        the full checksum before a package is first used on a node. The node remembers
+//                 the package file's local identity (device, inode, change time) it checked
+//                 (`verified/<key>.<node>`), so later processes on that node read the package only
+//                 when the file was replaced or changed since; a copy is checked once where it lands.
 //   get_or_compile single flight: on a miss, take the per-key exclusive lock (bounded wait); if
 //                 another process published meanwhile, that is a hit; otherwise compile, publish,
 //                 release. A compiler that dies releases the lock with its process; the next waiter
@@ -48,6 +52,8 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "../detail/canon.hpp"
 #include "../detail/hash.hpp"
@@ -129,8 +135,7 @@ struct CacheEntry {
     std::string key;      // hex digest of the key
     std::string package;  // storage name of the package
     std::uint64_t size = 0;
-    std::uint64_t identity = 0;
-    Digest checksum;      // MurmurHash3_x64_128 of the package bytes
+    Digest checksum;      // MurmurHash3_x64_128 of the package bytes: the entry's package is this content
     std::int64_t created_unix = 0;
     std::int64_t compile_ns = 0;  // how long the compile took (what a hit saves)
     std::uint64_t ops = 0;
@@ -171,7 +176,6 @@ inline std::string encode_entry(const CacheEntry& e) {
     t += "key " + e.key + "\n";
     t += "package " + escape_line(e.package) + "\n";
     t += "size " + std::to_string(e.size) + "\n";
-    t += "identity " + std::to_string(e.identity) + "\n";
     t += "checksum " + e.checksum.hex() + "\n";
     t += "created_unix " + std::to_string(e.created_unix) + "\n";
     t += "compile_ns " + std::to_string(e.compile_ns) + "\n";
@@ -249,7 +253,6 @@ inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_comp
             e.package = unescape_line(value);
             have_package = true;
         } else if (name == "size") ok = parse_u64(value, e.size);
-        else if (name == "identity") ok = parse_u64(value, e.identity);
         else if (name == "checksum") ok = have_checksum = parse_hex_digest(value, e.checksum);
         else if (name == "created_unix") ok = parse_i64(value, e.created_unix);
         else if (name == "compile_ns") ok = parse_i64(value, e.compile_ns);
@@ -278,6 +281,22 @@ inline std::string format_ms(std::chrono::milliseconds d) {
         out += "." + f;
     }
     return out + " s";
+}
+
+/// This machine's name for the cache's per-node memos: the host name with anything but letters,
+/// digits, '-', '_' and '.' replaced by '_' ("node" when there is none).
+inline const std::string& node_name() {
+    static const std::string name = [] {
+        char buf[256] = {};
+        std::string n;
+        if (::gethostname(buf, sizeof buf - 1) == 0) n = buf;
+        for (char& c : n)
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+                c = '_';
+        if (n.empty() || n.front() == '.') n = "node" + n;
+        return n.substr(0, 64);
+    }();
+    return name;
 }
 
 inline Digest checksum_of(const std::function<bool(const ChunkFn&)>& read) {
@@ -453,7 +472,7 @@ public:
     [[nodiscard]] S& storage() noexcept { return storage_; }
     [[nodiscard]] const CacheConfig& config() const noexcept { return config_; }
 
-    /// The entry for `key` with its package's size and identity checked, pinned; nullopt on a
+    /// The entry for `key` with its package's size checked, pinned; nullopt on a
     /// miss (also when another process holds the key's exclusive lock: it is compiling it).
     std::optional<Hit> lookup(const CacheKey& key) {
         std::optional<Hit> h = lookup_pinned(key.hex(), /*wait=*/false);
@@ -466,15 +485,28 @@ public:
         return h;
     }
 
-    /// The full checksum of the hit's package, once per process and package. On a mismatch the entry
-    /// is removed, counted as corrupt and false returned: the caller treats it as a miss.
+    /// The full checksum of the hit's package before its first use on this node (see the header
+    /// comment). On a mismatch the entry is removed, counted as corrupt and false returned: the
+    /// caller treats it as a miss.
     bool verify(Hit& hit) {
-        const std::string memo = hit.entry.key + "/" + std::to_string(hit.entry.identity);
+        const std::optional<ObjectInfo> info = storage_.stat(hit.entry.package);
+        const std::string local = info ? std::to_string(info->identity) : std::string();
+        const std::string memo = hit.entry.key + "/" + local;
         {
             std::lock_guard lock(mu_);
             if (verified_.count(memo) != 0) return true;
         }
-        if (package_intact(hit.entry)) {
+        const std::string node_memo = "verified/" + hit.entry.key + "." + detail::node_name();
+        bool ok = info && storage_.read(node_memo) == local;
+        if (!ok && package_intact(hit.entry)) {
+            ok = true;
+            try {
+                if (info) storage_.write(node_memo, local);
+            } catch (const Error& e) {  // a read-only cache still works: it checks again next time
+                log(LogLevel::debug, std::string("cannot remember the checked package: ") + e.what());
+            }
+        }
+        if (ok) {
             std::lock_guard lock(mu_);
             verified_.insert(memo);
             return true;
@@ -669,18 +701,18 @@ private:
         return s;
     }
 
-    /// Why the entry's package cannot be used, or nullopt when its size and identity match.
+    /// Why the entry's package cannot be used, or nullopt when its size matches (its content is
+    /// verify()'s business).
     std::optional<std::string> package_fault(const CacheEntry& e) const {
         const std::optional<ObjectInfo> info = storage_.stat(e.package);
         if (!info) return "the package is missing";
         if (!info->regular) return "the package is not a regular file (a symbolic link or a folder)";
         if (info->size != e.size)
             return "the package's size is " + std::to_string(info->size) + " bytes, the entry says " + std::to_string(e.size);
-        if (info->identity != e.identity) return "the package was replaced or modified after it was stored";
         return std::nullopt;
     }
 
-    /// Entry `hex` read and checked (its check line, its package's size and identity): the entry,
+    /// Entry `hex` read and checked (its check line, its package's size): the entry,
     /// or why it cannot be used, or neither when there is no entry object at all.
     struct Loaded {
         std::optional<CacheEntry> entry;
@@ -736,9 +768,16 @@ private:
         if (!ex.owns()) return false;  // in use or being rebuilt: whoever holds it will see the fault
         if (const Loaded l = load_entry(hex, /*with_components=*/false); l.entry && package_intact(*l.entry))
             return false;  // rebuilt and sound
-        storage_.remove("entries/" + hex);
-        storage_.remove("packages/" + hex + ".run");
+        remove_entry(hex, "packages/" + hex + ".run");
         return true;
+    }
+
+    /// Removes an entry, then its package and what nodes remembered of it (under the key's lock).
+    void remove_entry(const std::string& hex, const std::string& package) {
+        storage_.remove("entries/" + hex);
+        storage_.remove(package);
+        for (const std::string& name : storage_.list("verified"))
+            if (name.compare(9, hex.size() + 1, hex + ".") == 0) storage_.remove(name);
     }
 
     /// What killed writers leave: the storage's temporaries, and packages whose entry was never
@@ -769,7 +808,6 @@ private:
             [&](const ChunkFn& fn) { return FilesystemStorage(package.parent_path()).read_chunks(package.filename().string(), fn); });
         const ObjectInfo info = storage_.import_file(e.package, package);
         e.size = info.size;
-        e.identity = info.identity;
         // The copy must be what was hashed: a package changing while it was copied is refused.
         if (detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) != e.checksum) {
             storage_.remove(e.package);
@@ -814,8 +852,7 @@ private:
                 ++r.skipped_in_use;
                 continue;
             }
-            storage_.remove("entries/" + e.key);
-            storage_.remove(e.package);
+            remove_entry(e.key, e.package);
             ++r.removed;
             r.removed_bytes += e.size;
             bytes -= e.size;

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -9,6 +10,7 @@
 #include <skc/policy/cache.hpp>
 
 #include "hostile_storage.hpp"
+#include "run_tool.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -249,7 +251,9 @@ TEST_CASE_TEMPLATE("cache law: a package altered in place is caught by verify an
         f.seekp(20);
         f.put('X');
         f.close();
-        CHECK_FALSE(cache->lookup(k).has_value());  // a change in place changes the file's identity
+        auto hit = cache->lookup(k);
+        REQUIRE(hit.has_value());          // the same size: the cheap check passes ...
+        CHECK_FALSE(cache->verify(*hit));  // ... the full checksum before first use does not
     }
     CHECK(cache->stats().corrupt == 1);
     CHECK(cache->entries().empty());  // the bad entry was removed
@@ -354,9 +358,17 @@ struct FsFault {
     }
     /// The fault must give a counted miss with one warning naming `reason`, remove only the bad
     /// entry, keep the good one, and recompile the bad key cleanly.
-    void expect_miss(const std::string& reason) {
+    /// Faults in the package's bytes (same size) pass the lookup's cheap check and are caught by
+    /// verify(), before first use (`by_verify`).
+    void expect_miss(const std::string& reason, bool by_verify = false) {
         auto c = open();
-        CHECK_FALSE(c->lookup(bad).has_value());
+        if (by_verify) {
+            auto h = c->lookup(bad);
+            REQUIRE(h.has_value());
+            CHECK_FALSE(c->verify(*h));
+        } else {
+            CHECK_FALSE(c->lookup(bad).has_value());
+        }
         CHECK(c->stats().corrupt == 1);
         REQUIRE(log.lines->size() == 1);
         CHECK(log.lines->front() == "cache entry " + bad.hex() + " is unusable and treated as a miss: " + reason);
@@ -425,7 +437,118 @@ TEST_CASE("fault: a package replaced by another file of the same size") {
     const fs::path tmp = f.dir / "swap.run";
     skc_test::spit(tmp, evil);
     fs::rename(tmp, f.package(f.bad));
-    f.expect_miss("the package was replaced or modified after it was stored");
+    f.expect_miss("the package's checksum does not match the entry", /*by_verify=*/true);
+}
+
+TEST_CASE("fault: a package changed in place, after this node checked it once") {
+    FsFault f;
+    {
+        auto c = f.open();
+        auto h = c->lookup(f.bad);
+        REQUIRE(h.has_value());
+        CHECK(c->verify(*h));  // checked, and remembered for this node
+    }
+    std::fstream p(f.package(f.bad), std::ios::in | std::ios::out | std::ios::binary);
+    p.seekp(15);
+    p.put('!');
+    p.close();  // a new change time: the node's memo no longer matches, so it is read again
+    f.expect_miss("the package's checksum does not match the entry", /*by_verify=*/true);
+}
+
+// ---- copies: entries are identified by content, not by the files' device, inode or times ----------------
+
+namespace {
+
+/// Two compiled entries in `from`'s cache, the base copied to `to` by `copy`, then the copy opened:
+/// both keys must hit without compiling, and verify_all must find nothing wrong.
+void expect_copy_hits(const std::function<void(const fs::path& from, const fs::path& to)>& copy) {
+    skc_test::TempDir dir;
+    const fs::path a = dir / "a", b = dir / "b";
+    fs::create_directories(a);
+    Compiler compiler{dir.path()};
+    const skc::CacheKey k1 = key_of(70), k2 = key_of(71);
+    {
+        auto c = skc::open_cache(skc::Layout(a), "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+        c->get_or_compile(k1, [&] { return compiler(k1); });
+        c->get_or_compile(k2, [&] { return compiler(k2); });
+    }
+    copy(a, b);
+    LogCapture log;
+    auto c = skc::open_cache(skc::Layout(b), "8.0", "dev", skc::CacheConfig{{}, 1h, log.sink()});
+    for (const skc::CacheKey& k : {k1, k2}) {
+        auto out = c->get_or_compile(k, [&]() -> fs::path { throw std::logic_error("compiled a key the copy has"); });
+        CHECK(out.result == skc::CacheResult::hit);
+        REQUIRE(out.hit.has_value());
+        CHECK(skc_test::slurp(*out.hit->package_path) == Compiler::content(k));
+    }
+    const skc::VerifyReport r = c->verify_all();
+    CHECK(r.checked == 2);
+    CHECK(r.bad.empty());
+    CHECK(c->stats().corrupt == 0);
+    CHECK(log.lines->empty());
+}
+
+void run(const std::vector<std::string>& argv) {
+    const skc_test::Run r = skc_test::run_program(argv.front(), {}, {argv.begin() + 1, argv.end()});
+    REQUIRE_MESSAGE(r.status == 0, argv.front(), ": ", r.err);
+}
+
+}  // namespace
+
+TEST_CASE("copies hit: cp -r (new inodes and times)") {
+    expect_copy_hits([](const fs::path& from, const fs::path& to) { run({"/bin/cp", "-r", from.string(), to.string()}); });
+}
+
+TEST_CASE("copies hit: a tar round trip") {
+    expect_copy_hits([](const fs::path& from, const fs::path& to) {
+        const std::string tarball = (from.parent_path() / "cache.tar").string();
+        run({"/bin/tar", "-C", from.string(), "-cf", tarball, "."});
+        fs::create_directories(to);
+        run({"/bin/tar", "-C", to.string(), "-xf", tarball});
+    });
+}
+
+TEST_CASE("copies hit: the packages' mode changed (chmod)") {
+    expect_copy_hits([](const fs::path& from, const fs::path& to) {
+        fs::rename(from, to);
+        for (const auto& e : fs::recursive_directory_iterator(to))
+            if (e.is_regular_file() && e.path().extension() == ".run")
+                fs::permissions(e.path(), fs::perms::owner_read | fs::perms::group_read);
+    });
+}
+
+TEST_CASE("a node checks a package once: later caches on the node trust its memo (a changed file: see the fault cases)") {
+    skc_test::TempDir dir;
+    skc::MemoryStorage store;
+    skc::ProcessLock locks;
+    Compiler compiler{dir.path()};
+    const skc::CacheKey k = key_of(72);
+    auto make = [&] { return std::make_unique<skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>>(store, locks, skc::CacheConfig{{}, 1h, skc::null_log()}); };
+    make()->get_or_compile(k, [&] { return compiler(k); });
+    CHECK(store.list("verified").empty());  // a package just compiled here was never checked
+    {
+        auto c = make();
+        auto h = c->lookup(k);
+        REQUIRE(h.has_value());
+        CHECK(c->verify(*h));  // read in full once ...
+    }
+    CHECK(store.list("verified") == std::vector<std::string>{"verified/" + k.hex() + "." + skc::detail::node_name()});
+    // Bytes changed under the same identity (what MemoryStorage's corrupt_in_place models): the memo
+    // says this node checked this very file, so the package is not read again.
+    std::string evil = Compiler::content(k);
+    evil[3] = '#';
+    store.corrupt_in_place("packages/" + k.hex() + ".run", evil);
+    {
+        auto c = make();
+        auto h = c->lookup(k);
+        REQUIRE(h.has_value());
+        CHECK(c->verify(*h));        // ... and not again (the full check is verify_all's)
+        h.reset();
+        const skc::VerifyReport r = c->verify_all();
+        REQUIRE(r.bad.size() == 1);
+        CHECK(r.bad[0].removed);
+        CHECK(store.list("verified").empty());  // removed with its entry
+    }
 }
 
 TEST_CASE("fault: verify_all finds what a lookup cannot: same size, same identity, other bytes") {
