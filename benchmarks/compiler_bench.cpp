@@ -15,6 +15,11 @@
 //                             iteration, installed into an op library: the first run of a job.
 //   BM_EndToEnd/hit           the same on a warm base: the second run (cache hit, install, no compile).
 //
+//   BM_CompilerFingerprint/hash        the compiler's fingerprint (compiler_check content) of
+//                                      host_op_compiler, hashed in full: the first run on a cache
+//   BM_CompilerFingerprint/remembered  the same remembered in the cache's `compilers` file (a stat
+//                                      and a read of the memo): every later run
+//
 // Run folders are removed between iterations, outside the timing.
 #include <benchmark/benchmark.h>
 
@@ -108,6 +113,16 @@ void BM_EndToEnd(benchmark::State& state, bool hit) {
 }
 BENCHMARK_CAPTURE(BM_EndToEnd, compile, false)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_EndToEnd, hit, true)->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CompilerFingerprint(benchmark::State& state, bool remembered) {
+    Scratch s;
+    const fs::path memo = remembered ? s.dir : fs::path();
+    if (remembered) (void)skc::compiler_fingerprint(SKC_BENCH_HOST_OP_COMPILER, {}, memo);
+    for (auto _ : state) benchmark::DoNotOptimize(skc::compiler_fingerprint(SKC_BENCH_HOST_OP_COMPILER, {}, memo));
+    state.counters["bytes"] = benchmark::Counter(static_cast<double>(fs::file_size(SKC_BENCH_HOST_OP_COMPILER)));
+}
+BENCHMARK_CAPTURE(BM_CompilerFingerprint, hash, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CompilerFingerprint, remembered, true)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -60,6 +60,8 @@ constexpr std::array compile_specs{
     OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
     OptionSpec{"--deterministic", "", "the job runs deterministically: part of the cache key, not passed to the compiler"},
+    OptionSpec{"--compiler-check", "MODE", "how the compiler's fingerprint in the cache key is taken: content (default: a "
+                                           "hash of the executable), mtime, none, string:TEXT or command:CMD"},
     OptionSpec{"--jobs", "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)"},
     OptionSpec{"--timeout", "SECONDS", "limit for the compile, for waiting on another process's compile and for "
                                        "each wait on the other ranks, up to 604800 (default 3600)"},
@@ -193,6 +195,13 @@ int run_compile(Args args) {
     o.op_blacklist = p.all("--blacklist");
     o.compiler_options = p.all("--compiler-arg");
     o.deterministic = p.has("--deterministic");
+    if (const auto c = p.get("--compiler-check")) {
+        try {
+            o.compiler_check = skc::parse_compiler_check(*c, "--compiler-check");
+        } catch (const skc::Error& e) {
+            throw UsageError{prefix + printable(e.what())};
+        }
+    }
     if (const auto j = p.get("--jobs")) o.jobs = parse_positive(prefix, "--jobs", *j, 1024);
     if (const auto t = p.get("--timeout"))
         o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t, 7 * 24 * 3600));

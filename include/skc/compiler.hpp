@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler_check.hpp"
 #include "error.hpp"
 #include "layout.hpp"
 #include "log.hpp"
@@ -63,6 +64,9 @@ struct CompilerSettings {
     bool persistent_install = false;   // the install outlives the process (as running the package by hand)
     std::chrono::seconds install_timeout{300};
     CacheConfig cache{};               // limits, wait timeout for another process's compile, log
+    /// The compiler's fingerprint for the cache key. Empty: taken from the invoker's compiler_path()
+    /// (ProcessInvoker has one) as options.compiler_check says; an invoker without one adds none.
+    std::string compiler_fingerprint;
     LogSink log = stderr_log();
 };
 
@@ -342,6 +346,17 @@ public:
         if (options_.jobs == 0) throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
         const std::string stem = Layout::cache_stem(settings_.toolchain_version, settings_.device);  // checks both names
         if (!settings_.op_library.empty()) check_path_safety(settings_.op_library, "op_library");
+        if constexpr (requires(const Invoker& i) { { i.compiler_path() } -> std::convertible_to<std::filesystem::path>; }) {
+            if (settings_.compiler_fingerprint.empty()) {
+                // Remembered beside the cache when it is on (it is then read and written anyway).
+                std::filesystem::path memo;
+                if (options_.cache_enabled()) {
+                    detail::make_dir(layout_.cache_dir());
+                    memo = layout_.cache_dir();
+                }
+                settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo);
+            }
+        }
         if (options_.cache_enabled()) {
             if constexpr (std::is_same_v<Storage, FilesystemStorage> && std::is_same_v<Lock, FileLock>) {
                 cache_ = open_cache(layout_, settings_.toolchain_version, settings_.device, settings_.cache);
@@ -468,7 +483,7 @@ private:
                std::unique_ptr<Pin>& pin) {
         rep.gathered = set.digests.size();
         if (set.digests.empty()) return Value(Object{{"outcome", Value(to_string(CompileOutcome::skipped))}});
-        const CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device));
+        const CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device, settings_.compiler_fingerprint));
         rep.key = key.hex();
         clock.lap("key");
 

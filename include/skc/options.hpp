@@ -38,6 +38,37 @@ constexpr std::string_view to_string(LogLevel l) noexcept {
     return {};
 }
 
+/// How the kernel compiler's fingerprint, a part of the cache key, is taken (ccache's
+/// `compiler_check`): `content` (a hash of the executable, the default), `mtime` (its size and
+/// modification time), `none`, `string:TEXT`, `command:CMD` (the output of CMD, %compiler% replaced
+/// by the compiler's path). compiler_check.hpp takes it.
+struct CompilerCheck {
+    enum class Mode : unsigned char { content, mtime, none, string, command };
+    Mode mode = Mode::content;
+    std::string text;  // string: the text; command: the command
+
+    friend bool operator==(const CompilerCheck&, const CompilerCheck&) = default;
+};
+
+/// Parses `content`, `mtime`, `none`, `string:TEXT` or `command:CMD`. Throws Error(invalid_option)
+/// for `option` (the option's name in messages) otherwise.
+inline CompilerCheck parse_compiler_check(std::string_view s, std::string_view option = "compiler_check") {
+    CompilerCheck c;
+    if (s == "content") return c;
+    if (s == "mtime") c.mode = CompilerCheck::Mode::mtime;
+    else if (s == "none") c.mode = CompilerCheck::Mode::none;
+    else if (s.rfind("string:", 0) == 0) c.mode = CompilerCheck::Mode::string, c.text = std::string(s.substr(7));
+    else if (s.rfind("command:", 0) == 0) c.mode = CompilerCheck::Mode::command, c.text = std::string(s.substr(8));
+    else
+        throw Error(Errc::invalid_option,
+                    "value " + detail::quote(s, 64) + " is not accepted: use content, mtime, none, string:TEXT or command:CMD",
+                    ErrorContext{{}, {}, std::string(option)});
+    if (c.mode == CompilerCheck::Mode::command && c.text.empty())
+        throw Error(Errc::invalid_option, "command: needs a command, e.g. command:%compiler% --version",
+                    ErrorContext{{}, {}, std::string(option)});
+    return c;
+}
+
 struct Options {
     // SPEC section 2.
     bool static_kernel_compile = false;
@@ -54,6 +85,7 @@ struct Options {
     std::optional<LogLevel> log_level;   // passed to the compiler as -l when set
     bool deterministic = false;          // changes the kernels: part of the cache key
     std::vector<std::string> compiler_options;  // extra compiler arguments; part of the cache key
+    CompilerCheck compiler_check;        // how the compiler's fingerprint (part of the cache key) is taken
 
     /// The cache is used: the feature is on and the cache is not disabled.
     [[nodiscard]] bool cache_enabled() const noexcept {
@@ -69,11 +101,11 @@ struct Options {
 };
 
 /// The option names parse_options() accepts, in documentation order.
-inline constexpr std::array<std::string_view, 13> option_names{
+inline constexpr std::array<std::string_view, 14> option_names{
     "static_kernel_compile", "disable_static_kernel_compile_cache", "model_compile_cache", "model_compile_cache_dir",
     "force_eager",           "base_dir",                            "op_blacklist",        "compile_timeout_seconds",
     "jobs",                  "log_level",                           "deterministic",       "compiler_options",
-    "super_kernel",
+    "super_kernel",          "compiler_check",
 };
 
 namespace detail {
@@ -165,6 +197,7 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
         else if (k == "deterministic") o.deterministic = detail::option_bool(k, v);
         else if (k == "compiler_options") o.compiler_options = detail::option_strings(k, v);
         else if (k == "super_kernel") super_kernel = detail::option_bool(k, v);
+        else if (k == "compiler_check") o.compiler_check = parse_compiler_check(detail::option_string(k, v), k);
         else if (std::find(host_keys.begin(), host_keys.end(), k) != host_keys.end()) continue;
         else {
             std::string known;

@@ -24,4 +24,5 @@
 #include "policy/reselect.hpp"
 #include "kernel_table.hpp"
 #include "call_key.hpp"
+#include "compiler_check.hpp"
 #include "compiler.hpp"

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -255,7 +256,7 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
           "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
           "--toolchain-version, --op-library, --backend, --no-cache, --model-cache, --blacklist, --compiler-arg, "
-          "--deterministic, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
+          "--deterministic, --compiler-check, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
           "skc compile: option --device is given twice; give it once\n");
 
@@ -348,4 +349,47 @@ TEST_CASE("skc compile: a base copied with cp -r (and its packages chmod'ed) hit
     CHECK(b.find("outcome")->as_string() == "hit");
     CHECK(b.find("key")->as_string() == key);
     CHECK(run_packages_in(b.find("run_dir")->as_string()) == 0);  // nothing compiled
+}
+
+TEST_CASE("skc compile: the compiler is in the key: a changed compiler misses, an identical copy elsewhere hits") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op});
+    for (const char* d : {"a", "b", "c"}) {
+        fs::create_directories(tmp / d);
+        fs::copy_file(host_compiler, tmp / d / "host_op_compiler");
+    }
+    {  // c: the same program with other bytes (a rebuilt compiler under the same toolchain version)
+        std::ofstream out(tmp / "c" / "host_op_compiler", std::ios::app | std::ios::binary);
+        out << "rebuilt";
+    }
+    auto outcome = [&](const std::string& dir, const std::vector<std::string>& more = {}) {
+        const Run r = run_skc(tmp.path(), compile_args(tmp, ops, (tmp / dir / "host_op_compiler").string()) +
+                                              std::vector<std::string>{"--json"} + more);
+        REQUIRE_MESSAGE(r.status == 0, r.err);
+        return skc::parse_json(r.out).find("outcome")->as_string();
+    };
+    CHECK(outcome("a") == "compiled");
+    CHECK(outcome("b") == "hit");       // the same bytes at another path
+    CHECK(outcome("c") == "compiled");  // other bytes: another key
+    CHECK(outcome("c") == "hit");
+    // The other modes: none ignores the compiler, string:TEXT is the user's word, command: its output.
+    CHECK(outcome("a", {"--compiler-check", "none"}) == "compiled");
+    CHECK(outcome("c", {"--compiler-check", "none"}) == "hit");
+    CHECK(outcome("a", {"--compiler-check", "string:v1"}) == "compiled");
+    CHECK(outcome("c", {"--compiler-check", "string:v1"}) == "hit");
+    CHECK(outcome("c", {"--compiler-check", "string:v2"}) == "compiled");
+    CHECK(outcome("a", {"--compiler-check", "command:echo 1"}) == "compiled");
+    CHECK(outcome("b", {"--compiler-check", "command:echo 1"}) == "hit");
+    // The key's components say which compiler fingerprint each entry was built with.
+    const Run ls = run_skc(tmp.path(), {"cache", "ls", "--base", (tmp / "base").string(), "--json"});
+    REQUIRE(ls.status == 0);
+    CHECK(ls.out.find("\"compiler\": \"content:") != std::string::npos);
+    CHECK(ls.out.find("\"compiler\": \"string:v2\"") != std::string::npos);
+    CHECK(ls.out.find("\"compiler\": \"none\"") != std::string::npos);
+
+    const Run bad = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--compiler-check", "size"});
+    CHECK(bad.status == 2);
+    CHECK(bad.err == "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
+                     "string:TEXT or command:CMD\n");
 }

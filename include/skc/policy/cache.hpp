@@ -1,8 +1,8 @@
 // skc/policy/cache.hpp: the CachePolicy concept, IndexCache and NoCache, and the cache key.
 //
 // The key (make_cache_key) is the digest of named components: the set digest of the ops to
-// compile, their count, the toolchain version, the device, the deterministic flag and every
-// compiler option, each kept by name so that a miss can be explained component by component.
+// compile, their count, the toolchain version, the device, the deterministic flag, every
+// compiler option and the compiler's fingerprint, each kept by name so that a miss can be explained component by component.
 //
 // IndexCache stores one entry per key, as its own small object (`entries/<key>`), next to the
 // package it names (`packages/<key>.run`). A lookup reads one entry, whatever the number of
@@ -89,6 +89,7 @@ struct KeyInputs {
     std::string device;
     bool deterministic = false;
     std::vector<std::string> compiler_options;
+    std::string compiler{};  // the compiler's fingerprint (compiler_check.hpp); empty: not in the key
 };
 
 /// The key of compiling the ops with content digests `ops` (distinct, in any order) with `in`:
@@ -105,6 +106,7 @@ inline CacheKey make_cache_key(const std::vector<Digest>& ops, const KeyInputs& 
     };
     for (std::size_t i = 0; i < in.compiler_options.size(); ++i)
         k.components.emplace_back("compiler_option[" + std::to_string(i) + "]", in.compiler_options[i]);
+    if (!in.compiler.empty()) k.components.emplace_back("compiler", in.compiler);
     detail::Hasher h;
     detail::canon::begin_array(h, k.components.size());
     for (const auto& [name, value] : k.components) {
@@ -124,8 +126,10 @@ inline CacheKey make_cache_key(const OpSet& ops, const KeyInputs& in) {
 }
 
 /// The key inputs an Options object carries (toolchain version and device come from the host).
-inline KeyInputs key_inputs(const Options& o, std::string toolchain_version, std::string device) {
-    return KeyInputs{std::move(toolchain_version), std::move(device), o.deterministic, o.compiler_options};
+inline KeyInputs key_inputs(const Options& o, std::string toolchain_version, std::string device,
+                            std::string compiler_fingerprint = {}) {
+    return KeyInputs{std::move(toolchain_version), std::move(device), o.deterministic, o.compiler_options,
+                     std::move(compiler_fingerprint)};
 }
 
 // ---- entries -------------------------------------------------------------------------------------

@@ -82,6 +82,9 @@ public:
                             std::chrono::milliseconds kill_grace = std::chrono::seconds(2))
         : compiler_(std::move(compiler)), fixed_args_(std::move(fixed_args)), kill_grace_(kill_grace) {}
 
+    /// The compiler as given (a name without '/' is looked up in PATH when run).
+    [[nodiscard]] const std::filesystem::path& compiler_path() const noexcept { return compiler_; }
+
     /// The argument vector compile() runs (argv[0] included).
     [[nodiscard]] std::vector<std::string> command(const CompileRequest& r) const {
         std::vector<std::string> argv{compiler_.string()};
