@@ -56,6 +56,8 @@ constexpr std::array compile_specs{
     OptionSpec{"--op-library", "DIR", "install the package here, persistently (default: do not install)"},
     OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
     OptionSpec{"--no-cache", "", "always compile; do not read or write the cache"},
+    OptionSpec{"--cache-dir", "DIR", "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
+                                     "<base>/static_kernel_compile_outputs/static_kernel_cache)"},
     OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
     OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
@@ -193,6 +195,10 @@ int run_compile(Args args) {
         o.model_compile_cache_dir = o.base_dir;
     }
     o.op_blacklist = p.all("--blacklist");
+    if (const auto d = p.get("--cache-dir")) {
+        if (d->empty()) throw UsageError{prefix + "--cache-dir is empty; give the cache folder"};
+        o.cache_dir = *d;
+    }
     o.compiler_options = p.all("--compiler-arg");
     o.deterministic = p.has("--deterministic");
     if (const auto c = p.get("--compiler-check")) {

@@ -110,6 +110,8 @@ using FsCache = skc::IndexCache<skc::FilesystemStorage, skc::FileLock>;
 struct CacheOptions {
     std::string command;  // stats, ls, verify, prune, clear
     std::optional<std::string> base;
+    std::optional<std::string> cache_dir;  // --cache-dir, else $SKC_CACHE_DIR
+    bool cache_dir_from_env = false;
     std::optional<std::string> ns;
     bool json = false;
     std::optional<std::uint64_t> max_size;
@@ -492,6 +494,7 @@ struct OptionSpec {
 
 constexpr std::array cache_option_specs{
     OptionSpec{"--base", "DIR", "the folder that holds static_kernel_compile_outputs", false},
+    OptionSpec{"--cache-dir", "DIR", "the cache folder itself, shared by many bases (default: $SKC_CACHE_DIR, else the base's)", false},
     OptionSpec{"--namespace", "NAME", "only the namespace NAME, CANN-<version>_<device> (default: all)", false},
     OptionSpec{"--json", "", "print one JSON document", false},
     OptionSpec{"--max-size", "SIZE", "keep at most SIZE bytes per namespace: 10G, 500M, 1024K, 65536", true},
@@ -507,12 +510,12 @@ std::string cache_command_names() {
 
 std::string cache_usage() {
     std::string r =
-        "usage: skc cache <command> --base DIR [--namespace NAME] [--json]\n"
-        "       skc cache prune --base DIR [--max-size SIZE] [--max-entries N] [--older-than DURATION]\n"
-        "                       [--namespace NAME] [--json]\n"
+        "usage: skc cache <command> (--base DIR | --cache-dir DIR) [--namespace NAME] [--json]\n"
+        "       skc cache prune (--base DIR | --cache-dir DIR) [--max-size SIZE] [--max-entries N]\n"
+        "                       [--older-than DURATION] [--namespace NAME] [--json]\n"
         "\n"
-        "The cache is <DIR>/static_kernel_compile_outputs/static_kernel_cache, one namespace\n"
-        "CANN-<version>_<device> per toolchain version and device.\n"
+        "The cache is --cache-dir, else $SKC_CACHE_DIR, else <DIR>/static_kernel_compile_outputs/static_kernel_cache,\n"
+        "one namespace CANN-<version>_<device> per toolchain version and device.\n"
         "\ncommands:\n";
     for (const CacheCommand& c : cache_commands) r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
     r += "\noptions:\n";
@@ -587,6 +590,7 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             throw UsageError{p + "option " + std::string(name) + " applies only to 'skc cache prune'; options: " +
                              accepted_options(o.command)};
         if (name == "--base") o.base = std::move(value);
+        else if (name == "--cache-dir") o.cache_dir = std::move(value);
         else if (name == "--namespace") o.ns = std::move(value);
         else if (name == "--json") o.json = true;
         else if (name == "--max-size") o.max_size = parse_size(p, value);
@@ -600,8 +604,14 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             o.max_entries = n;
         }
     }
-    if (!o.base)
-        throw UsageError{p + "--base DIR is required: the folder that holds static_kernel_compile_outputs"};
+    if (!o.cache_dir)
+        if (const char* env = std::getenv("SKC_CACHE_DIR"); env != nullptr && *env != '\0') {
+            o.cache_dir = env;
+            o.cache_dir_from_env = true;
+        }
+    if (!o.base && !o.cache_dir)
+        throw UsageError{p + "--base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir "
+                             "DIR, or SKC_CACHE_DIR, for a cache folder of its own)"};
     if (o.ns && (o.ns->size() <= 5 || o.ns->compare(0, 5, "CANN-") != 0 || o.ns->find('/') != std::string::npos ||
                  o.ns->find('\0') != std::string::npos))
         throw UsageError{p + "bad --namespace '" + printable(*o.ns) +
@@ -617,38 +627,42 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
 Target resolve(const CacheOptions& o) {
     Target t;
     t.prefix = "skc cache " + o.command + ": ";
-    const std::string& base = *o.base;
+    // The folder given: the cache folder itself (--cache-dir or SKC_CACHE_DIR), else the base.
+    const bool own = o.cache_dir.has_value();
+    const std::string& given = own ? *o.cache_dir : *o.base;
+    const std::string flag = own ? (o.cache_dir_from_env ? "SKC_CACHE_DIR" : "--cache-dir") : "--base";
+    const std::string hint = own ? "give the cache folder" : "give the folder that holds static_kernel_compile_outputs";
     const auto path_error = [&](const skc::Error& e) {
-        return UsageError{t.prefix + "--base '" + printable(base) + "': " + printable(e.message())};
+        return UsageError{t.prefix + flag + " '" + printable(given) + "': " + printable(e.message())};
     };
-    if (base.empty())
-        throw UsageError{t.prefix + "--base is empty; give the folder that holds static_kernel_compile_outputs"};
+    if (given.empty()) throw UsageError{t.prefix + flag + " is empty; " + hint};
     fs::path abs;
     try {
-        abs = skc::check_path_safety(base, "--base");
+        abs = skc::check_path_safety(given, flag);
     } catch (const skc::Error& e) {
         throw path_error(e);
     }
-    struct stat st {};
-    if (::stat(abs.c_str(), &st) != 0) {
-        const int err = errno;
-        throw UsageError{t.prefix + "--base '" + printable(base) + "': " +
-                         (err == ENOENT ? std::string("no such directory")
-                                        : std::string("cannot access: ") + std::strerror(err)) +
-                         "; give the folder that holds static_kernel_compile_outputs"};
+    if (own) {  // a cache folder that does not exist is an empty cache, as below
+        t.dir = fs::absolute(abs);
+        t.shown = given;
+    } else {
+        struct stat st {};
+        if (::stat(abs.c_str(), &st) != 0) {
+            const int err = errno;
+            throw UsageError{t.prefix + "--base '" + printable(given) + "': " +
+                             (err == ENOENT ? std::string("no such directory")
+                                            : std::string("cannot access: ") + std::strerror(err)) +
+                             "; " + hint};
+        }
+        if (!S_ISDIR(st.st_mode)) throw UsageError{t.prefix + "--base '" + printable(given) + "': not a directory; " + hint};
+        try {
+            skc::check_access(abs, skc::Access::read, "--base");
+        } catch (const skc::Error& e) {
+            throw path_error(e);
+        }
+        t.dir = skc::Layout(abs).cache_dir();
+        t.shown = (fs::path(given) / "static_kernel_compile_outputs" / "static_kernel_cache").string();
     }
-    if (!S_ISDIR(st.st_mode))
-        throw UsageError{t.prefix + "--base '" + printable(base) +
-                         "': not a directory; give the folder that holds static_kernel_compile_outputs"};
-    try {
-        skc::check_access(abs, skc::Access::read, "--base");
-    } catch (const skc::Error& e) {
-        throw path_error(e);
-    }
-
-    const skc::Layout layout(abs);
-    t.dir = layout.cache_dir();
-    t.shown = (fs::path(base) / "static_kernel_compile_outputs" / "static_kernel_cache").string();
     // Every path below the base that the cache uses: no symbolic link anywhere on the way.
     const auto check = [&](const fs::path& p) {
         try {

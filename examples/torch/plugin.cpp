@@ -199,7 +199,19 @@ template <class Gather>
 struct CompilerOf final : AnyCompiler {
     CompilerOf(const Config& c, skc::CompilerSettings s, TableReselect hook, Gather g)
         : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), skc::RunPackageInstaller(), hook, std::move(g)) {}
-    skc::CompileReport compile(Recorder& r) override { return compiler.compile(r); }
+    skc::CompileReport compile(Recorder& r) override {
+        skc::CompileReport report = compiler.compile(r);
+        // The plugin lives as long as the process and is never destroyed, so the cache's counters
+        // are saved now, not at its destruction (skc cache stats shows them).
+        if (auto* cache = compiler.cache()) {
+            try {
+                cache->flush();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "skc_torch: warning: the cache statistics were not saved: %s\n", e.what());
+            }
+        }
+        return report;
+    }
     skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
                               TableReselect, Gather>
         compiler;

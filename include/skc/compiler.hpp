@@ -351,20 +351,20 @@ public:
                 // Remembered beside the cache when it is on (it is then read and written anyway).
                 std::filesystem::path memo;
                 if (options_.cache_enabled()) {
-                    detail::make_dir(layout_.cache_dir());
-                    memo = layout_.cache_dir();
+                    memo = resolve_cache_dir(options_, layout_.cache_dir());
+                    detail::make_dir(memo);
                 }
                 settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo);
             }
         }
         if (options_.cache_enabled()) {
+            const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir());
             if constexpr (std::is_same_v<Storage, FilesystemStorage> && std::is_same_v<Lock, FileLock>) {
-                cache_ = open_cache(layout_, settings_.toolchain_version, settings_.device, settings_.cache);
+                cache_ = open_cache(root, settings_.toolchain_version, settings_.device, settings_.cache);
             } else {
-                detail::make_dir(layout_.cache_dir() / stem);
-                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(layout_.cache_dir() / stem),
-                                                 detail::make_for_dir<Lock>(layout_.cache_dir()), settings_.cache,
-                                                 CacheLockNames{stem + "/keys/", stem});
+                detail::make_dir(root / stem);
+                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(root / stem), detail::make_for_dir<Lock>(root),
+                                                 settings_.cache, CacheLockNames{stem + "/keys/", stem});
             }
         }
     }

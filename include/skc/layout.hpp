@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -122,6 +123,32 @@ inline std::filesystem::path resolve_base(const Options& o, const std::filesyste
     base = check_path_safety(base, option);
     check_access(base, Access::read_write, option);
     return base;
+}
+
+/// The cache's folder: the option `cache_dir` when set, else the environment's `SKC_CACHE_DIR` when
+/// set, else `default_dir` (`<base>/static_kernel_compile_outputs/static_kernel_cache`, the
+/// original's place). Any number of bases, ranks, jobs and users may name one folder: they share
+/// its packages. The folder is created when missing; a path with a NUL byte, a `..` component or a
+/// symbolic-link component is refused, naming the option or variable it came from.
+inline std::filesystem::path resolve_cache_dir(const Options& o, const std::filesystem::path& default_dir) {
+    std::filesystem::path dir;
+    std::string_view from;
+    if (!o.cache_dir.empty()) {
+        dir = o.cache_dir;
+        from = "cache_dir";
+    } else if (const char* env = std::getenv("SKC_CACHE_DIR"); env != nullptr && *env != '\0') {
+        dir = env;
+        from = "SKC_CACHE_DIR";
+    } else {
+        return default_dir;
+    }
+    dir = check_path_safety(std::filesystem::absolute(dir), from);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+        throw Error(Errc::io_error, "cannot create the cache folder: " + ec.message(), ErrorContext{dir.string(), {}, std::string(from)});
+    check_access(dir, Access::read_write, from);
+    return dir;
 }
 
 namespace detail {

@@ -86,6 +86,8 @@ struct Options {
     bool deterministic = false;          // changes the kernels: part of the cache key
     std::vector<std::string> compiler_options;  // extra compiler arguments; part of the cache key
     CompilerCheck compiler_check;        // how the compiler's fingerprint (part of the cache key) is taken
+    std::string cache_dir;               // the cache's folder, shared by any number of bases; empty:
+                                         // $SKC_CACHE_DIR, else <base>/static_kernel_compile_outputs/static_kernel_cache
 
     /// The cache is used: the feature is on and the cache is not disabled.
     [[nodiscard]] bool cache_enabled() const noexcept {
@@ -101,11 +103,11 @@ struct Options {
 };
 
 /// The option names parse_options() accepts, in documentation order.
-inline constexpr std::array<std::string_view, 14> option_names{
+inline constexpr std::array<std::string_view, 15> option_names{
     "static_kernel_compile", "disable_static_kernel_compile_cache", "model_compile_cache", "model_compile_cache_dir",
     "force_eager",           "base_dir",                            "op_blacklist",        "compile_timeout_seconds",
     "jobs",                  "log_level",                           "deterministic",       "compiler_options",
-    "super_kernel",          "compiler_check",
+    "super_kernel",          "compiler_check",                      "cache_dir",
 };
 
 namespace detail {
@@ -198,6 +200,7 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
         else if (k == "compiler_options") o.compiler_options = detail::option_strings(k, v);
         else if (k == "super_kernel") super_kernel = detail::option_bool(k, v);
         else if (k == "compiler_check") o.compiler_check = parse_compiler_check(detail::option_string(k, v), k);
+        else if (k == "cache_dir") o.cache_dir = detail::option_string(k, v);
         else if (std::find(host_keys.begin(), host_keys.end(), k) != host_keys.end()) continue;
         else {
             std::string known;

@@ -71,7 +71,7 @@ TEST_CASE("an unknown key is an error that names it and lists the known keys") {
              "option 'static_kernel_compiles': unknown option; known options are: static_kernel_compile, "
              "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
              "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-             "super_kernel, compiler_check");
+             "super_kernel, compiler_check, cache_dir");
 }
 
 TEST_CASE("wrongly typed and out-of-range values name the key and what is accepted") {
@@ -126,6 +126,6 @@ TEST_CASE("a host's own keys are skipped, and listed when a key is unknown") {
                  "option 'compilr': unknown option; known options are: static_kernel_compile, "
                  "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
                  "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-                 "super_kernel, compiler_check, compiler, device");
+                 "super_kernel, compiler_check, cache_dir, compiler, device");
     }
 }

@@ -255,7 +255,7 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
           "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
           "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
-          "--toolchain-version, --op-library, --backend, --no-cache, --model-cache, --blacklist, --compiler-arg, "
+          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --model-cache, --blacklist, --compiler-arg, "
           "--deterministic, --compiler-check, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
           "skc compile: option --device is given twice; give it once\n");
@@ -392,4 +392,44 @@ TEST_CASE("skc compile: the compiler is in the key: a changed compiler misses, a
     CHECK(bad.status == 2);
     CHECK(bad.err == "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
                      "string:TEXT or command:CMD\n");
+}
+
+TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR) compile each key once") {
+    TempDir tmp;
+    const fs::path ops = ops_dir(tmp, {small_op});
+    for (const char* b : {"a", "b", "c"}) fs::create_directories(tmp / b);
+    const fs::path shared = tmp / "shared";
+    auto args_for = [&](const std::string& base) {
+        std::vector<std::string> args = compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"};
+        args[4] = (tmp / base).string();
+        return args;
+    };
+    const Run a = run_skc(tmp.path(), args_for("a") + std::vector<std::string>{"--cache-dir", shared.string()});
+    REQUIRE_MESSAGE(a.status == 0, a.err);
+    CHECK(skc::parse_json(a.out).find("outcome")->as_string() == "compiled");
+    CHECK(fs::is_directory(shared / "CANN-1.0_host-cpu" / "entries"));
+    CHECK_FALSE(fs::exists(tmp / "a" / "static_kernel_compile_outputs" / "static_kernel_cache"));  // not in the base
+
+    const Run b = skc_test::run_program(tool, tmp.path(), args_for("b"), {"SKC_CACHE_DIR=" + shared.string()});
+    REQUIRE_MESSAGE(b.status == 0, b.err);
+    CHECK(skc::parse_json(b.out).find("outcome")->as_string() == "hit");
+
+    // --cache-dir beats the environment; without either, the base's own folder (a miss here).
+    const Run c = skc_test::run_program(tool, tmp.path(), args_for("c"), {"SKC_CACHE_DIR="});
+    REQUIRE_MESSAGE(c.status == 0, c.err);
+    CHECK(skc::parse_json(c.out).find("outcome")->as_string() == "compiled");
+
+    const Run stats = skc_test::run_program(tool, tmp.path(), {"cache", "stats"}, {"SKC_CACHE_DIR=" + shared.string()});
+    CHECK(stats.status == 0);
+    CHECK(stats.out.find("CANN-1.0_host-cpu") != std::string::npos);
+    CHECK(stats.out.find("  entries:             1\n") != std::string::npos);
+    const Run ls = run_skc(tmp.path(), {"cache", "ls", "--cache-dir", shared.string(), "--json"});
+    CHECK(ls.status == 0);
+    CHECK(ls.out.find(skc::parse_json(a.out).find("key")->as_string()) != std::string::npos);
+
+    fs::create_directory_symlink(shared, tmp / "link");
+    const Run bad = run_skc(tmp.path(), args_for("a") + std::vector<std::string>{"--cache-dir", (tmp / "link").string()});
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find("option 'cache_dir'") != std::string::npos);
+    CHECK(bad.err.find("symbolic link") != std::string::npos);
 }

@@ -227,7 +227,7 @@ TEST_CASE("help, version and usage") {
     const Run cache_help = run_skc(tmp.path(), {"cache", "--help"});
     CHECK(cache_help.status == 0);
     CHECK(cache_help.err.empty());
-    CHECK(cache_help.out.starts_with("usage: skc cache <command> --base DIR [--namespace NAME] [--json]\n"));
+    CHECK(cache_help.out.starts_with("usage: skc cache <command> (--base DIR | --cache-dir DIR) [--namespace NAME] [--json]\n"));
     for (const char* c : {"stats", "ls", "verify", "prune", "clear"})
         CHECK(cache_help.out.find("\n  " + std::string(c) + " ") != std::string::npos);
     for (const char* o : {"--base DIR", "--namespace NAME", "--json", "--max-size SIZE", "--max-entries N",
@@ -250,7 +250,7 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
     skc_test::spit(tmp / "file", "x");
     fs::create_symlink(tmp / "base", tmp / "link");
     const std::string all_cache_options =
-        "--base DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
+        "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
     const std::string cache_commands = "commands: stats, ls, verify, prune, clear (see skc cache --help)";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
     const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
@@ -265,12 +265,12 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
         {{"cache", "frob", "--base", "base"}, "skc cache: unknown command 'frob'; " + cache_commands},
         {{"cache", "--frob"}, "skc cache: unknown option '--frob'; options: " + all_cache_options},
         {{"cache", "stats", "--frob"},
-         "skc cache stats: unknown option '--frob'; options: --base DIR, --namespace NAME, --json"},
+         "skc cache stats: unknown option '--frob'; options: --base DIR, --cache-dir DIR, --namespace NAME, --json"},
         {{"cache", "prune", "--frob"}, "skc cache prune: unknown option '--frob'; options: " + all_cache_options},
         {{"cache", "stats", "ls", "--base", "base"},
          "skc cache stats: unexpected argument 'ls'; give one command, then options (see skc cache --help)"},
         {{"cache", "stats"},
-         "skc cache stats: --base DIR is required: the folder that holds static_kernel_compile_outputs"},
+         "skc cache stats: --base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir DIR, or SKC_CACHE_DIR, for a cache folder of its own)"},
         {{"cache", "ls", "--base"},
          "skc cache ls: option --base needs a value: DIR, the folder that holds static_kernel_compile_outputs"},
         {{"cache", "prune", "--base", "base", "--max-size"},
@@ -295,13 +295,13 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
          "skc cache stats: --base 'link': component '" + (tmp / "link").string() +
              "' is a symbolic link; give the real path instead"},
         {{"cache", "stats", "--base", "base", "--max-size", "1G"},
-         "skc cache stats: option --max-size applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "skc cache stats: option --max-size applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "clear", "--base", "base", "--older-than", "1d"},
-         "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "ls", "--base", "base", "--max-entries", "3"},
-         "skc cache ls: option --max-entries applies only to 'skc cache prune'; options: --base DIR, --namespace "
+         "skc cache ls: option --max-entries applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "prune", "--base", "base"},
          "skc cache prune: nothing to prune by; give at least one of --max-size SIZE, --max-entries N, --older-than "

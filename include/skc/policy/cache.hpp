@@ -906,18 +906,19 @@ private:
 
 static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage, ProcessLock>> && CachePolicy<NoCache>);
 
-/// The file-system cache of SPEC section 4 for one toolchain version and device:
-///   static_kernel_cache/CANN-<version>_<device>.json   a small manifest (format, where entries are)
-///   static_kernel_cache/CANN-<version>_<device>.lock   the namespace lock (statistics, pruning)
-///   static_kernel_cache/CANN-<version>_<device>/       entries/, packages/, keys/ (per-key locks), stats
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const Layout& layout, std::string_view version,
+/// The file-system cache of SPEC section 4 for one toolchain version and device, in the cache folder
+/// `root` (`<base>/static_kernel_compile_outputs/static_kernel_cache` by default, or any folder
+/// shared by many bases: resolve_cache_dir):
+///   <root>/CANN-<version>_<device>.json   a small manifest (format, where entries are)
+///   <root>/CANN-<version>_<device>.lock   the namespace lock (statistics, pruning)
+///   <root>/CANN-<version>_<device>/       entries/, packages/, keys/ (per-key locks), stats, verified/
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const std::filesystem::path& root, std::string_view version,
                                                                           std::string_view device, CacheConfig config = {}) {
     const std::string stem = Layout::cache_stem(version, device);
-    detail::make_dir(layout.cache_dir() / stem);
+    detail::make_dir(root / stem);
     auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
-        FilesystemStorage(layout.cache_dir() / stem), FileLock(layout.cache_dir()), std::move(config),
-        CacheLockNames{stem + "/keys/", stem});
-    FilesystemStorage top(layout.cache_dir());
+        FilesystemStorage(root / stem), FileLock(root), std::move(config), CacheLockNames{stem + "/keys/", stem});
+    FilesystemStorage top(root);
     std::string quoted;  // the stem as a JSON string body
     for (char c : stem) {
         if (c == '"' || c == '\\') quoted += '\\';
@@ -929,6 +930,12 @@ inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const
                                  "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
     if (top.read(stem + ".json") != manifest) top.write(stem + ".json", manifest);
     return cache;
+}
+
+/// The same in the base's own cache folder (`layout.cache_dir()`).
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const Layout& layout, std::string_view version,
+                                                                          std::string_view device, CacheConfig config = {}) {
+    return open_cache(layout.cache_dir(), version, device, std::move(config));
 }
 
 }  // namespace skc
