@@ -58,26 +58,23 @@ namespace fs = std::filesystem;
 using namespace skc_tool;
 
 
-/// `10G`, `500M`, `1024K`, `65536`: bytes, with an optional suffix K, M, G or T (powers of 1024).
-std::uint64_t parse_size(const std::string& prefix, std::string_view s) {
+/// `10G`, `500M`, `1024K`, `65536` (skc::parse_size); 0 only where `zero_ok`.
+std::uint64_t parse_size(const std::string& prefix, std::string_view s, bool zero_ok) {
     const std::string bad = prefix + "bad --max-size '" + printable(s) + "': ";
     const std::string accepted = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
                                  "e.g. 10G, 500M, 1024K or 65536";
-    int shift = 0;
-    if (!s.empty()) {
-        switch (s.back()) {
-        case 'K': case 'k': shift = 10; break;
-        case 'M': case 'm': shift = 20; break;
-        case 'G': case 'g': shift = 30; break;
-        case 'T': case 't': shift = 40; break;
-        default: break;
-        }
+    const std::optional<std::uint64_t> n = skc::parse_size(s);
+    if (!n) {
+        // Digits (and a suffix) that do not fit in 64 bits are a size, only too large.
+        const std::string_view digits = !s.empty() && std::string_view("KMGTkmgt").find(s.back()) != std::string_view::npos
+                                            ? s.substr(0, s.size() - 1)
+                                            : s;
+        const bool numeric = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+        throw UsageError{bad + (numeric ? "the size is too large; " : "") + accepted};
     }
-    const std::optional<std::uint64_t> n = parse_count(shift == 0 ? s : s.substr(0, s.size() - 1));
-    if (!n) throw UsageError{bad + accepted};
-    if (*n == 0) throw UsageError{bad + "the size must be at least 1 byte; to remove every entry use 'skc cache clear'"};
-    if (*n > (UINT64_MAX >> shift)) throw UsageError{bad + "the size is too large; " + accepted};
-    return *n << shift;
+    if (*n == 0 && !zero_ok)
+        throw UsageError{bad + "the size must be at least 1 byte; to remove every entry use 'skc cache clear'"};
+    return *n;
 }
 
 /// `30d`, `12h`, `15m`, `90s`.
@@ -225,6 +222,63 @@ std::string stats_text(const NamespaceStats& s) {
     return r;
 }
 
+// config ---------------------------------------------------------------------------------------------------
+
+std::string_view source_name(skc::LimitSource s) {
+    switch (s) {
+    case skc::LimitSource::caller: return "given";
+    case skc::LimitSource::environment: return "SKC_CACHE_MAX_SIZE";
+    case skc::LimitSource::cache_folder: return "skc cache config";
+    case skc::LimitSource::default_value: return "default";
+    }
+    return {};
+}
+
+/// The fixed identifier of a limit's source in JSON.
+std::string source_id(skc::LimitSource s) {
+    switch (s) {
+    case skc::LimitSource::caller: return "caller";
+    case skc::LimitSource::environment: return "SKC_CACHE_MAX_SIZE";
+    case skc::LimitSource::cache_folder: return "config";
+    case skc::LimitSource::default_value: return "default";
+    }
+    return {};
+}
+
+skc::Object limits_json(const skc::EffectiveLimits& e) {
+    skc::Object o;
+    o.push_back({"max_bytes", e.limits.max_bytes});
+    o.push_back({"max_bytes_from", source_id(e.size_from)});
+    o.push_back({"max_entries", e.limits.max_entries});
+    o.push_back({"max_entries_from", source_id(e.entries_from)});
+    return o;
+}
+
+std::string limits_text(const skc::EffectiveLimits& e) {
+    const std::string size = e.limits.max_bytes == 0 ? "no size limit" : "at most " + human_size(e.limits.max_bytes);
+    const std::string entries =
+        e.limits.max_entries == 0 ? "no entry limit" : "at most " + plural(e.limits.max_entries, "entry", "entries");
+    return "limits: " + size + " (" + std::string(source_name(e.size_from)) + "), " + entries + " (" +
+           std::string(source_name(e.entries_from)) + "), in each namespace; applied after each compile\n";
+}
+
+/// Shows the limits every process applies to this cache folder, or stores new ones there.
+int cache_config(const Target& t, const CacheOptions& o) {
+    if (o.max_size || o.max_entries) {
+        skc::detail::make_dir(t.dir);
+        skc::write_cache_limits(t.dir, skc::StoredLimits{o.max_size, o.max_entries});
+    }
+    const skc::EffectiveLimits e = skc::effective_cache_limits({}, t.dir);
+    if (o.json) {
+        skc::Object root = json_head(t);
+        root.push_back({"limits", limits_json(e)});
+        print_json(std::move(root));
+    } else {
+        out("cache directory: " + printable(t.shown) + "\n" + limits_text(e));
+    }
+    return exit_ok;
+}
+
 int cache_stats(const Target& t, const CacheOptions& o) {
     if (nothing_there(t, o)) return exit_ok;
     std::vector<NamespaceStats> all;
@@ -245,6 +299,7 @@ int cache_stats(const Target& t, const CacheOptions& o) {
     }
     if (o.json) {
         skc::Object root = json_head(t);
+        root.push_back({"limits", limits_json(skc::effective_cache_limits({}, t.dir))});
         skc::Array list;
         for (const NamespaceStats& s : all) list.emplace_back(stats_json(s));
         root.push_back({"namespaces", std::move(list)});
@@ -252,7 +307,7 @@ int cache_stats(const Target& t, const CacheOptions& o) {
         print_json(std::move(root));
         return exit_ok;
     }
-    std::string r = "cache directory: " + printable(t.shown) + "\n";
+    std::string r = "cache directory: " + printable(t.shown) + "\n" + limits_text(skc::effective_cache_limits({}, t.dir));
     for (const NamespaceStats& s : all) r += "\n" + printable(s.name) + "\n" + stats_text(s);
     if (all.size() > 1) r += "\ntotal (" + std::to_string(all.size()) + " namespaces)\n" + stats_text(total);
     out(r);
@@ -483,13 +538,14 @@ constexpr std::array cache_commands{
     CacheCommand{"verify", "check every package in full; bad entries are removed (exit status 1)", cache_verify},
     CacheCommand{"prune", "remove entries over the limits (least recently used first) or unused too long", cache_prune},
     CacheCommand{"clear", "remove every entry that is not in use", cache_clear},
+    CacheCommand{"config", "show the limits every process applies, or store new ones (--max-size, --max-entries)", cache_config},
 };
 
 struct OptionSpec {
     std::string_view name;
     std::string_view value;  // empty: a flag
     std::string_view help;
-    bool prune_only;
+    bool limit_only;  // --max-size, --max-entries, --older-than: for prune (and the first two for config)
 };
 
 constexpr std::array cache_option_specs{
@@ -521,16 +577,20 @@ std::string cache_usage() {
     r += "\noptions:\n";
     for (const OptionSpec& s : cache_option_specs)
         r += "  " + pad_right(std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value)), 23) +
-             (s.prune_only ? "prune: " : "") + std::string(s.help) + "\n";
+             (s.limit_only ? (s.name == "--older-than" ? "prune: " : "prune, config: ") : "") + std::string(s.help) + "\n";
     r += "\nprune needs at least one of --max-size, --max-entries, --older-than.\n"
          "exit status: 0 done, 1 verify found bad entries, 2 bad usage, 3 the cache could not be read or changed\n";
     return r;
 }
 
+bool limit_allowed(std::string_view command, std::string_view option) {
+    return command == "prune" || (command == "config" && option != "--older-than");
+}
+
 std::string accepted_options(std::string_view command) {
     std::string r;
     for (const OptionSpec& s : cache_option_specs) {
-        if (s.prune_only && !command.empty() && command != "prune") continue;
+        if (s.limit_only && !command.empty() && !limit_allowed(command, s.name)) continue;
         r += (r.empty() ? "" : ", ") + std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value));
     }
     return r;
@@ -586,18 +646,18 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
     const std::string p = prefix();
     for (auto& [spec, value] : given) {
         const std::string_view name = spec->name;
-        if (spec->prune_only && o.command != "prune")
-            throw UsageError{p + "option " + std::string(name) + " applies only to 'skc cache prune'; options: " +
-                             accepted_options(o.command)};
+        if (spec->limit_only && !limit_allowed(o.command, name))
+            throw UsageError{p + "option " + std::string(name) + " applies only to 'skc cache prune'" +
+                             (name == "--older-than" ? "" : " and 'skc cache config'") + "; options: " + accepted_options(o.command)};
         if (name == "--base") o.base = std::move(value);
         else if (name == "--cache-dir") o.cache_dir = std::move(value);
         else if (name == "--namespace") o.ns = std::move(value);
         else if (name == "--json") o.json = true;
-        else if (name == "--max-size") o.max_size = parse_size(p, value);
+        else if (name == "--max-size") o.max_size = parse_size(p, value, o.command == "config");
         else if (name == "--older-than") o.older_than = parse_duration(p, value);
         else if (name == "--max-entries") {
             const std::optional<std::uint64_t> n = parse_count(value);
-            if (!n || *n == 0)
+            if (!n || (*n == 0 && o.command != "config"))
                 throw UsageError{p + "bad --max-entries '" + printable(value) +
                                  "': expected a whole number of entries, at least 1, e.g. 1000 (to remove every entry "
                                  "use 'skc cache clear')"};

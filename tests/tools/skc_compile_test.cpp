@@ -433,3 +433,46 @@ TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR
     CHECK(bad.err.find("option 'cache_dir'") != std::string::npos);
     CHECK(bad.err.find("symbolic link") != std::string::npos);
 }
+
+TEST_CASE("skc cache config: limits stored in the cache folder apply to every later process") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path cache = tmp / "cache";
+    const Run shown = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string()});
+    CHECK(shown.status == 0);
+    CHECK(shown.out == "cache directory: " + cache.string() +
+                           "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n");
+    const Run set = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-entries", "1"});
+    CHECK(set.status == 0);
+    CHECK(set.out.find("at most 1 entry (skc cache config)") != std::string::npos);
+
+    // Two compiles of different ops: the second evicts the first's entry (it never evicts its own).
+    std::vector<std::string> keys;
+    for (const std::string& op : {small_op, std::string("Add_float_ND_32_64_9.json")}) {
+        TempDir opsdir;
+        const fs::path ops = ops_dir(opsdir, {op});
+        const Run r = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                              std::vector<std::string>{"--cache-dir", cache.string(), "--json"});
+        REQUIRE_MESSAGE(r.status == 0, r.err);
+        keys.push_back(skc::parse_json(r.out).find("key")->as_string());
+    }
+    CHECK_FALSE(fs::exists(cache / "CANN-1.0_host-cpu" / "entries" / keys[0]));
+    CHECK(fs::exists(cache / "CANN-1.0_host-cpu" / "entries" / keys[1]));
+    const Run stats = run_skc(tmp.path(), {"cache", "stats", "--cache-dir", cache.string(), "--json"});
+    const skc::Value v = skc::parse_json(stats.out);
+    CHECK(v.find("limits")->find("max_entries")->as_int() == 1);
+    CHECK(v.find("limits")->find("max_bytes_from")->as_string() == "default");
+    CHECK(v.find("limits")->find("max_entries_from")->as_string() == "config");
+    CHECK(v.find("namespaces")->as_array()[0].find("evictions")->as_int() == 1);
+
+    // The environment's size limit wins over the folder's; a bad one is an error naming it.
+    const Run env = skc_test::run_program(tool, tmp.path(), {"cache", "config", "--cache-dir", cache.string()},
+                                          {"SKC_CACHE_MAX_SIZE=1M"});
+    CHECK(env.out.find("at most 1.0 MiB (SKC_CACHE_MAX_SIZE)") != std::string::npos);
+    const Run bad = skc_test::run_program(tool, tmp.path(), {"cache", "config", "--cache-dir", cache.string()},
+                                          {"SKC_CACHE_MAX_SIZE=lots"});
+    CHECK(bad.status != 0);
+    CHECK(bad.err.find("option 'SKC_CACHE_MAX_SIZE': value \"lots\" is not a size") != std::string::npos);
+    const Run zero = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-size", "0", "--max-entries", "0"});
+    CHECK(zero.out.find("no size limit (skc cache config), no entry limit (skc cache config)") != std::string::npos);
+}

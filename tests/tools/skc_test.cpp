@@ -251,7 +251,7 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
     fs::create_symlink(tmp / "base", tmp / "link");
     const std::string all_cache_options =
         "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
-    const std::string cache_commands = "commands: stats, ls, verify, prune, clear (see skc cache --help)";
+    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config (see skc cache --help)";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
     const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
                                    "e.g. 10G, 500M, 1024K or 65536";
@@ -295,13 +295,13 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
          "skc cache stats: --base 'link': component '" + (tmp / "link").string() +
              "' is a symbolic link; give the real path instead"},
         {{"cache", "stats", "--base", "base", "--max-size", "1G"},
-         "skc cache stats: option --max-size applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
+         "skc cache stats: option --max-size applies only to 'skc cache prune' and 'skc cache config'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "clear", "--base", "base", "--older-than", "1d"},
          "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "ls", "--base", "base", "--max-entries", "3"},
-         "skc cache ls: option --max-entries applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
+         "skc cache ls: option --max-entries applies only to 'skc cache prune' and 'skc cache config'; options: --base DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "prune", "--base", "base"},
          "skc cache prune: nothing to prune by; give at least one of --max-size SIZE, --max-entries N, --older-than "
@@ -396,6 +396,7 @@ TEST_CASE("stats: per namespace and in total") {
     CHECK(r.err.empty());
     CHECK(r.out == "cache directory: " + shown_cache +
                        "\n"
+                       "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
                        "\n"
                        "CANN-7.0_Ascend310P\n"
                        "  entries:             1\n"
@@ -439,7 +440,8 @@ TEST_CASE("stats: per namespace and in total") {
     const Run one = f.run({"cache", "stats", "--base", "base", "--namespace", ns_b});
     CHECK(one.status == 0);
     CHECK(one.out == "cache directory: " + shown_cache +
-                         "\n\nCANN-7.0_Ascend310P\n"
+                         "\n" "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
+                         "\nCANN-7.0_Ascend310P\n"
                          "  entries:             1\n"
                          "  size:                100 B\n"
                          "  hits:                1\n"
@@ -512,7 +514,8 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
     const Run r = run_skc(tmp.path(), {"cache", "stats", "--base", "base"});
     CHECK(r.status == 0);
     CHECK(r.out == "cache directory: " + shown_cache +
-                       "\n\nCANN-8.0_Ascend910B\n"
+                       "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
+                       "\nCANN-8.0_Ascend910B\n"
                        "  entries:             0\n"
                        "  size:                0 B\n"
                        "  hits:                5\n"

@@ -690,3 +690,57 @@ TEST_CASE("FilesystemStorage: a symlink, folder or FIFO where an entry should be
     CHECK(fs::is_empty(entries));
     CHECK(skc_test::slurp(dir / "planted") == "x");  // the link was removed, not its target
 }
+
+TEST_CASE("limits: the caller, then SKC_CACHE_MAX_SIZE, then the cache folder's config, then 5 GiB") {
+    CHECK(skc::parse_size("10G") == std::uint64_t{10} << 30);
+    CHECK(skc::parse_size("1024k") == std::uint64_t{1} << 20);
+    CHECK(skc::parse_size("65536") == 65536u);
+    CHECK(skc::parse_size("0") == 0u);
+    CHECK_FALSE(skc::parse_size("").has_value());
+    CHECK_FALSE(skc::parse_size("G").has_value());
+    CHECK_FALSE(skc::parse_size("-1").has_value());
+    CHECK_FALSE(skc::parse_size("1.5G").has_value());
+    CHECK_FALSE(skc::parse_size("16777216T").has_value());  // 2^64: does not fit
+
+    skc_test::TempDir dir;
+    const fs::path root = dir / "cache";
+    fs::create_directories(root);
+    ::unsetenv("SKC_CACHE_MAX_SIZE");
+    skc::EffectiveLimits e = skc::effective_cache_limits({}, root);
+    CHECK(e.limits.max_bytes == std::uint64_t{5} << 30);
+    CHECK(e.limits.max_entries == 0);
+    CHECK(e.size_from == skc::LimitSource::default_value);
+
+    skc::write_cache_limits(root, {std::uint64_t{1} << 20, std::nullopt});
+    skc::write_cache_limits(root, {std::nullopt, 7});  // fields not given are kept
+    CHECK(skc_test::slurp(root / "config") == "max_size 1048576\nmax_entries 7\n");
+    e = skc::effective_cache_limits({}, root);
+    CHECK(e.limits.max_bytes == std::uint64_t{1} << 20);
+    CHECK(e.limits.max_entries == 7);
+    CHECK(e.size_from == skc::LimitSource::cache_folder);
+    CHECK(e.entries_from == skc::LimitSource::cache_folder);
+
+    ::setenv("SKC_CACHE_MAX_SIZE", "2M", 1);
+    e = skc::effective_cache_limits({}, root);
+    CHECK(e.limits.max_bytes == std::uint64_t{2} << 20);
+    CHECK(e.size_from == skc::LimitSource::environment);
+    e = skc::effective_cache_limits({3000, 2}, root);
+    CHECK(e.limits.max_bytes == 3000);
+    CHECK(e.limits.max_entries == 2);
+    CHECK(e.size_from == skc::LimitSource::caller);
+
+    ::setenv("SKC_CACHE_MAX_SIZE", "lots", 1);
+    CHECK_THROWS_WITH(skc::effective_cache_limits({}, root),
+                      doctest::Contains("value \"lots\" is not a size"));
+    ::unsetenv("SKC_CACHE_MAX_SIZE");
+
+    // A folder's limit reaches every cache opened on it: the second publish evicts the first entry.
+    skc::write_cache_limits(root, {0, 1});
+    Compiler compiler{dir.path()};
+    auto cache = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    const skc::CacheKey a = key_of(1), b = key_of(2);
+    cache->get_or_compile(a, [&] { return compiler(a); });
+    cache->get_or_compile(b, [&] { return compiler(b); });
+    CHECK_FALSE(cache->lookup(a).has_value());
+    CHECK(cache->lookup(b).has_value());
+}
