@@ -58,6 +58,8 @@ constexpr std::array compile_specs{
     OptionSpec{"--no-cache", "", "always compile; do not read or write the cache"},
     OptionSpec{"--cache-dir", "DIR", "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
                                      "<base>/static_kernel_compile_outputs/static_kernel_cache)"},
+    OptionSpec{"--cache-mode", "MODE", "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never "
+                                       "write the cache) or recache (compile and replace the entry)"},
     OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
     OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
@@ -199,6 +201,13 @@ int run_compile(Args args) {
         if (d->empty()) throw UsageError{prefix + "--cache-dir is empty; give the cache folder"};
         o.cache_dir = *d;
     }
+    if (const auto m = p.get("--cache-mode")) {
+        try {
+            o.cache_mode = skc::parse_cache_mode(*m, "--cache-mode");
+        } catch (const skc::Error& e) {
+            throw UsageError{prefix + printable(e.what())};
+        }
+    }
     o.compiler_options = p.all("--compiler-arg");
     o.deterministic = p.has("--deterministic");
     if (const auto c = p.get("--compiler-check")) {
@@ -225,7 +234,7 @@ int run_compile(Args args) {
     s.backend = backend_of(prefix, p);
     s.persistent_install = true;
     s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
-    s.cache.log = skc::stderr_log();
+    s.cache.log = skc::stderr_log(skc::LogLevel::info);
     s.log = skc::null_log();  // the report is printed below
 
 #ifndef SKC_TOOL_WITH_MPI

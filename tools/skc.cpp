@@ -524,6 +524,23 @@ int cache_clear(const Target& t, const CacheOptions& o) {
     return exit_ok;
 }
 
+/// Resets the stored statistics; entries, limits and packages stay (as `ccache -z`).
+int cache_zero(const Target& t, const CacheOptions& o) {
+    if (nothing_there(t, o)) return exit_ok;
+    skc::Array list;
+    for (const std::string& stem : t.namespaces) {
+        open_namespace(t, stem)->zero_stats();
+        if (o.json) list.emplace_back(skc::Object{{"namespace", utf8(stem)}});
+        else out(printable(stem) + ": statistics zeroed\n");
+    }
+    if (o.json) {
+        skc::Object root = json_head(t);
+        root.push_back({"namespaces", std::move(list)});
+        print_json(std::move(root));
+    }
+    return exit_ok;
+}
+
 // the cache command's arguments ----------------------------------------------------------------------------
 
 struct CacheCommand {
@@ -539,6 +556,7 @@ constexpr std::array cache_commands{
     CacheCommand{"prune", "remove entries over the limits (least recently used first) or unused too long", cache_prune},
     CacheCommand{"clear", "remove every entry that is not in use", cache_clear},
     CacheCommand{"config", "show the limits every process applies, or store new ones (--max-size, --max-entries)", cache_config},
+    CacheCommand{"zero", "reset the statistics to zero (entries stay)", cache_zero},
 };
 
 struct OptionSpec {

@@ -200,9 +200,12 @@ struct cache_for<true, S, L> {
 
 /// A policy object for a folder: constructed from the path when it takes one (FilesystemStorage,
 /// FileLock), default-constructed otherwise (MemoryStorage, ProcessLock).
+/// A lock policy that takes a LockAccess (FileLock) gets read_only when the cache is read-only.
 template <class P>
-P make_for_dir(const std::filesystem::path& dir) {
-    if constexpr (std::is_constructible_v<P, std::filesystem::path>) return P(dir);
+P make_for_dir(const std::filesystem::path& dir, CacheMode mode = CacheMode::read_write) {
+    if constexpr (std::is_constructible_v<P, std::filesystem::path, LockAccess>)
+        return P(dir, mode == CacheMode::read_only ? LockAccess::read_only : LockAccess::read_write);
+    else if constexpr (std::is_constructible_v<P, std::filesystem::path>) return P(dir);
     else return P{};
 }
 
@@ -346,24 +349,27 @@ public:
         if (options_.jobs == 0) throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
         const std::string stem = Layout::cache_stem(settings_.toolchain_version, settings_.device);  // checks both names
         if (!settings_.op_library.empty()) check_path_safety(settings_.op_library, "op_library");
+        if (const std::optional<CacheMode> m = requested_cache_mode(options_)) settings_.cache.mode = *m;
+        const bool read_only = settings_.cache.mode == CacheMode::read_only;
         if constexpr (requires(const Invoker& i) { { i.compiler_path() } -> std::convertible_to<std::filesystem::path>; }) {
             if (settings_.compiler_fingerprint.empty()) {
                 // Remembered beside the cache when it is on (it is then read and written anyway).
                 std::filesystem::path memo;
                 if (options_.cache_enabled()) {
-                    memo = resolve_cache_dir(options_, layout_.cache_dir());
-                    detail::make_dir(memo);
+                    memo = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
+                    if (!read_only) detail::make_dir(memo);
                 }
-                settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo);
+                settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo,
+                                                                      read_only ? MemoAccess::read_only : MemoAccess::read_write);
             }
         }
         if (options_.cache_enabled()) {
-            const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir());
+            const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
             if constexpr (std::is_same_v<Storage, FilesystemStorage> && std::is_same_v<Lock, FileLock>) {
                 cache_ = open_cache(root, settings_.toolchain_version, settings_.device, settings_.cache);
             } else {
-                detail::make_dir(root / stem);
-                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(root / stem), detail::make_for_dir<Lock>(root),
+                if (!read_only) detail::make_dir(root / stem);
+                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(root / stem), detail::make_for_dir<Lock>(root, settings_.cache.mode),
                                                  settings_.cache, CacheLockNames{stem + "/keys/", stem});
             }
         }

@@ -165,10 +165,12 @@ inline std::string command_output(const std::string& cmd, std::chrono::seconds t
 /// The fingerprint of `compiler` taken as `check` says, for the cache key: `content:<32 hex>`,
 /// `mtime:<size>:<ns>`, `none`, `string:TEXT` or `command:<32 hex>` (of the command's output).
 /// With `memo_dir` (an existing folder), content fingerprints are remembered there
-/// (`compilers`) by path, size and modification time. Throws Error naming the compiler when it
-/// cannot be read.
+/// (`compilers`) by path, size and modification time; with `memo` read_only they are looked up
+/// there but not stored. Throws Error naming the compiler when it cannot be read.
+enum class MemoAccess : unsigned char { read_write, read_only };
 inline std::string compiler_fingerprint(const std::filesystem::path& compiler, const CompilerCheck& check,
-                                        const std::filesystem::path& memo_dir = {}) {
+                                        const std::filesystem::path& memo_dir = {},
+                                        MemoAccess access = MemoAccess::read_write) {
     switch (check.mode) {
     case CompilerCheck::Mode::none: return "none";
     case CompilerCheck::Mode::string: return "string:" + check.text;
@@ -195,7 +197,7 @@ inline std::string compiler_fingerprint(const std::filesystem::path& compiler, c
     if (!memo.empty())
         if (const std::optional<std::string> d = detail::memo_lookup(memo, prefix)) return "content:" + *d;
     const std::string digest = detail::hash_file(path).hex();
-    if (!memo.empty()) detail::memo_store(memo, path_hex, prefix + digest);
+    if (!memo.empty() && access == MemoAccess::read_write) detail::memo_store(memo, path_hex, prefix + digest);
     return "content:" + digest;
 }
 

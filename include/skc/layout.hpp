@@ -130,7 +130,9 @@ inline std::filesystem::path resolve_base(const Options& o, const std::filesyste
 /// original's place). Any number of bases, ranks, jobs and users may name one folder: they share
 /// its packages. The folder is created when missing; a path with a NUL byte, a `..` component or a
 /// symbolic-link component is refused, naming the option or variable it came from.
-inline std::filesystem::path resolve_cache_dir(const Options& o, const std::filesystem::path& default_dir) {
+/// With `mode` read-only the folder is neither created nor required to be writable.
+inline std::filesystem::path resolve_cache_dir(const Options& o, const std::filesystem::path& default_dir,
+                                               CacheMode mode = CacheMode::read_write) {
     std::filesystem::path dir;
     std::string_view from;
     if (!o.cache_dir.empty()) {
@@ -143,6 +145,11 @@ inline std::filesystem::path resolve_cache_dir(const Options& o, const std::file
         return default_dir;
     }
     dir = check_path_safety(std::filesystem::absolute(dir), from);
+    if (mode == CacheMode::read_only) {
+        // A folder that is not there is an empty cache: every lookup misses.
+        if (std::filesystem::exists(dir)) check_access(dir, Access::read, from);
+        return dir;
+    }
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec)

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <span>
 #include <string>
@@ -69,6 +70,29 @@ inline CompilerCheck parse_compiler_check(std::string_view s, std::string_view o
     return c;
 }
 
+/// How a process uses the cache: `read-write` (look up, compile and store on a miss: the default),
+/// `read-only` (look up, never write anything in the cache folder: CI runners on a shared cache; a
+/// miss compiles into the run folder only), `recache` (always compile, and overwrite the entry: a
+/// suspect one).
+enum class CacheMode : unsigned char { read_write, read_only, recache };
+
+constexpr std::string_view to_string(CacheMode m) noexcept {
+    switch (m) {
+    case CacheMode::read_write: return "read-write";
+    case CacheMode::read_only: return "read-only";
+    case CacheMode::recache: return "recache";
+    }
+    return {};
+}
+
+/// Parses `read-write`, `read-only` or `recache`; Error(invalid_option) for `option` otherwise.
+inline CacheMode parse_cache_mode(std::string_view s, std::string_view option = "cache_mode") {
+    for (CacheMode m : {CacheMode::read_write, CacheMode::read_only, CacheMode::recache})
+        if (s == to_string(m)) return m;
+    throw Error(Errc::invalid_option, "value " + detail::quote(s, 64) + " is not accepted: use read-write, read-only or recache",
+                ErrorContext{{}, {}, std::string(option)});
+}
+
 struct Options {
     // SPEC section 2.
     bool static_kernel_compile = false;
@@ -88,6 +112,7 @@ struct Options {
     CompilerCheck compiler_check;        // how the compiler's fingerprint (part of the cache key) is taken
     std::string cache_dir;               // the cache's folder, shared by any number of bases; empty:
                                          // $SKC_CACHE_DIR, else <base>/static_kernel_compile_outputs/static_kernel_cache
+    std::optional<CacheMode> cache_mode; // unset: $SKC_CACHE_MODE, else the CompilerSettings' (read-write)
 
     /// The cache is used: the feature is on and the cache is not disabled.
     [[nodiscard]] bool cache_enabled() const noexcept {
@@ -103,11 +128,11 @@ struct Options {
 };
 
 /// The option names parse_options() accepts, in documentation order.
-inline constexpr std::array<std::string_view, 15> option_names{
+inline constexpr std::array<std::string_view, 16> option_names{
     "static_kernel_compile", "disable_static_kernel_compile_cache", "model_compile_cache", "model_compile_cache_dir",
     "force_eager",           "base_dir",                            "op_blacklist",        "compile_timeout_seconds",
     "jobs",                  "log_level",                           "deterministic",       "compiler_options",
-    "super_kernel",          "compiler_check",                      "cache_dir",
+    "super_kernel",          "compiler_check",                      "cache_dir",           "cache_mode",
 };
 
 namespace detail {
@@ -201,6 +226,7 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
         else if (k == "super_kernel") super_kernel = detail::option_bool(k, v);
         else if (k == "compiler_check") o.compiler_check = parse_compiler_check(detail::option_string(k, v), k);
         else if (k == "cache_dir") o.cache_dir = detail::option_string(k, v);
+        else if (k == "cache_mode") o.cache_mode = parse_cache_mode(detail::option_string(k, v), k);
         else if (std::find(host_keys.begin(), host_keys.end(), k) != host_keys.end()) continue;
         else {
             std::string known;
@@ -219,6 +245,15 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
     for (const std::string& b : o.op_blacklist)
         if (b.empty()) detail::option_error("op_blacklist", "an empty substring would blacklist every op");
     return o;
+}
+
+/// The cache mode `o` asks for: its `cache_mode`, else the environment's `SKC_CACHE_MODE` (a bad
+/// value is an Error naming the variable), else nullopt (the caller's own, read-write by default).
+inline std::optional<CacheMode> requested_cache_mode(const Options& o) {
+    if (o.cache_mode) return o.cache_mode;
+    if (const char* env = std::getenv("SKC_CACHE_MODE"); env != nullptr && *env != '\0')
+        return parse_cache_mode(env, "SKC_CACHE_MODE");
+    return std::nullopt;
 }
 
 }  // namespace skc

@@ -71,7 +71,7 @@ TEST_CASE("an unknown key is an error that names it and lists the known keys") {
              "option 'static_kernel_compiles': unknown option; known options are: static_kernel_compile, "
              "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
              "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-             "super_kernel, compiler_check, cache_dir");
+             "super_kernel, compiler_check, cache_dir, cache_mode");
 }
 
 TEST_CASE("wrongly typed and out-of-range values name the key and what is accepted") {
@@ -126,6 +126,23 @@ TEST_CASE("a host's own keys are skipped, and listed when a key is unknown") {
                  "option 'compilr': unknown option; known options are: static_kernel_compile, "
                  "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
                  "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-                 "super_kernel, compiler_check, cache_dir, compiler, device");
+                 "super_kernel, compiler_check, cache_dir, cache_mode, compiler, device");
     }
+}
+
+TEST_CASE("cache_mode: the option, else SKC_CACHE_MODE, else unset") {
+    ::unsetenv("SKC_CACHE_MODE");
+    CHECK_FALSE(skc::requested_cache_mode(skc::Options{}).has_value());
+    CHECK(skc::parse_options(skc::parse_json(R"({"cache_mode": "read-only"})")).cache_mode == skc::CacheMode::read_only);
+    CHECK_EQ(error_of(R"({"cache_mode": "ro"})"),
+             "option 'cache_mode': value \"ro\" is not accepted: use read-write, read-only or recache");
+    ::setenv("SKC_CACHE_MODE", "recache", 1);
+    CHECK(skc::requested_cache_mode(skc::Options{}) == skc::CacheMode::recache);
+    skc::Options o;
+    o.cache_mode = skc::CacheMode::read_write;
+    CHECK(skc::requested_cache_mode(o) == skc::CacheMode::read_write);
+    ::setenv("SKC_CACHE_MODE", "never", 1);
+    CHECK_THROWS_WITH(skc::requested_cache_mode(skc::Options{}),
+                      "option 'SKC_CACHE_MODE': value \"never\" is not accepted: use read-write, read-only or recache");
+    ::unsetenv("SKC_CACHE_MODE");
 }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,20 @@ inline std::set<std::string> snapshot(const std::filesystem::path& root) {
         std::string line = std::filesystem::relative(e.path(), root).string();
         if (e.is_regular_file()) line += "=" + slurp(e.path());
         out.insert(line);
+    }
+    return out;
+}
+
+/// As snapshot(), with each object's modification time in nanoseconds and its mode: equal exactly
+/// when nothing in the tree was written at all (a touch included).
+inline std::set<std::string> snapshot_with_times(const std::filesystem::path& root) {
+    std::set<std::string> out;
+    for (const std::string& line : snapshot(root)) {
+        const std::filesystem::path p = root / line.substr(0, line.find('='));
+        struct stat st {};
+        if (::lstat(p.c_str(), &st) != 0) continue;
+        out.insert(line + " mode=" + std::to_string(st.st_mode) + " mtime=" + std::to_string(st.st_mtim.tv_sec) + "." +
+                   std::to_string(st.st_mtim.tv_nsec));
     }
     return out;
 }

@@ -255,7 +255,7 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
           "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
           "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
-          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --model-cache, --blacklist, --compiler-arg, "
+          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --cache-mode, --model-cache, --blacklist, --compiler-arg, "
           "--deterministic, --compiler-check, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
           "skc compile: option --device is given twice; give it once\n");
@@ -475,4 +475,61 @@ TEST_CASE("skc cache config: limits stored in the cache folder apply to every la
     CHECK(bad.err.find("option 'SKC_CACHE_MAX_SIZE': value \"lots\" is not a size") != std::string::npos);
     const Run zero = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-size", "0", "--max-entries", "0"});
     CHECK(zero.out.find("no size limit (skc cache config), no entry limit (skc cache config)") != std::string::npos);
+}
+
+TEST_CASE("skc compile --cache-mode: read-only writes nothing in the cache, recache recompiles; skc cache zero") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path cache = tmp / "cache";
+    const fs::path ops = ops_dir(tmp, {small_op});
+    TempDir other_dir;
+    const fs::path other = ops_dir(other_dir, {std::string("Add_float_ND_32_64_9.json")});
+    auto args = [&](const fs::path& o, std::vector<std::string> more) {
+        return compile_args(tmp, o, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"} + more;
+    };
+    auto outcome = [](const Run& r) { return skc::parse_json(r.out).find("outcome")->as_string(); };
+    const Run first = run_skc(tmp.path(), args(ops, {}));
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    CHECK(outcome(first) == "compiled");
+
+    const auto before = skc_test::snapshot_with_times(cache);
+    const Run hit = run_skc(tmp.path(), args(ops, {"--cache-mode", "read-only"}));
+    REQUIRE_MESSAGE(hit.status == 0, hit.err);
+    CHECK(outcome(hit) == "hit");
+    const Run miss = skc_test::run_program(tool, tmp.path(), args(other, {}), {"SKC_CACHE_MODE=read-only"});
+    REQUIRE_MESSAGE(miss.status == 0, miss.err);
+    CHECK(outcome(miss) == "compiled");
+    CHECK(miss.err.find("the cache is read-only: the package compiled for key") != std::string::npos);
+    CHECK(fs::is_regular_file(skc::parse_json(miss.out).find("package")->as_string()));  // in the run folder
+    CHECK(skc_test::snapshot_with_times(cache) == before);
+
+    // --cache-mode beats the environment; a bad value names where it came from.
+    const Run re = skc_test::run_program(tool, tmp.path(), args(ops, {"--cache-mode", "recache"}), {"SKC_CACHE_MODE=read-only"});
+    REQUIRE_MESSAGE(re.status == 0, re.err);
+    CHECK(outcome(re) == "compiled");
+    CHECK(skc_test::snapshot_with_times(cache) != before);
+    const Run after = run_skc(tmp.path(), args(ops, {}));
+    CHECK(outcome(after) == "hit");
+    const Run bad_env = skc_test::run_program(tool, tmp.path(), args(ops, {}), {"SKC_CACHE_MODE=sometimes"});
+    CHECK(bad_env.status == 2);
+    CHECK(bad_env.err == "skc compile: option 'SKC_CACHE_MODE': value \"sometimes\" is not accepted: use read-write, "
+                         "read-only or recache\n");
+    const Run bad_flag = run_skc(tmp.path(), args(ops, {"--cache-mode", "ro"}));
+    CHECK(bad_flag.status == 2);
+    CHECK(bad_flag.err.find("'--cache-mode': value \"ro\" is not accepted") != std::string::npos);
+
+    const Run stats = run_skc(tmp.path(), {"cache", "stats", "--cache-dir", cache.string(), "--json"});
+    const skc::Value stats_doc = skc::parse_json(stats.out);
+    const skc::Value& ns = stats_doc.find("namespaces")->as_array()[0];
+    CHECK(ns.find("compiles")->as_int() == 2);  // read-only counts are never stored
+    CHECK(ns.find("hits")->as_int() == 1);
+    const Run zero = run_skc(tmp.path(), {"cache", "zero", "--cache-dir", cache.string()});
+    CHECK(zero.status == 0);
+    CHECK(zero.out == "CANN-1.0_host-cpu: statistics zeroed\n");
+    const Run zeroed = run_skc(tmp.path(), {"cache", "stats", "--cache-dir", cache.string(), "--json"});
+    const skc::Value zeroed_doc = skc::parse_json(zeroed.out);
+    const skc::Value& z = zeroed_doc.find("namespaces")->as_array()[0];
+    CHECK(z.find("compiles")->as_int() == 0);
+    CHECK(z.find("hits")->as_int() == 0);
+    CHECK(z.find("entries")->as_int() == 1);  // the entry stays (the read-only miss was never stored)
 }

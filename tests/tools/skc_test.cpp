@@ -251,7 +251,7 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
     fs::create_symlink(tmp / "base", tmp / "link");
     const std::string all_cache_options =
         "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
-    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config (see skc cache --help)";
+    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config, zero (see skc cache --help)";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
     const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
                                    "e.g. 10G, 500M, 1024K or 65536";

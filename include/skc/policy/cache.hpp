@@ -481,6 +481,7 @@ struct CacheConfig {
     CacheLimits limits;                                         // applied after each publish
     std::chrono::milliseconds wait_timeout = std::chrono::hours(2);  // for another process's compile
     LogSink log = stderr_log();
+    CacheMode mode = CacheMode::read_write;  // read-only: never writes; recache: compiles and overwrites
 };
 
 /// How a get_or_compile() ended.
@@ -581,7 +582,8 @@ public:
     /// The entry for `key` with its package's size checked, pinned; nullopt on a
     /// miss (also when another process holds the key's exclusive lock: it is compiling it).
     std::optional<Hit> lookup(const CacheKey& key) {
-        std::optional<Hit> h = lookup_pinned(key.hex(), /*wait=*/false);
+        std::optional<Hit> h;
+        if (config_.mode != CacheMode::recache) h = lookup_pinned(key.hex(), /*wait=*/false);
         if (h) {
             count_hit(*h);
         } else {
@@ -607,7 +609,7 @@ public:
         if (!ok && package_intact(hit.entry)) {
             ok = true;
             try {
-                if (info) storage_.write(node_memo, local);
+                if (info && config_.mode != CacheMode::read_only) storage_.write(node_memo, local);
             } catch (const Error& e) {  // a read-only cache still works: it checks again next time
                 log(LogLevel::debug, std::string("cannot remember the checked package: ") + e.what());
             }
@@ -625,19 +627,33 @@ public:
     /// Single flight: a hit, or a compile run by exactly one process per key. `compile` returns the
     /// path of the package it produced; if it throws, nothing is stored and the error propagates.
     /// All waiting together is bounded by config().wait_timeout: Error(timeout) when another
-    /// process holds the key longer.
+    /// process holds the key longer. Read-only: waits for a process compiling the key, then hits or
+    /// compiles without storing (`compiled`, no hit). Recache: compiles and replaces the entry.
     template <class Compile>
     Outcome get_or_compile(const CacheKey& key, Compile&& compile) {
         Outcome out;
         const std::string hex = key.hex();
-        if (auto h = lookup_pinned(hex, /*wait=*/false); h && verify(*h)) {
-            count_hit(*h);
-            out.result = CacheResult::hit;
-            out.hit = std::move(h);
-            return out;
-        }
         const auto t0 = LockClock::now();
         const auto deadline = t0 + config_.wait_timeout;
+        if (config_.mode == CacheMode::read_only) {
+            if (auto h = lookup_pinned(hex, /*wait=*/true, deadline); h && verify(*h)) {
+                count_hit(*h);
+                out.result = CacheResult::hit;
+                out.hit = std::move(h);
+                return out;
+            }
+            out.compiled_package = compile_counted(compile);
+            log(LogLevel::info, "the cache is read-only: the package compiled for key " + hex + " is not stored");
+            return out;
+        }
+        if (config_.mode != CacheMode::recache) {
+            if (auto h = lookup_pinned(hex, /*wait=*/false); h && verify(*h)) {
+                count_hit(*h);
+                out.result = CacheResult::hit;
+                out.hit = std::move(h);
+                return out;
+            }
+        }
         Guard ex;
         for (;;) {
             ex = locks_.lock_until(key_lock(hex), LockMode::exclusive, deadline);
@@ -646,7 +662,8 @@ public:
                 throw Error(Errc::timeout, "waited " + detail::format_ms(config_.wait_timeout) +
                                                " for another process compiling cache key " + hex);
             }
-            if (!read_entry(hex, /*repair=*/true)) break;  // still missing: this process compiles
+            // Still missing (or recache, which replaces whatever is there): this process compiles.
+            if (config_.mode == CacheMode::recache || !read_entry(hex, /*repair=*/true)) break;
             // Another process published it while we waited: pin it as a reader.
             ex = Guard{};
             if (auto h = lookup_pinned(hex, /*wait=*/true, deadline); h && verify(*h)) {
@@ -665,14 +682,8 @@ public:
         }
         out.lock_wait = LockClock::now() - t0;
         add_wait(out.lock_wait);
-        const auto c0 = std::chrono::steady_clock::now();
-        std::filesystem::path package = compile();
-        const auto compile_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0);
-        {
-            std::lock_guard lock(mu_);
-            ++stats_.compiles;
-            ++stats_.misses;
-        }
+        std::chrono::nanoseconds compile_ns{0};
+        std::filesystem::path package = compile_counted(compile, &compile_ns);
         publish_locked(key, package, compile_ns);
         ex = Guard{};
         out.result = CacheResult::compiled;
@@ -687,6 +698,7 @@ public:
     /// Stores `package` for `key` (taking the key's exclusive lock). Replaces an existing entry.
     CacheEntry publish(const CacheKey& key, const std::filesystem::path& package,
                        std::chrono::nanoseconds compile_time = {}) {
+        refuse_if_read_only("store a package");
         Guard ex = locks_.lock_until(key_lock(key.hex()), LockMode::exclusive, LockClock::now() + config_.wait_timeout);
         if (!ex.owns()) throw Error(Errc::timeout, "cannot take the lock of cache key " + key.hex());
         CacheEntry e = publish_locked(key, package, compile_time);
@@ -738,6 +750,17 @@ public:
     /// Removes every entry not in use (and the leftovers of killed writers).
     PruneReport clear() { return evict_over_limits(CacheLimits{0, 0}, std::chrono::seconds(-1), {}); }
 
+    /// Resets the stored statistics of every process (and this one's) to zero (`skc cache zero`).
+    void zero_stats() {
+        refuse_if_read_only("reset the statistics");
+        Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+        if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to reset the statistics");
+        storage_.write("stats", CacheStats{}.encode());
+        std::lock_guard lock(mu_);
+        flushed_ = CacheStats{};
+        stats_ = CacheStats{};
+    }
+
     /// This process's counters since construction (flushed or not).
     [[nodiscard]] CacheStats stats() const {
         std::lock_guard lock(mu_);
@@ -762,6 +785,11 @@ public:
             std::lock_guard lock(mu_);
             delta = stats_;
             touched.swap(touched_);
+            if (config_.mode == CacheMode::read_only) {  // counted in this process only
+                flushed_ += delta;
+                stats_ = CacheStats{};
+                return;
+            }
         }
         std::sort(touched.begin(), touched.end());
         touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
@@ -780,6 +808,23 @@ public:
 
 private:
     [[nodiscard]] std::string key_lock(const std::string& hex) const { return names_.key_prefix + "key-" + hex; }
+
+    void refuse_if_read_only(std::string_view what) const {
+        if (config_.mode == CacheMode::read_only)
+            throw Error(Errc::permission_denied, "the cache is read-only (cache_mode): cannot " + std::string(what));
+    }
+
+    /// Runs the compile and counts it (a miss and a compile); its duration in `elapsed`.
+    template <class Compile>
+    std::filesystem::path compile_counted(Compile& compile, std::chrono::nanoseconds* elapsed = nullptr) {
+        const auto c0 = std::chrono::steady_clock::now();
+        std::filesystem::path package = compile();
+        if (elapsed) *elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0);
+        std::lock_guard lock(mu_);
+        ++stats_.compiles;
+        ++stats_.misses;
+        return package;
+    }
 
     void log(LogLevel level, const std::string& line) const {
         if (config_.log) config_.log(level, line);
@@ -870,6 +915,7 @@ private:
             ++stats_.corrupt;
         }
         log(LogLevel::warning, "cache entry " + hex + " is unusable and treated as a miss: " + reason);
+        if (config_.mode == CacheMode::read_only) return false;  // a writer removes it
         Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
         if (!ex.owns()) return false;  // in use or being rebuilt: whoever holds it will see the fault
         if (const Loaded l = load_entry(hex, /*with_components=*/false); l.entry && package_intact(*l.entry))
@@ -935,6 +981,7 @@ private:
     /// negative age removes everything), and entries older than `older_than`. Never removes `keep`
     /// or an entry in use.
     PruneReport evict_over_limits(CacheLimits limits, std::optional<std::chrono::seconds> older_than, const std::string& keep) {
+        refuse_if_read_only("remove entries");
         PruneReport r;
         const bool clear_all = older_than && older_than->count() < 0;
         if (!clear_all && limits.max_bytes == 0 && limits.max_entries == 0 && !older_than) return r;
@@ -1017,6 +1064,10 @@ static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage,
 inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const std::filesystem::path& root, std::string_view version,
                                                                           std::string_view device, CacheConfig config = {}) {
     const std::string stem = Layout::cache_stem(version, device);
+    if (config.mode == CacheMode::read_only)  // opens what is there; creates nothing
+        return std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
+            FilesystemStorage(root / stem), FileLock(root, LockAccess::read_only), std::move(config),
+            CacheLockNames{stem + "/keys/", stem});
     detail::make_dir(root / stem);
     config.limits = effective_cache_limits(config.limits, root).limits;
     auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(

@@ -39,6 +39,10 @@ namespace skc {
 
 enum class LockMode : unsigned char { shared, exclusive };
 
+/// Whether a FileLock may create lock files (read_write) or only reads a folder it must not change
+/// (read_only: shared locks only; a name without a lock file is held at once, as nobody can hold it).
+enum class LockAccess : unsigned char { read_write, read_only };
+
 using LockClock = std::chrono::steady_clock;
 
 /// A lock policy: `try_lock(name, mode)` never waits; `lock_until(name, mode, deadline)` waits at
@@ -78,6 +82,8 @@ public:
     public:
         Guard() = default;
         explicit Guard(int fd) noexcept : fd_(fd) {}
+        /// Held without a file: a read-only lock folder has no lock file for the name.
+        static Guard vacant() noexcept { return Guard(vacant_fd); }
         Guard(Guard&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
         Guard& operator=(Guard&& o) noexcept {
             if (this != &o) {
@@ -90,7 +96,7 @@ public:
         Guard& operator=(const Guard&) = delete;
         ~Guard() { release(); }
 
-        [[nodiscard]] bool owns() const noexcept { return fd_ >= 0; }
+        [[nodiscard]] bool owns() const noexcept { return fd_ != -1; }
         explicit operator bool() const noexcept { return owns(); }
         /// Releases the lock now (closing the file releases the flock).
         void release() noexcept {
@@ -99,10 +105,12 @@ public:
         }
 
     private:
+        static constexpr int vacant_fd = -2;
         int fd_ = -1;
     };
 
-    explicit FileLock(std::filesystem::path dir) : dir_(std::move(dir)), dir_fd_(dir_) {}
+    explicit FileLock(std::filesystem::path dir, LockAccess access = LockAccess::read_write)
+        : dir_(std::move(dir)), dir_fd_(dir_), access_(access) {}
 
     [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }
     [[nodiscard]] std::filesystem::path path_of(std::string_view name) const {
@@ -120,6 +128,16 @@ private:
         detail::check_lock_name(name);
         const std::string rel = std::string(name) + ".lock";  // relative to the lock folder
         const int op = mode == LockMode::shared ? LOCK_SH : LOCK_EX;
+        if (access_ == LockAccess::read_only) {
+            if (mode == LockMode::exclusive)
+                throw Error(Errc::permission_denied, "an exclusive lock in a lock folder opened read-only",
+                            ErrorContext{path_of(name).string(), {}, {}});
+            const int fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) return Guard::vacant();
+            if (fd < 0) throw_open_error(name, errno);
+            Guard g(fd);
+            return flock_until(fd, op, deadline) ? std::move(g) : Guard{};
+        }
         for (;;) {
             int fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             if (fd < 0 && errno == ENOENT) {
@@ -129,13 +147,7 @@ private:
             }
             if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared)
                 fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
-            if (fd < 0) {
-                const int err = errno;
-                throw Error(err == EACCES ? Errc::permission_denied : err == ELOOP ? Errc::unsafe_path : Errc::io_error,
-                            std::string("cannot open lock file: ") +
-                                (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
-                            ErrorContext{path_of(name).string(), {}, {}});
-            }
+            if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
             if (!flock_until(fd, op, deadline)) return Guard{};
             // An exclusive lock must be on the file that is at the path (not one removed or replaced
@@ -149,6 +161,12 @@ private:
             if (::fstat(fd, &held) == 0 && rc == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev)
                 return g;
         }
+    }
+
+    [[noreturn]] void throw_open_error(std::string_view name, int err) const {
+        throw Error(err == EACCES ? Errc::permission_denied : err == ELOOP ? Errc::unsafe_path : Errc::io_error,
+                    std::string("cannot open lock file: ") + (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
+                    ErrorContext{path_of(name).string(), {}, {}});
     }
 
     /// openat() relative to the lock folder's descriptor; the full path while the folder does not
@@ -182,6 +200,7 @@ private:
 
     std::filesystem::path dir_;
     detail::DirHandle dir_fd_;  // the lock folder, opened once: lock files are opened relative to it
+    LockAccess access_ = LockAccess::read_write;
 };
 
 /// Locks between the threads of one process. Copies share their locks; separate instances

@@ -1,6 +1,7 @@
 // The CachePolicy law suite over every shipped configuration, and the faults a cache must survive.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -743,4 +744,114 @@ TEST_CASE("limits: the caller, then SKC_CACHE_MAX_SIZE, then the cache folder's 
     cache->get_or_compile(b, [&] { return compiler(b); });
     CHECK_FALSE(cache->lookup(a).has_value());
     CHECK(cache->lookup(b).has_value());
+}
+
+TEST_CASE("cache_mode read-only: hits, compiles a miss without storing it, and writes nothing at all") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const fs::path root = dir / "cache";
+    const skc::CacheKey stored = key_of(1), missing = key_of(2), bad = key_of(3);
+    {
+        auto rw = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+        rw->get_or_compile(stored, [&] { return compiler(stored); });
+        rw->get_or_compile(bad, [&] { return compiler(bad); });
+    }
+    // A package changed in size: a writer would remove the entry; a reader must leave it.
+    skc_test::spit(root / "CANN-8.0_dev" / "packages" / (bad.hex() + ".run"), "short");
+    const auto before = skc_test::snapshot_with_times(root);
+
+    LogCapture log;
+    skc::CacheConfig ro{{}, 1h, log.sink()};
+    ro.mode = skc::CacheMode::read_only;
+    {
+        auto cache = skc::open_cache(root, "8.0", "dev", ro);
+        auto hit = cache->get_or_compile(stored, [&] { return compiler(stored); });
+        CHECK(hit.result == skc::CacheResult::hit);
+        CHECK(compiler.compiles == 2);
+        auto miss = cache->get_or_compile(missing, [&] { return compiler(missing); });
+        CHECK(miss.result == skc::CacheResult::compiled);
+        CHECK_FALSE(miss.hit.has_value());
+        CHECK(fs::is_regular_file(miss.compiled_package));
+        CHECK(compiler.compiles == 3);
+        auto again = cache->get_or_compile(bad, [&] { return compiler(bad); });
+        CHECK(again.result == skc::CacheResult::compiled);
+        CHECK(cache->stats().corrupt == 1);
+        CHECK(cache->stats().hits == 1);
+        CHECK(cache->stats().misses == 2);
+        CHECK_THROWS_WITH(cache->publish(missing, miss.compiled_package),
+                          doctest::Contains("the cache is read-only (cache_mode): cannot store a package"));
+        CHECK_THROWS_WITH(cache->clear(), doctest::Contains("read-only"));
+        CHECK_THROWS_WITH(cache->zero_stats(), doctest::Contains("read-only"));
+        cache->flush();
+    }
+    CHECK(skc_test::snapshot_with_times(root) == before);
+    REQUIRE(log.lines->size() == 1);
+    CHECK(log.lines->front().find("unusable and treated as a miss") != std::string::npos);
+
+    // A cache folder that is not there: every lookup misses and nothing is created.
+    auto none = skc::open_cache(dir / "none", "8.0", "dev", ro);
+    CHECK(none->get_or_compile(stored, [&] { return compiler(stored); }).result == skc::CacheResult::compiled);
+    none.reset();
+    CHECK_FALSE(fs::exists(dir / "none"));
+}
+
+TEST_CASE("cache_mode read-only: a reader waits for a writer compiling the key, then hits") {
+    skc_test::TempDir dir;
+    const fs::path root = dir / "cache";
+    const skc::CacheKey k = key_of(5);
+    Compiler compiler{dir.path()};
+    auto writer = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    skc::CacheConfig ro{{}, 1h, skc::null_log()};
+    ro.mode = skc::CacheMode::read_only;
+    std::atomic<bool> compiling{false};
+    std::thread t([&] {
+        writer->get_or_compile(k, [&] {
+            compiling = true;
+            std::this_thread::sleep_for(300ms);
+            return compiler(k);
+        });
+    });
+    while (!compiling) std::this_thread::sleep_for(1ms);
+    auto reader = skc::open_cache(root, "8.0", "dev", ro);
+    bool reader_compiled = false;
+    auto out = reader->get_or_compile(k, [&] {
+        reader_compiled = true;
+        return compiler(k);
+    });
+    t.join();
+    CHECK(out.result == skc::CacheResult::hit);
+    CHECK_FALSE(reader_compiled);
+}
+
+TEST_CASE("cache_mode recache: compiles again and replaces the entry; zero_stats resets every count") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const fs::path root = dir / "cache";
+    const skc::CacheKey k = key_of(7);
+    skc::CacheConfig rw{{}, 1h, skc::null_log()};
+    skc::open_cache(root, "8.0", "dev", rw)->get_or_compile(k, [&] { return compiler(k); });  // pin released at once
+    const std::string old_entry = skc_test::slurp(root / "CANN-8.0_dev" / "entries" / k.hex());
+    skc::CacheConfig re = rw;
+    re.mode = skc::CacheMode::recache;
+    {
+        auto cache = skc::open_cache(root, "8.0", "dev", re);
+        CHECK_FALSE(cache->lookup(k).has_value());
+        auto out = cache->get_or_compile(k, [&] {
+            const fs::path p = compiler(k);
+            skc_test::spit(p, "#!/bin/sh\n# rebuilt\n");
+            return p;
+        });
+        CHECK(out.result == skc::CacheResult::compiled);
+        CHECK(compiler.compiles == 2);
+    }
+    CHECK(skc_test::slurp(root / "CANN-8.0_dev" / "packages" / (k.hex() + ".run")) == "#!/bin/sh\n# rebuilt\n");
+    CHECK(skc_test::slurp(root / "CANN-8.0_dev" / "entries" / k.hex()) != old_entry);
+    // Read-write again: the replaced entry hits.
+    auto cache = skc::open_cache(root, "8.0", "dev", rw);
+    CHECK(cache->get_or_compile(k, [&] { return compiler(k); }).result == skc::CacheResult::hit);
+    cache->flush();
+    CHECK(cache->persisted_stats().compiles == 2);
+    cache->zero_stats();
+    CHECK(cache->persisted_stats() == skc::CacheStats{});
+    CHECK(skc::CacheStats::decode(skc_test::slurp(root / "CANN-8.0_dev" / "stats")) == skc::CacheStats{});
 }
