@@ -71,6 +71,7 @@
 
 #include <skc/layout.hpp>
 #include <skc/op_set.hpp>
+#include <skc/cache_archive.hpp>
 #include <skc/policy/cache.hpp>
 
 #ifndef SKC_BENCH_CACHE_DATA_DIR
@@ -550,6 +551,39 @@ void BM_HitSteps(benchmark::State& state, std::size_t n) {
         state.counters[step_names[k]] = benchmark::Counter(ns[k] / 1000, benchmark::Counter::kAvgIterations);
 }
 
+/// `skc cache export` of every entry (1,000 here) to one file: read, checked and copied.
+void BM_Export(benchmark::State& state, std::size_t n) {
+    const Dataset& d = dataset(n);
+    const fs::path root = skc::Layout(d.ours_base).cache_dir();
+    const fs::path file = d.root / "export.skcx";
+    std::uint64_t entries = 0;
+    for (auto _ : state) entries = skc::export_cache(root, file).entries;
+    if (entries != n) state.SkipWithError("the export missed entries");
+    set_context(state, d);
+    state.counters["file_bytes"] = static_cast<double>(fs::file_size(file));
+}
+
+/// `skc cache import` of that file into an empty cache folder: checked whole, then every entry
+/// published (fsync'd as a compile's publish is).
+void BM_Import(benchmark::State& state, std::size_t n) {
+    const Dataset& d = dataset(n);
+    const fs::path file = d.root / "export.skcx";
+    if (!fs::exists(file)) skc::export_cache(skc::Layout(d.ours_base).cache_dir(), file);
+    const fs::path into = d.root / "imported";
+    skc::CacheConfig config;
+    config.log = skc::null_log();
+    std::uint64_t added = 0;
+    for (auto _ : state) {
+        state.PauseTiming();
+        fs::remove_all(into);
+        state.ResumeTiming();
+        added = skc::import_cache(into, file, config).added;
+    }
+    fs::remove_all(into);
+    if (added != n) state.SkipWithError("the import missed entries");
+    set_context(state, d);
+}
+
 constexpr std::size_t sizes[] = {10, 1'000, 100'000};
 
 void register_all() {
@@ -568,6 +602,8 @@ void register_all() {
         benchmark::RegisterBenchmark(("BM_HitSteps" + suffix).c_str(), BM_HitSteps, n)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
+    benchmark::RegisterBenchmark("BM_Export/1000", BM_Export, 1'000)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+    benchmark::RegisterBenchmark("BM_Import/1000", BM_Import, 1'000)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 }
 
 }  // namespace

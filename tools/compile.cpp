@@ -12,15 +12,24 @@
 // once, and every rank reports the same key and package. Their --base must be the same folder.
 // With --mpi (skc built with MPI) the ranks are those of an MPI job started by mpirun instead
 // (skc::MpiGather): one leader per node, the nodes sharing --base and so the cache.
+//
+// On a terminal (standard error is a tty) and without --json, the compile's progress is one line on
+// standard error, redrawn in place (ProgressDisplay): `compiling: 3/17 ops, 2.4 s` from the
+// compiler's progress lines, `waiting for another process compiling cache key ab12cd34…, 5.0 s`,
+// ended with a line feed before the report or the error.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <skc/compiler.hpp>
@@ -136,6 +145,107 @@ int exit_status_of(const skc::Error& e) {
     }
 }
 
+/// The progress of one compile as a single line on standard error, a terminal: redrawn (carriage
+/// return, text, clear to the end of the line) on each report and 5 times a second so that the
+/// time runs, cut to the terminal's width, and ended with a line feed by finish(). A lookup shows
+/// only once it has taken a second (a quick hit shows nothing at all). Log lines written through
+/// log_sink() take the line's place and the line is drawn again below them.
+class ProgressDisplay {
+public:
+    ProgressDisplay() : ticker_([this] { tick(); }) {}
+    ProgressDisplay(const ProgressDisplay&) = delete;
+    ProgressDisplay& operator=(const ProgressDisplay&) = delete;
+    ~ProgressDisplay() { finish(); }
+
+    /// A report from the compile (skc::CompilerSettings::progress).
+    void update(const skc::CompileProgress& p) {
+        std::lock_guard lock(mu_);
+        state_ = p;
+        since_ = std::chrono::steady_clock::now() - p.elapsed;
+        draw_locked();
+    }
+
+    /// skc::stderr_log(min_level), writing its lines where the progress line was.
+    skc::LogSink log_sink(skc::LogLevel min_level) {
+        return [this, min_level, inner = skc::stderr_log(min_level)](skc::LogLevel level, std::string_view line) {
+            if (static_cast<int>(level) < static_cast<int>(min_level)) return;
+            std::lock_guard lock(mu_);
+            if (drawn_) write("\r\033[K");
+            drawn_ = false;
+            inner(level, line);
+            if (!stop_) draw_locked();
+        };
+    }
+
+    /// Stops the redrawing; the line, if one is shown, stays and gets its line feed.
+    void finish() {
+        {
+            std::lock_guard lock(mu_);
+            if (stop_) return;
+            stop_ = true;
+        }
+        cv_.notify_all();
+        ticker_.join();
+        std::lock_guard lock(mu_);
+        if (drawn_) write("\n");
+        drawn_ = false;
+    }
+
+private:
+    void tick() {
+        std::unique_lock lock(mu_);
+        while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) draw_locked();
+    }
+
+    void draw_locked() {
+        if (!state_) return;
+        const skc::CompileProgress& p = *state_;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+        std::string text;
+        switch (p.phase) {
+        case skc::CompileProgress::Phase::compiling:
+            text = "compiling: " + std::to_string(p.done) + "/" + std::to_string(p.total) + " ops";
+            break;
+        case skc::CompileProgress::Phase::waiting: text = "waiting for " + shorten_key(p.waiting_for, p.key); break;
+        case skc::CompileProgress::Phase::lookup:
+            if (secs < 1.0) return;
+            text = "looking up cache key " + shorten_key(p.key, p.key);
+            break;
+        }
+        text = printable(text) + format(", %.1f s", secs);
+        winsize ws{};
+        if (::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1) {  // a longer line would wrap, and \r not reach its start
+            const std::size_t width = ws.ws_col - 1u;
+            std::size_t chars = 0, cut = 0;  // count characters, not bytes (the ellipsis)
+            for (; cut < text.size(); ++cut)
+                if ((static_cast<unsigned char>(text[cut]) & 0xC0) != 0x80 && chars++ == width) break;
+            text.resize(cut);
+        }
+        write("\r\033[K" + text);
+        drawn_ = true;
+    }
+
+    /// `text` with the cache key in it cut to its first 8 hex digits.
+    static std::string shorten_key(std::string text, const std::string& key) {
+        if (key.size() > 8)
+            if (const std::size_t at = text.find(key); at != std::string::npos) text.replace(at, key.size(), key.substr(0, 8) + "\u2026");
+        return text;
+    }
+
+    static void write(const std::string& s) {
+        std::fwrite(s.data(), 1, s.size(), stderr);
+        std::fflush(stderr);
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    bool drawn_ = false;  // the line shows something
+    std::optional<skc::CompileProgress> state_;
+    std::chrono::steady_clock::time_point since_;
+    std::thread ticker_;  // last: it starts once the rest is there
+};
+
 void print_report(const skc::CompileReport& r, const fs::path& library, const std::string& backend) {
     std::string s = "skc compile: " + std::string(skc::describe(r.outcome)) + "\n";
     if (r.local_world_size > 1)
@@ -164,7 +274,116 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
     out(s);
 }
 
+/// The options that go into the cache key besides the ops, the toolchain and the device, as
+/// `skc compile` and `skc cache explain` read them.
+skc::Options key_options(const std::string& prefix, const ParsedArgs& p) {
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.op_blacklist = p.all("--blacklist");
+    o.compiler_options = p.all("--compiler-arg");
+    o.deterministic = p.has("--deterministic");
+    if (const auto c = p.get("--compiler-check")) {
+        try {
+            o.compiler_check = skc::parse_compiler_check(*c, "--compiler-check");
+        } catch (const skc::Error& e) {
+            throw UsageError{prefix + printable(e.what())};
+        }
+    }
+    return o;
+}
+
+skc::Object explanation_json(const skc::MissExplanation& x) {
+    skc::Object j;
+    j.push_back({"key", x.entry.key});
+    j.push_back({"namespace", utf8(x.ns)});
+    j.push_back({"created_unix", x.entry.created_unix});
+    skc::Array parts;
+    for (const skc::PartDifference& d : x.parts)
+        parts.emplace_back(skc::Object{{"part", d.part}, {"entry", utf8(d.entry)}, {"wanted", utf8(d.wanted)}});
+    j.push_back({"parts", std::move(parts)});
+    skc::Object ops;
+    ops.push_back({"differ", x.ops_differ});
+    ops.push_back({"known", x.ops_known});
+    ops.push_back({"common", x.common_ops});
+    auto names = [](const std::vector<std::string>& v) {
+        skc::Array a;
+        for (const std::string& n : v) a.emplace_back(utf8(n));
+        return a;
+    };
+    ops.push_back({"added", names(x.added)});
+    ops.push_back({"removed", names(x.removed)});
+    skc::Array changed;
+    for (const auto& [was, now] : x.changed) changed.emplace_back(skc::Object{{"entry", utf8(was)}, {"now", utf8(now)}});
+    ops.push_back({"changed", std::move(changed)});
+    j.push_back({"ops", std::move(ops)});
+    j.push_back({"near", x.near()});
+    return j;
+}
+
+std::string explanation_text(const skc::MissExplanation& x) {
+    std::string r = "nearest entry: " + x.entry.key + " in " + printable(x.ns) + ", stored " + local_time(x.entry.created_unix) +
+                    "\n";
+    if (x.parts.empty() && !x.ops_differ) return r;
+    r += "it differs in:\n";
+    for (const skc::PartDifference& d : x.parts)
+        r += "  " + d.part + ": " + printable(d.entry) + " (entry) -> " + printable(d.wanted) + " (now)\n";
+    if (x.ops_differ && !x.ops_known) {
+        r += "  ops: the entry keeps no op list to compare with (" + std::to_string(x.entry.ops) + " ops)\n";
+    } else if (x.ops_differ) {
+        r += "  ops: " + std::to_string(x.changed.size()) + " changed, " + std::to_string(x.added.size()) + " added, " +
+             std::to_string(x.removed.size()) + " removed, " + std::to_string(x.common_ops) + " the same\n";
+        for (const auto& [was, now] : x.changed) r += "    changed  " + printable(now) + " (the entry's " + printable(was) + ")\n";
+        for (const std::string& n : x.added) r += "    added    " + printable(n) + "\n";
+        for (const std::string& n : x.removed) r += "    removed  " + printable(n) + "\n";
+    }
+    return r;
+}
+
 }  // namespace
+
+int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs::path& cache_dir, const std::string& shown,
+                       const std::optional<std::string>& ns, bool json) {
+    const skc::Options o = key_options(prefix, p);
+    require_folder(prefix, "--ops", *p.get("--ops"));
+    // The same selection as skc compile's: supported ops, not blacklisted, distinct, without bin fields.
+    skc::DirReadResult in = skc::read_op_info_dir(*p.get("--ops"));
+    for (skc::LoadedOp& op : in.ops) op.record = skc::without_bin_fields(std::move(op.record));
+    const skc::CompiledSet none;
+    const std::vector<skc::Decision> decisions = skc::plan_selection(in.ops, skc::SelectOptions{o.op_blacklist, false}, none);
+    std::vector<skc::Digest> digests;
+    std::vector<skc::KeyOp> named;
+    for (const skc::Decision& d : decisions)
+        if (d.verdict == skc::Verdict::selected) {
+            digests.push_back(d.digest);
+            named.push_back({d.digest, d.name});
+        }
+    if (digests.empty())
+        throw skc::Error(skc::Errc::invalid_argument, "no op info file to compile in the folder (none, or all left out)",
+                         skc::ErrorContext{*p.get("--ops"), {}, {}});
+    const std::string fingerprint =
+        skc::compiler_fingerprint(*p.get("--compiler"), o.compiler_check, cache_dir, skc::MemoAccess::read_only);
+    skc::CacheKey key =
+        skc::make_cache_key(digests, skc::key_inputs(o, *p.get("--toolchain-version"), *p.get("--device"), fingerprint));
+    key.ops = std::move(named);
+    const std::optional<skc::MissExplanation> x = skc::explain_miss(cache_dir, key, ns.value_or(""));
+    if (json) {
+        skc::Object root;
+        root.push_back({"cache_dir", utf8(shown)});
+        root.push_back({"key", key.hex()});
+        root.push_back({"ops", digests.size()});
+        root.push_back({"hit", x && x->hit});
+        root.push_back({"nearest", x && !x->hit ? skc::Value(explanation_json(*x)) : skc::Value(nullptr)});
+        print_json(std::move(root));
+        return exit_ok;
+    }
+    std::string r = "cache directory: " + printable(shown) + "\nkey " + key.hex() + " (" + plural(digests.size(), "op", "ops") +
+                    ")\n";
+    if (x && x->hit) r += "hit: the key has an entry in " + printable(x->ns) + "\n";
+    else if (!x) r += "miss: the cache has no entry to compare with\n";
+    else r += "miss\n" + explanation_text(*x);
+    out(r);
+    return exit_ok;
+}
 
 std::string compile_usage() {
     return "usage: skc compile --ops DIR --base DIR --compiler PATH --device NAME --toolchain-version VER\n"
@@ -188,15 +407,13 @@ int run_compile(Args args) {
         if (!p.has(required))
             throw UsageError{prefix + "missing " + std::string(required) + " (see skc compile --help)"};
 
-    skc::Options o;
-    o.static_kernel_compile = true;
+    skc::Options o = key_options(prefix, p);
     o.disable_static_kernel_compile_cache = p.has("--no-cache");
     o.base_dir = *p.get("--base");
     if (p.has("--model-cache")) {
         o.model_compile_cache = true;
         o.model_compile_cache_dir = o.base_dir;
     }
-    o.op_blacklist = p.all("--blacklist");
     if (const auto d = p.get("--cache-dir")) {
         if (d->empty()) throw UsageError{prefix + "--cache-dir is empty; give the cache folder"};
         o.cache_dir = *d;
@@ -204,15 +421,6 @@ int run_compile(Args args) {
     if (const auto m = p.get("--cache-mode")) {
         try {
             o.cache_mode = skc::parse_cache_mode(*m, "--cache-mode");
-        } catch (const skc::Error& e) {
-            throw UsageError{prefix + printable(e.what())};
-        }
-    }
-    o.compiler_options = p.all("--compiler-arg");
-    o.deterministic = p.has("--deterministic");
-    if (const auto c = p.get("--compiler-check")) {
-        try {
-            o.compiler_check = skc::parse_compiler_check(*c, "--compiler-check");
         } catch (const skc::Error& e) {
             throw UsageError{prefix + printable(e.what())};
         }
@@ -234,7 +442,8 @@ int run_compile(Args args) {
     s.backend = backend_of(prefix, p);
     s.persistent_install = true;
     s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
-    s.cache.log = skc::stderr_log(skc::LogLevel::info);
+    constexpr skc::LogLevel cache_log_level = skc::LogLevel::info;
+    s.cache.log = skc::stderr_log(cache_log_level);
     s.log = skc::null_log();  // the report is printed below
 
 #ifndef SKC_TOOL_WITH_MPI
@@ -256,12 +465,22 @@ int run_compile(Args args) {
         if (ops.empty())
             throw skc::Error(skc::Errc::invalid_argument, "no op info files (*.json) in the folder",
                              skc::ErrorContext{*p.get("--ops"), {}, {}});
+        // Progress only for a person watching: not with --json, not into a file or a pipe.
+        const bool show_progress = !p.has("--json") && ::isatty(2) == 1;
         auto run_with = [&](auto gather) {
+            std::optional<ProgressDisplay> display;  // outlives the compiler, whose cache logs through it
+            skc::CompilerSettings settings = s;
+            if (show_progress) {
+                display.emplace();
+                settings.progress = [&display](const skc::CompileProgress& pr) { display->update(pr); };
+                settings.cache.log = display->log_sink(cache_log_level);
+            }
             skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
                                       skc::RunPackageInstaller, skc::NoReselect, decltype(gather)>
-                compiler(skc::ProcessInvoker(*p.get("--compiler")), o, s, skc::RunPackageInstaller(), skc::NoReselect(),
+                compiler(skc::ProcessInvoker(*p.get("--compiler")), o, settings, skc::RunPackageInstaller(), skc::NoReselect(),
                          std::move(gather));
             const skc::CompileReport r = compiler.compile(ops);
+            if (display) display->finish();
             if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
             else print_report(r, s.op_library, s.backend);
             return exit_ok;

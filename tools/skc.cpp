@@ -41,6 +41,7 @@
 
 #include <sys/stat.h>
 
+#include <skc/cache_archive.hpp>
 #include <skc/config.hpp>
 #include <skc/error.hpp>
 #include <skc/layout.hpp>
@@ -114,6 +115,9 @@ struct CacheOptions {
     std::optional<std::uint64_t> max_size;
     std::optional<std::uint64_t> max_entries;
     std::optional<std::chrono::seconds> older_than;
+    std::optional<std::string> output;  // export: -o FILE
+    std::optional<std::string> file;    // import: the export file
+    ParsedArgs raw;                     // every option as given (explain reads the key's options here)
 };
 
 /// The cache a command works on, resolved and checked before anything is read or changed.
@@ -541,6 +545,55 @@ int cache_zero(const Target& t, const CacheOptions& o) {
     return exit_ok;
 }
 
+/// The key of --ops and the nearest entry, with what differs (compile.cpp makes the key as skc compile does).
+int cache_explain(const Target& t, const CacheOptions& o) {
+    return explain_cache_miss(t.prefix, o.raw, t.dir, t.shown, o.ns, o.json);
+}
+
+/// Writes entries and packages to one file (-o), checked on the way out.
+int cache_export(const Target& t, const CacheOptions& o) {
+    std::vector<std::string> keys = o.raw.all("--key");
+    for (const std::string& k : keys)
+        if (skc::Digest d; !skc::detail::parse_hex_digest(k, d))
+            throw UsageError{t.prefix + "bad --key '" + printable(k) + "': expected 32 lowercase hex digits (skc cache ls lists the keys)"};
+    const skc::ExportReport r = skc::export_cache(t.dir, *o.output, o.ns.value_or(""), keys);
+    if (o.json) {
+        skc::Object root = json_head(t);
+        root.push_back({"file", utf8(*o.output)});
+        root.push_back({"entries", r.entries});
+        root.push_back({"package_bytes", r.package_bytes});
+        skc::Array skipped;
+        for (const std::string& k : r.skipped) skipped.emplace_back(k);
+        root.push_back({"skipped", std::move(skipped)});
+        print_json(std::move(root));
+    } else {
+        out("exported " + plural(r.entries, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages) to " +
+            printable(*o.output) + "\n");
+        for (const std::string& k : r.skipped)
+            out("skipped " + k + ": the entry or its package is bad (run skc cache verify)\n");
+    }
+    return exit_ok;
+}
+
+/// Checks a whole export file, then adds its entries (all or none).
+int cache_import(const Target& t, const CacheOptions& o) {
+    skc::CacheConfig config;
+    config.log = skc::null_log();
+    const skc::ImportReport r = skc::import_cache(t.dir, *o.file, config);
+    if (o.json) {
+        skc::Object root = json_head(t);
+        root.push_back({"file", utf8(*o.file)});
+        root.push_back({"added", r.added});
+        root.push_back({"present", r.present});
+        root.push_back({"package_bytes", r.package_bytes});
+        print_json(std::move(root));
+    } else {
+        out("imported " + plural(r.added, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages) into " +
+            printable(t.shown) + (r.present != 0 ? "; " + std::to_string(r.present) + " already there" : std::string()) + "\n");
+    }
+    return exit_ok;
+}
+
 // the cache command's arguments ----------------------------------------------------------------------------
 
 struct CacheCommand {
@@ -557,23 +610,37 @@ constexpr std::array cache_commands{
     CacheCommand{"clear", "remove every entry that is not in use", cache_clear},
     CacheCommand{"config", "show the limits every process applies, or store new ones (--max-size, --max-entries)", cache_config},
     CacheCommand{"zero", "reset the statistics to zero (entries stay)", cache_zero},
+    CacheCommand{"explain", "why the ops in --ops miss: the nearest entry and what differs", cache_explain},
+    CacheCommand{"export", "write entries and their packages to one file (-o FILE)", cache_export},
+    CacheCommand{"import", "check an export file whole, then add its entries", cache_import},
 };
 
-struct OptionSpec {
+struct CacheOptionSpec {
     std::string_view name;
     std::string_view value;  // empty: a flag
     std::string_view help;
-    bool limit_only;  // --max-size, --max-entries, --older-than: for prune (and the first two for config)
+    std::string_view commands = {};  // the commands it applies to, space-separated; empty: every command
+    bool repeatable = false;
 };
 
 constexpr std::array cache_option_specs{
-    OptionSpec{"--base", "DIR", "the folder that holds static_kernel_compile_outputs", false},
-    OptionSpec{"--cache-dir", "DIR", "the cache folder itself, shared by many bases (default: $SKC_CACHE_DIR, else the base's)", false},
-    OptionSpec{"--namespace", "NAME", "only the namespace NAME, CANN-<version>_<device> (default: all)", false},
-    OptionSpec{"--json", "", "print one JSON document", false},
-    OptionSpec{"--max-size", "SIZE", "keep at most SIZE bytes per namespace: 10G, 500M, 1024K, 65536", true},
-    OptionSpec{"--max-entries", "N", "keep at most N entries per namespace", true},
-    OptionSpec{"--older-than", "DURATION", "remove entries unused for longer: 30d, 12h, 15m, 90s", true},
+    CacheOptionSpec{"--base", "DIR", "the folder that holds static_kernel_compile_outputs"},
+    CacheOptionSpec{"--cache-dir", "DIR", "the cache folder itself, shared by many bases (default: $SKC_CACHE_DIR, else the base's)"},
+    CacheOptionSpec{"--namespace", "NAME", "only the namespace NAME, CANN-<version>_<device> (default: all)"},
+    CacheOptionSpec{"--json", "", "print one JSON document"},
+    CacheOptionSpec{"--max-size", "SIZE", "keep at most SIZE bytes per namespace: 10G, 500M, 1024K, 65536", "prune config"},
+    CacheOptionSpec{"--max-entries", "N", "keep at most N entries per namespace", "prune config"},
+    CacheOptionSpec{"--older-than", "DURATION", "remove entries unused for longer: 30d, 12h, 15m, 90s", "prune"},
+    CacheOptionSpec{"--ops", "DIR", "the op info files whose key to explain (as skc compile --ops)", "explain"},
+    CacheOptionSpec{"--compiler", "PATH", "the kernel compiler (its fingerprint is in the key)", "explain"},
+    CacheOptionSpec{"--device", "NAME", "the device name", "explain"},
+    CacheOptionSpec{"--toolchain-version", "VER", "the toolchain version", "explain"},
+    CacheOptionSpec{"--compiler-arg", "ARG", "a compiler argument in the key (repeatable)", "explain", true},
+    CacheOptionSpec{"--deterministic", "", "the deterministic flag in the key", "explain"},
+    CacheOptionSpec{"--compiler-check", "MODE", "content, mtime, none, string:TEXT or command:CMD", "explain"},
+    CacheOptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", "explain", true},
+    CacheOptionSpec{"--key", "KEY", "only the entry of KEY (repeatable; default: every entry)", "export", true},
+    CacheOptionSpec{"--output", "FILE", "the export file to write (also -o FILE)", "export"},
 };
 
 std::string cache_command_names() {
@@ -593,22 +660,48 @@ std::string cache_usage() {
         "\ncommands:\n";
     for (const CacheCommand& c : cache_commands) r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
     r += "\noptions:\n";
-    for (const OptionSpec& s : cache_option_specs)
+    for (const CacheOptionSpec& s : cache_option_specs) {
+        std::string applies(s.commands);
+        std::replace(applies.begin(), applies.end(), ' ', ',');
+        for (std::size_t at = 0; (at = applies.find(',', at)) != std::string::npos; at += 2) applies.insert(at + 1, " ");
         r += "  " + pad_right(std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value)), 23) +
-             (s.limit_only ? (s.name == "--older-than" ? "prune: " : "prune, config: ") : "") + std::string(s.help) + "\n";
+             (applies.empty() ? "" : applies + ": ") + std::string(s.help) + "\n";
+    }
     r += "\nprune needs at least one of --max-size, --max-entries, --older-than.\n"
          "exit status: 0 done, 1 verify found bad entries, 2 bad usage, 3 the cache could not be read or changed\n";
     return r;
 }
 
-bool limit_allowed(std::string_view command, std::string_view option) {
-    return command == "prune" || (command == "config" && option != "--older-than");
+/// Whether option `s` applies to `command` (every option before a command is known).
+bool applies_to(const CacheOptionSpec& s, std::string_view command) {
+    if (s.commands.empty() || command.empty()) return true;
+    for (std::size_t pos = 0; pos <= s.commands.size();) {
+        std::size_t sp = s.commands.find(' ', pos);
+        if (sp == std::string_view::npos) sp = s.commands.size();
+        if (s.commands.substr(pos, sp - pos) == command) return true;
+        pos = sp + 1;
+    }
+    return false;
+}
+
+/// `'skc cache prune' and 'skc cache config'`.
+std::string command_list(std::string_view commands) {
+    std::vector<std::string> names;
+    for (std::size_t pos = 0; pos <= commands.size();) {
+        std::size_t sp = commands.find(' ', pos);
+        if (sp == std::string_view::npos) sp = commands.size();
+        names.push_back("'skc cache " + std::string(commands.substr(pos, sp - pos)) + "'");
+        pos = sp + 1;
+    }
+    std::string r;
+    for (std::size_t i = 0; i < names.size(); ++i) r += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    return r;
 }
 
 std::string accepted_options(std::string_view command) {
     std::string r;
-    for (const OptionSpec& s : cache_option_specs) {
-        if (s.limit_only && !command.empty() && !limit_allowed(command, s.name)) continue;
+    for (const CacheOptionSpec& s : cache_option_specs) {
+        if (!applies_to(s, command)) continue;
         r += (r.empty() ? "" : ", ") + std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value));
     }
     return r;
@@ -618,7 +711,7 @@ std::string accepted_options(std::string_view command) {
 /// Returns nullopt after printing the usage for --help.
 std::optional<CacheOptions> parse_cache_args(Args args) {
     CacheOptions o;
-    std::vector<std::pair<const OptionSpec*, std::string>> given;  // option, value in the order given
+    std::vector<std::pair<const CacheOptionSpec*, std::string>> given;  // option, value in the order given
     const auto prefix = [&] { return "skc cache" + (o.command.empty() ? std::string() : " " + o.command) + ": "; };
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string_view a = args[i];
@@ -627,6 +720,10 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             return std::nullopt;
         }
         if (a.size() < 2 || a[0] != '-') {
+            if (o.command == "import" && !o.file) {  // import's one argument: the export file
+                o.file = std::string(a);
+                continue;
+            }
             if (!o.command.empty())
                 throw UsageError{prefix() + "unexpected argument '" + printable(a) +
                                  "'; give one command, then options (see skc cache --help)"};
@@ -639,9 +736,9 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             continue;
         }
         const std::size_t eq = a.find('=');
-        const std::string_view name = a.substr(0, eq);
+        const std::string_view name = a == "-o" ? std::string_view("--output") : a.substr(0, eq);
         const auto spec = std::find_if(cache_option_specs.begin(), cache_option_specs.end(),
-                                       [&](const OptionSpec& s) { return s.name == name; });
+                                       [&](const CacheOptionSpec& s) { return s.name == name; });
         if (spec == cache_option_specs.end())
             throw UsageError{prefix() + "unknown option '" + printable(name) + "'; options: " + accepted_options(o.command)};
         std::string value;
@@ -655,7 +752,7 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             throw UsageError{prefix() + "option " + std::string(name) + " needs a value: " + std::string(spec->value) +
                              ", " + std::string(spec->help)};
         }
-        if (std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == &*spec; }))
+        if (!spec->repeatable && std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == &*spec; }))
             throw UsageError{prefix() + "option " + std::string(name) + " is given twice; give it once"};
         given.emplace_back(&*spec, std::move(value));
     }
@@ -664,13 +761,15 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
     const std::string p = prefix();
     for (auto& [spec, value] : given) {
         const std::string_view name = spec->name;
-        if (spec->limit_only && !limit_allowed(o.command, name))
-            throw UsageError{p + "option " + std::string(name) + " applies only to 'skc cache prune'" +
-                             (name == "--older-than" ? "" : " and 'skc cache config'") + "; options: " + accepted_options(o.command)};
+        if (!applies_to(*spec, o.command))
+            throw UsageError{p + "option " + std::string(name) + " applies only to " + command_list(spec->commands) +
+                             "; options: " + accepted_options(o.command)};
+        o.raw.values[std::string(name)].push_back(value);
         if (name == "--base") o.base = std::move(value);
         else if (name == "--cache-dir") o.cache_dir = std::move(value);
         else if (name == "--namespace") o.ns = std::move(value);
         else if (name == "--json") o.json = true;
+        else if (name == "--output") o.output = std::move(value);
         else if (name == "--max-size") o.max_size = parse_size(p, value, o.command == "config");
         else if (name == "--older-than") o.older_than = parse_duration(p, value);
         else if (name == "--max-entries") {
@@ -694,6 +793,12 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
                  o.ns->find('\0') != std::string::npos))
         throw UsageError{p + "bad --namespace '" + printable(*o.ns) +
                          "': expected a namespace name CANN-<version>_<device>, without '/' (skc cache stats lists them)"};
+    if (o.command == "explain")
+        for (const char* required : {"--ops", "--compiler", "--device", "--toolchain-version"})
+            if (!o.raw.has(required))
+                throw UsageError{p + "missing " + std::string(required) + "; explain takes the key's options as skc compile does"};
+    if (o.command == "export" && !o.output) throw UsageError{p + "missing -o FILE: the export file to write"};
+    if (o.command == "import" && !o.file) throw UsageError{p + "missing the export file: skc cache import --base DIR FILE"};
     if (o.command == "prune" && !o.max_size && !o.max_entries && !o.older_than)
         throw UsageError{p + "nothing to prune by; give at least one of --max-size SIZE, --max-entries N, "
                              "--older-than DURATION"};
@@ -798,6 +903,14 @@ int run_cache(Args args) {
                                 [&](const CacheCommand& k) { return k.name == o->command; });
     try {
         return c->run(resolve(*o), *o);
+    } catch (const skc::Error& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
+        // A bad export file or op info file is bad input; anything else: the cache could not be used.
+        if (e.code() == skc::Errc::corrupt) return exit_bad_entries;
+        const bool bad_input = e.code() == skc::Errc::invalid_op_info || e.code() == skc::Errc::invalid_json ||
+                               e.code() == skc::Errc::invalid_argument || e.code() == skc::Errc::limit_exceeded;
+        return bad_input ? exit_usage : exit_failed;
     } catch (const std::exception& e) {  // not a UsageError: the cache could not be read or changed
         std::fflush(stdout);
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());

@@ -21,6 +21,13 @@
 // and is printed when it fails. SIGINT, SIGTERM and SIGHUP stop the running compilers, remove the
 // work folder and end the process by that signal, with no package written.
 //
+// Progress lines (docs/file-formats.md, "Progress lines") go to stdout whatever -l says, so that
+// skc can show how far the compile is: `skc-progress: 0/<n>` once the op info files are read, then
+// `skc-progress: <done>/<n> <op info file name>` as each file is done: at once for the unsupported
+// ones (skipped), and when its kernel is compiled for the others (a duplicate with its original).
+// Only the main thread prints them (children write to their own logs), each flushed at once: whole
+// lines, `done` counting up by one.
+//
 // Exit status: 0 and one new `*.run` on success; 2 for bad usage or bad input (unreadable folder,
 // invalid op info file: the message names the file and JSON path); 1 for anything else (nothing
 // to compile, the C++ compiler or makeself failed, I/O errors). The work folder
@@ -383,7 +390,28 @@ struct Kernel {
     std::string op_type;
     std::string description;  // for progress lines
     fs::path op_file;         // the first op info file with this content
+    std::vector<std::string> files;  // the names of every op info file with this content
     std::string source;
+};
+
+/// The progress lines: `skc-progress: <done>/<total> <op info file name>`, one per op info file as
+/// it is done, after `skc-progress: 0/<total>`. Printed at every -l level: they are for skc.
+class Progress {
+public:
+    explicit Progress(std::size_t total) : total_(total) { print("skc-progress: 0/" + std::to_string(total_) + "\n"); }
+    void done(std::string_view file) {
+        std::string line = "skc-progress: " + std::to_string(++done_) + "/" + std::to_string(total_) + " ";
+        for (const char c : file) line += static_cast<unsigned char>(c) < 0x20 ? '?' : c;  // one line, whatever the name
+        print(line + "\n");
+    }
+
+private:
+    static void print(const std::string& line) {
+        std::fputs(line.c_str(), stdout);
+        std::fflush(stdout);
+    }
+    std::size_t total_;
+    std::size_t done_ = 0;
 };
 
 /// The translation unit with the library's entry table (layout: skc_host::LibraryEntry).
@@ -445,6 +473,7 @@ int run(const Args& a) {
     std::map<skc::Digest, std::size_t> by_digest;
     std::size_t unsupported = 0, duplicates = 0;
     std::vector<std::pair<skc::LogLevel, std::string>> notes;  // printed after the overview line
+    std::vector<std::string> skipped;                          // unsupported op info files
     for (const skc::LoadedOp& op : dir.ops) {
         const skc::OpRecord record = skc::without_bin_fields(op.record);
         Kernel k;
@@ -453,6 +482,7 @@ int run(const Args& a) {
         const std::string name = op.path.filename().string();
         if (const auto it = by_digest.find(k.digest); it != by_digest.end()) {
             ++duplicates;
+            kernels[it->second].files.push_back(name);
             notes.emplace_back(skc::LogLevel::info,
                                "duplicate " + name + ": same op as " + kernels[it->second].op_file.filename().string());
             continue;
@@ -460,12 +490,14 @@ int run(const Args& a) {
         std::optional<std::string> src = skc_host::generate_kernel(record, k.symbol);
         if (!src) {
             ++unsupported;
+            skipped.push_back(name);
             notes.emplace_back(skc::LogLevel::warning, "skipped " + name + ": " + skc_host::unsupported_reason(record));
             continue;
         }
         k.op_type = record.op_type;
         k.description = skc_host::detail::describe(record);
         k.op_file = op.path;
+        k.files.push_back(name);
         k.source = std::move(*src);
         by_digest.emplace(k.digest, kernels.size());
         kernels.push_back(std::move(k));
@@ -480,6 +512,8 @@ int run(const Args& a) {
                                      std::to_string(unsupported) + " unsupported, " + std::to_string(duplicates) +
                                      " duplicate");
     for (const auto& [level, line] : notes) out.say(level, line);
+    Progress progress(dir.ops.size());
+    for (const std::string& name : skipped) progress.done(name);
 
     std::error_code ec;
     fs::create_directories(a.output_dir, ec);
@@ -522,6 +556,8 @@ int run(const Args& a) {
         ++finished;
         const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
         out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) + "] compiled " + what);
+        if (i < kernels.size())
+            for (const std::string& name : kernels[i].files) progress.done(name);
     });
 
     // Link into one shared library.

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_explain.hpp"
 #include "compiler_check.hpp"
 #include "error.hpp"
 #include "layout.hpp"
@@ -55,6 +57,40 @@
 
 namespace skc {
 
+/// How far a compile() is, for a progress display (CompilerSettings::progress). Reported from the
+/// thread that runs compile(), when a phase begins and, while the compiler runs, as it reports:
+///   waiting    before the exchange with the node's other ranks, when there are several:
+///              waiting_for is "the node's other ranks" on the leader, "the node's leader (local rank
+///              0) compiling or looking up the node's ops" on the others; and on the leader before
+///              the cache lookup when another process holds the key's lock (it compiles the key;
+///              IndexCache::busy): "another process compiling cache key <hex>";
+///   lookup     on the leader, before the cache lookup otherwise (not with the cache off);
+///   compiling  when the kernel compiler starts (done 0, total the op info files it gets), then once
+///              for each of its progress lines whose done is above the last one reported
+///              (docs/file-formats.md, "Progress lines"): done, total and op are the line's.
+/// A compiler that prints no progress lines gets only the first compiling report. Nothing is
+/// reported on a cache hit after the lookup, nor during the install and reselect.
+struct CompileProgress {
+    enum class Phase : unsigned char { waiting, lookup, compiling };
+    Phase phase = Phase::compiling;
+    std::size_t done = 0;                 // compiling: op info files done
+    std::size_t total = 0;                // compiling: op info files in all
+    std::string op;                       // compiling: the op info file just done; empty in the first report
+    std::string waiting_for;              // waiting: what for, in words
+    std::string key;                      // the cache key in hex once known (empty while waiting for ranks)
+    std::chrono::nanoseconds elapsed{0};  // since the phase began: the wait, the lookup, the compiler's start
+};
+
+/// The phase's fixed identifier: `waiting`, `lookup`, `compiling`.
+constexpr std::string_view to_string(CompileProgress::Phase p) noexcept {
+    switch (p) {
+    case CompileProgress::Phase::waiting: return "waiting";
+    case CompileProgress::Phase::lookup: return "lookup";
+    case CompileProgress::Phase::compiling: return "compiling";
+    }
+    return {};
+}
+
 /// What a compile needs beyond Options: the cache namespace and where to install.
 struct CompilerSettings {
     std::string toolchain_version;     // cache namespace (SPEC section 7), part of the key
@@ -68,6 +104,9 @@ struct CompilerSettings {
     /// (ProcessInvoker has one) as options.compiler_check says; an invoker without one adds none.
     std::string compiler_fingerprint;
     LogSink log = stderr_log();
+    /// Told how far each compile() is (CompileProgress); empty: nothing is reported. Called from
+    /// the thread that runs compile(); what it throws is caught, logged at debug level and ignored.
+    std::function<void(const CompileProgress&)> progress;
 };
 
 /// How a compile() ended.
@@ -357,7 +396,7 @@ public:
                 std::filesystem::path memo;
                 if (options_.cache_enabled()) {
                     memo = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
-                    if (!read_only) detail::make_dir(memo);
+                    if (!read_only) detail::make_cache_dir(memo);
                 }
                 settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo,
                                                                       read_only ? MemoAccess::read_only : MemoAccess::read_write);
@@ -365,6 +404,7 @@ public:
         }
         if (options_.cache_enabled()) {
             const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
+            if constexpr (std::is_same_v<Storage, FilesystemStorage>) cache_root_ = root;
             if constexpr (std::is_same_v<Storage, FilesystemStorage> && std::is_same_v<Lock, FileLock>) {
                 cache_ = open_cache(root, settings_.toolchain_version, settings_.device, settings_.cache);
             } else {
@@ -455,6 +495,11 @@ private:
                                 std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout)};
         bool led = false;
+        if (many)
+            report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},
+                                   rep.local_rank == 0 ? "the node's other ranks"
+                                                       : "the node's leader (local rank 0) compiling or looking up the node's ops",
+                                   {}, std::chrono::nanoseconds{0}});
         gather_.coordinate(
             req,
             [&](const GatheredSet& set) -> Value {
@@ -489,12 +534,15 @@ private:
                std::unique_ptr<Pin>& pin) {
         rep.gathered = set.digests.size();
         if (set.digests.empty()) return Value(Object{{"outcome", Value(to_string(CompileOutcome::skipped))}});
-        const CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device, settings_.compiler_fingerprint));
+        CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device, settings_.compiler_fingerprint));
+        if (set.names.size() == set.digests.size())
+            for (std::size_t i = 0; i < set.digests.size(); ++i) key.ops.push_back(KeyOp{set.digests[i], set.names[i]});
         rep.key = key.hex();
         clock.lap("key");
 
         std::chrono::nanoseconds compile_time{0};
         auto run_compiler = [&]() -> std::filesystem::path {
+            explain_miss_in_log(key);
             CompileRequest req;
             req.json_dir = set.dir;
             req.device = settings_.device;
@@ -503,11 +551,28 @@ private:
             req.log_level = options_.log_level;
             req.extra_args = options_.compiler_options;
             req.timeout = options_.compile_timeout;
+            // The compiler's progress lines, forwarded with the time since it started; done strictly increases.
+            const auto started = std::chrono::steady_clock::now();
+            std::size_t last_done = 0;
+            if (settings_.progress)
+                req.on_progress = [&](std::size_t done, std::size_t total, std::string_view op) {
+                    if (done <= last_done) return;
+                    last_done = done;
+                    report(CompileProgress{CompileProgress::Phase::compiling, done, total, std::string(op), {}, rep.key,
+                                           std::chrono::steady_clock::now() - started});
+                };
+            report(CompileProgress{CompileProgress::Phase::compiling, 0, set.digests.size(), {}, {}, rep.key,
+                                   std::chrono::nanoseconds{0}});
             CompileResult res = invoker_.compile(req);
             compile_time = res.elapsed;
             return res.package;
         };
         if (cache_) {
+            if (key_busy(key))
+                report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},
+                                       "another process compiling cache key " + rep.key, rep.key, std::chrono::nanoseconds{0}});
+            else
+                report(CompileProgress{CompileProgress::Phase::lookup, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
             auto out = cache_->get_or_compile(key, run_compiler);
             conclude(out, run, rep, clock, compile_time);
             pin = std::make_unique<PinOf<decltype(out)>>(std::move(out));
@@ -520,6 +585,18 @@ private:
                             {"package", Value(rep.package.string())},
                             {"installed", Value(rep.installed)},
                             {"gathered", Value(rep.gathered)}});
+    }
+
+    /// On a miss in a cache folder on disk: one line naming the nearest entry and what differs, when
+    /// one is near (cache_explain.hpp). A miss is about to compile: reading the entries is cheap beside it.
+    void explain_miss_in_log(const CacheKey& key) {
+        if (!cache_ || cache_root_.empty() || settings_.cache.mode == CacheMode::recache || !settings_.cache.log) return;
+        try {
+            if (const std::optional<MissExplanation> x = explain_miss(cache_root_, key); x && x->near())
+                settings_.cache.log(LogLevel::info, "cache miss for key " + key.hex() + ": " + x->summary());
+        } catch (const std::exception& e) {  // an explanation is never worth a failed compile
+            settings_.cache.log(LogLevel::debug, std::string("cannot explain the cache miss: ") + e.what());
+        }
     }
 
     /// After the cache, on the leader: the outcome, the package and the install.
@@ -596,6 +673,31 @@ private:
         }
     }
 
+    /// Hands `p` to CompilerSettings::progress, if any; what it throws ends here.
+    void report(const CompileProgress& p) const noexcept {
+        if (!settings_.progress) return;
+        try {
+            settings_.progress(p);
+        } catch (const std::exception& e) {
+            try {
+                log(LogLevel::debug, std::string("the progress callback failed: ") + e.what());
+            } catch (...) {
+            }
+        } catch (...) {
+        }
+    }
+
+    /// Whether another process compiles `key` right now, so that the lookup is about to wait
+    /// (IndexCache::busy); false on any doubt (the lookup waits anyway).
+    bool key_busy(const CacheKey& key) const noexcept {
+        if (!settings_.progress || !cache_) return false;
+        try {
+            return cache_->busy(key);
+        } catch (...) {
+            return false;
+        }
+    }
+
     void log(LogLevel level, const std::string& line) const {
         if (settings_.log) settings_.log(level, line);
     }
@@ -610,6 +712,7 @@ private:
     Targets targets_;
     Layout layout_;
     std::unique_ptr<Cache> cache_;
+    std::filesystem::path cache_root_;  // the cache folder, when the cache is on disk (explains misses)
     std::vector<Installation> installs_;  // destroyed first: released before the cache goes
 };
 

@@ -83,6 +83,7 @@ class NoCache;
 
 struct CompileRequest;
 struct CompileResult;
+struct ProgressLine;
 class ProcessInvoker;
 
 }  // namespace skc

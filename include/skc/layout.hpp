@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <cstdlib>
@@ -125,6 +126,10 @@ inline std::filesystem::path resolve_base(const Options& o, const std::filesyste
     return base;
 }
 
+namespace detail {
+inline void make_cache_dir(const std::filesystem::path& p);
+}  // namespace detail
+
 /// The cache's folder: the option `cache_dir` when set, else the environment's `SKC_CACHE_DIR` when
 /// set, else `default_dir` (`<base>/static_kernel_compile_outputs/static_kernel_cache`, the
 /// original's place). Any number of bases, ranks, jobs and users may name one folder: they share
@@ -150,10 +155,11 @@ inline std::filesystem::path resolve_cache_dir(const Options& o, const std::file
         if (std::filesystem::exists(dir)) check_access(dir, Access::read, from);
         return dir;
     }
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-        throw Error(Errc::io_error, "cannot create the cache folder: " + ec.message(), ErrorContext{dir.string(), {}, std::string(from)});
+    try {
+        detail::make_cache_dir(dir);
+    } catch (const Error& e) {
+        throw Error(e.code(), "cannot create the cache folder: " + e.message(), ErrorContext{dir.string(), {}, std::string(from)});
+    }
     check_access(dir, Access::read_write, from);
     return dir;
 }
@@ -180,7 +186,50 @@ inline void make_dir(const std::filesystem::path& p) {
     if (ec) throw Error(Errc::io_error, "cannot create directory: " + ec.message(), ErrorContext{p.string(), {}, {}});
 }
 
+/// Creates cache folder `p` (and missing parents) as a folder only its owner may write, mode 0755;
+/// or 02775 when its parent is setgid (a group-shared cache, docs/cache.md). An existing folder is
+/// left as it is (check_cache_trust judges it).
+inline void make_cache_dir(const std::filesystem::path& p) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(std::filesystem::symlink_status(p, ec))) return;
+    make_dir(p);
+    struct stat parent {};
+    const bool shared = ::stat(p.parent_path().c_str(), &parent) == 0 && (parent.st_mode & S_ISGID) != 0;
+    if (::chmod(p.c_str(), shared ? 02775 : 0755) != 0)
+        throw Error(Errc::io_error, std::string("cannot set the folder's mode: ") + std::strerror(errno),
+                    ErrorContext{p.string(), {}, {}});
+}
+
 }  // namespace detail
+
+/// Packages in a cache are executed when installed, so a cache that other users may write is
+/// refused: the cache folder `root` and its namespace folder `root/stem` must not be writable by
+/// everyone, nor by their group unless the cache is group-shared (the folder is setgid, as ccache
+/// documents: `chmod g+s`, and `umask 002` for its users); the folders below must not be writable
+/// by everyone. Folders that do not exist yet are not judged.
+inline void check_cache_trust(const std::filesystem::path& root, const std::string& stem) {
+    const auto judge = [](const std::filesystem::path& dir, bool group_matters) {
+        struct stat st {};
+        if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        if ((st.st_mode & S_IWOTH) != 0)
+            throw Error(Errc::unsafe_path,
+                        std::string("the cache folder is writable by every user (mode ") + mode +
+                            "); its packages are executed when installed, so it is not used: chmod o-w it (and see "
+                            "docs/cache.md, \"Sharing a cache\")",
+                        ErrorContext{dir.string(), {}, {}});
+        if (group_matters && (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_ISGID) == 0)
+            throw Error(Errc::unsafe_path,
+                        std::string("the cache folder is writable by its group but not set up as group-shared (mode ") +
+                            mode + "); its packages are executed when installed: chmod g-w it, or share it with the "
+                            "group on purpose: chmod g+s it and use umask 002 (docs/cache.md, \"Sharing a cache\")",
+                        ErrorContext{dir.string(), {}, {}});
+    };
+    judge(root, true);
+    judge(root / stem, true);
+    for (const char* sub : {"entries", "packages", "oplists", "keys"}) judge(root / stem / sub, false);
+}
 
 /// The folders and files of one compile attempt: `ts<timestamp>_pid<pid>_outputs/`.
 class RunLayout {

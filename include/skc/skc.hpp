@@ -25,4 +25,6 @@
 #include "kernel_table.hpp"
 #include "call_key.hpp"
 #include "compiler_check.hpp"
+#include "cache_explain.hpp"
+#include "cache_archive.hpp"
 #include "compiler.hpp"

@@ -7,10 +7,13 @@
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -28,11 +31,13 @@ struct PackingCompiler {
     int calls = 0;
     std::vector<skc::CompileRequest> requests;
     bool fail = false;
+    std::function<void(const skc::CompileRequest&)> before;  // runs first in each call (progress reports)
 
     Inv invoker() {
         return Inv(Fn([this](const skc::CompileRequest& r) {
             ++calls;
             requests.push_back(r);
+            if (before) before(r);
             if (fail) throw skc::Error(skc::Errc::compile_failed, "the compiler exited with status 1");
             std::vector<skc_test::PackagedKernel> kernels;
             int i = 0;
@@ -387,4 +392,195 @@ TEST_CASE("a failed install leaves the ops to the next call, which installs them
     CHECK(r.installed == r.key);
     CHECK(installed_index(tmp / "lib").size() == 12);
     CHECK(pc.calls == 1);
+}
+
+namespace {
+
+using Phase = skc::CompileProgress::Phase;
+
+/// A progress callback that appends every report to `out`.
+std::function<void(const skc::CompileProgress&)> recorder_of(std::vector<skc::CompileProgress>& out) {
+    return [&out](const skc::CompileProgress& p) { out.push_back(p); };
+}
+
+/// "phase done/total op" per report, e.g. "compiling 1/12 a.json", "lookup", "waiting <what>".
+std::vector<std::string> shown(const std::vector<skc::CompileProgress>& reports) {
+    std::vector<std::string> out;
+    for (const skc::CompileProgress& p : reports) {
+        std::string s(skc::to_string(p.phase));
+        if (p.phase == Phase::compiling) s += " " + std::to_string(p.done) + "/" + std::to_string(p.total) + (p.op.empty() ? "" : " " + p.op);
+        if (p.phase == Phase::waiting) s += " " + p.waiting_for;
+        out.push_back(s);
+    }
+    return out;
+}
+
+/// One rank of two that is not the leader: it gets a skipped outcome from a leader that does not exist.
+struct FollowerGather {
+    skc::Value coordinate(const skc::GatherRequest&, const skc::LeadFn&, const skc::ShareFn& share) {
+        skc::Value v(skc::Object{{"outcome", skc::Value("skipped")}});
+        share(v);
+        return v;
+    }
+    std::size_t local_rank() const { return 1; }
+    std::size_t local_world_size() const { return 2; }
+};
+
+/// The leader of two ranks whose follower brought nothing.
+struct LeaderGather {
+    skc::Value coordinate(const skc::GatherRequest& r, const skc::LeadFn& lead, const skc::ShareFn& share) {
+        skc::GatheredSet set;
+        set.dir = r.compile_dir;
+        for (const skc::OpSet::Entry& e : r.selected) {
+            set.digests.push_back(e.digest);
+            set.names.push_back(e.name);
+        }
+        set.ranks = 2;
+        skc::Value v = lead(set);
+        share(v);
+        return v;
+    }
+    std::size_t local_rank() const { return 0; }
+    std::size_t local_world_size() const { return 2; }
+};
+
+}  // namespace
+
+TEST_CASE("progress: the lookup, the compiler's start, then its progress lines in order with the time since it started") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    // An in-process compiler reporting as a kernel compiler's progress lines would: a repeat, a
+    // step back and its own 0/n are not forwarded.
+    pc.before = [](const skc::CompileRequest& r) {
+        REQUIRE(r.on_progress);
+        r.on_progress(0, 12, "");
+        r.on_progress(1, 12, "a.json");
+        r.on_progress(1, 12, "a-again.json");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        r.on_progress(3, 12, "c.json");
+        r.on_progress(2, 12, "b.json");
+        r.on_progress(12, 12, "z.json");
+    };
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    std::vector<skc::CompileProgress> seen;
+    s.progress = recorder_of(seen);
+    FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), s);
+    const skc::CompileReport rep = compiler.compile(example_ops());
+    CHECK(rep.outcome == skc::CompileOutcome::compiled);
+    CHECK(shown(seen) == std::vector<std::string>{"lookup", "compiling 0/12", "compiling 1/12 a.json", "compiling 3/12 c.json",
+                                                  "compiling 12/12 z.json"});
+    for (const skc::CompileProgress& p : seen) CHECK(p.key == rep.key);
+    REQUIRE(seen.size() == 5);
+    CHECK(seen[1].elapsed.count() == 0);
+    CHECK(seen[3].elapsed >= std::chrono::milliseconds(2));
+    CHECK(seen[4].elapsed >= seen[3].elapsed);
+
+    // A hit: the lookup only.
+    seen.clear();
+    skc::process_compiled().clear();
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::hit);
+    CHECK(shown(seen) == std::vector<std::string>{"lookup"});
+}
+
+TEST_CASE("progress: a compiler without progress lines gives the start report only; the cache off gives no lookup") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    std::vector<skc::CompileProgress> seen;
+    s.progress = recorder_of(seen);
+    FsNoInstall compiler(pc.invoker(), options_for(tmp.path(), /*cache=*/false), s);
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::disabled);
+    CHECK(shown(seen) == std::vector<std::string>{"compiling 0/12"});
+    // Nothing to compile: nothing reported.
+    seen.clear();
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::skipped);
+    CHECK(seen.empty());
+}
+
+TEST_CASE("progress: a callback that throws does not break the compile") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    PackingCompiler pc;
+    pc.before = [](const skc::CompileRequest& r) { r.on_progress(1, 12, "a.json"); };
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    int calls = 0;
+    s.progress = [&](const skc::CompileProgress&) {
+        ++calls;
+        throw std::runtime_error("the terminal is gone");
+    };
+    FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), s);
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
+    CHECK(calls == 3);  // lookup, start, 1/12
+    CHECK(pc.calls == 1);
+}
+
+TEST_CASE("progress: waiting while another process holds the key's lock, then compiling when it lets go") {
+    TempDir tmp;
+    PackingCompiler pc;
+    // The key of these ops, from a first compile in another base and cache.
+    std::string key;
+    {
+        skc::process_compiled().clear();
+        fs::create_directories(tmp / "a");
+        FsNoInstall first(pc.invoker(), options_for(tmp / "a"), settings_for(tmp / "lib"));
+        key = first.compile(example_ops()).key;
+    }
+    fs::create_directories(tmp / "b");
+    skc::Options o = options_for(tmp / "b");
+    o.cache_dir = (tmp / "cache-b").string();
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    std::vector<skc::CompileProgress> seen;
+    std::atomic<bool> waiting{false};
+    s.progress = [&](const skc::CompileProgress& p) {
+        seen.push_back(p);
+        if (p.phase == Phase::waiting) waiting = true;
+    };
+    FsNoInstall compiler(pc.invoker(), o, s);
+
+    // "Another process": a lock of its own on the key's lock file, as a compiling process holds it.
+    skc::FileLock other(tmp / "cache-b");
+    skc::FileLock::Guard held = other.lock(skc::Layout::cache_stem("8.0.RC1", "dev0") + "/keys/key-" + key, skc::LockMode::exclusive);
+    REQUIRE(held.owns());
+    skc::process_compiled().clear();
+    skc::CompileReport rep;
+    std::thread t([&] { rep = compiler.compile(example_ops()); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!waiting && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    held.release();
+    t.join();
+    CHECK(waiting);
+    CHECK(rep.key == key);
+    CHECK(rep.outcome == skc::CompileOutcome::compiled);
+    CHECK(shown(seen) == std::vector<std::string>{"waiting another process compiling cache key " + key, "compiling 0/12"});
+    REQUIRE_FALSE(seen.empty());
+    CHECK(seen[0].key == key);
+}
+
+TEST_CASE("progress: with several ranks, the wait for the other ranks or for the leader") {
+    TempDir tmp;
+    PackingCompiler pc;
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    std::vector<skc::CompileProgress> seen;
+    s.progress = recorder_of(seen);
+    SUBCASE("a follower waits for the leader") {
+        skc::process_compiled().clear();
+        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect, FollowerGather>
+            compiler(pc.invoker(), options_for(tmp.path()), s);
+        CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::skipped);
+        CHECK(shown(seen) == std::vector<std::string>{
+                                 "waiting the node's leader (local rank 0) compiling or looking up the node's ops"});
+        REQUIRE(seen.size() == 1);
+        CHECK(seen[0].key.empty());
+        CHECK(pc.calls == 0);
+    }
+    SUBCASE("the leader waits for the other ranks, then looks up and compiles") {
+        skc::process_compiled().clear();
+        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect, LeaderGather>
+            compiler(pc.invoker(), options_for(tmp.path()), s);
+        CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
+        CHECK(shown(seen) == std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12"});
+    }
 }

@@ -9,6 +9,13 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <skc/op_info_io.hpp>
 
 #include "run_tool.hpp"
@@ -58,6 +65,57 @@ std::size_t run_packages_in(const fs::path& run_dir) {
 }
 
 const std::string small_op = "Gelu_float_ND_32_256_8.json";
+
+/// What skc printed with its standard error on a pseudo-terminal, as when a person watches.
+struct TtyRun {
+    int status = -1;
+    std::string out;  // standard output (a file)
+    std::string tty;  // what the terminal got: standard error, with the terminal's \n -> \r\n
+};
+
+TtyRun run_skc_on_tty(const fs::path& cwd, const std::vector<std::string>& args) {
+    int master = -1, slave = -1;
+    winsize ws{};
+    ws.ws_col = 200;
+    ws.ws_row = 50;
+    REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &ws) == 0);
+    TempDir io;
+    const std::string out_file = (io / "stdout").string();
+    posix_spawn_file_actions_t fa;
+    REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
+    REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+    REQUIRE(posix_spawn_file_actions_adddup2(&fa, slave, 2) == 0);
+    REQUIRE(posix_spawn_file_actions_addclose(&fa, slave) == 0);
+    REQUIRE(posix_spawn_file_actions_addclose(&fa, master) == 0);
+    REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
+    std::vector<char*> argv{const_cast<char*>(tool.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(slave);
+    REQUIRE(rc == 0);
+    // Read as it comes (a full terminal would block skc) until every writer has closed it.
+    TtyRun r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+        pollfd pfd{master, POLLIN, 0};
+        if (::poll(&pfd, 1, 100) <= 0) continue;
+        const ssize_t n = ::read(master, buf, sizeof buf);
+        if (n <= 0) break;  // EIO: the terminal's other side is closed
+        r.tty.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(master);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) {
+    }
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = skc_test::slurp(out_file);
+    return r;
+}
 
 }  // namespace
 
@@ -532,4 +590,210 @@ TEST_CASE("skc compile --cache-mode: read-only writes nothing in the cache, reca
     CHECK(z.find("compiles")->as_int() == 0);
     CHECK(z.find("hits")->as_int() == 0);
     CHECK(z.find("entries")->as_int() == 1);  // the entry stays (the read-only miss was never stored)
+}
+
+TEST_CASE("skc cache explain: names the nearest entry and the op that changed; skc compile logs it on a miss") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json", "LayerNorm_float_ND_32_64_7.json"});
+    const Run first = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"});
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    CHECK(first.err.empty());  // nothing to explain in an empty cache
+    const std::string stored = skc::parse_json(first.out).find("key")->as_string();
+    const std::vector<std::string> key_args{"--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler",
+                                            host_compiler, "--device", "host-cpu", "--toolchain-version", "1.0"};
+    const Run same = run_skc(tmp.path(), std::vector<std::string>{"cache", "explain"} + key_args);
+    REQUIRE_MESSAGE(same.status == 0, same.err);
+    CHECK(same.out.find("key " + stored + " (3 ops)\nhit: the key has an entry in CANN-1.0_host-cpu\n") != std::string::npos);
+
+    // Change a field of the Add op (same file name and shape): one op changed.
+    const fs::path add = ops / "Add_float_ND_32_64_9.json";
+    std::string add_text = skc_test::slurp(add);
+    const std::string field = "\"tune_mode\": \"all\"";
+    REQUIRE(add_text.find(field) != std::string::npos);
+    add_text.replace(add_text.find(field), field.size(), "\"tune_mode\": \"none\"");
+    skc_test::spit(add, add_text);
+    const Run text = run_skc(tmp.path(), std::vector<std::string>{"cache", "explain"} + key_args);
+    REQUIRE_MESSAGE(text.status == 0, text.err);
+    CHECK(text.out.find("miss\nnearest entry: " + stored + " in CANN-1.0_host-cpu") != std::string::npos);
+    CHECK(text.out.find("  ops: 1 changed, 0 added, 0 removed, 2 the same\n") != std::string::npos);
+    CHECK(text.out.find("    changed  Add_float_ND_32_64_9.json (the entry's Add_float_ND_32_64_") != std::string::npos);
+    const Run json = run_skc(tmp.path(), std::vector<std::string>{"cache", "explain", "--json", "--compiler-arg", "-O3"} + key_args);
+    REQUIRE_MESSAGE(json.status == 0, json.err);
+    const skc::Value j = skc::parse_json(json.out);
+    CHECK_FALSE(j.find("hit")->as_bool());
+    const skc::Value& nearest = *j.find("nearest");
+    CHECK(nearest.find("key")->as_string() == stored);
+    CHECK(nearest.find("parts")->as_array().size() == 1);
+    CHECK(nearest.find("parts")->as_array()[0].find("part")->as_string() == "compiler_options");
+    CHECK(nearest.find("ops")->find("changed")->as_array()[0].find("now")->as_string() == "Add_float_ND_32_64_9.json");
+
+    // The compile that misses says the same in one line on stderr, and then compiles.
+    const Run miss = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"});
+    REQUIRE_MESSAGE(miss.status == 0, miss.err);
+    CHECK(skc::parse_json(miss.out).find("outcome")->as_string() == "compiled");
+    CHECK(miss.err.find("skc: info: cache miss for key " + skc::parse_json(miss.out).find("key")->as_string() +
+                        ": nearest cache entry " + stored + " (CANN-1.0_host-cpu) differs in ops: 1 changed (Add_float_ND_32_64_") !=
+          std::string::npos);
+    CHECK(std::count(miss.err.begin(), miss.err.end(), '\n') == 1);
+
+    const Run missing = run_skc(tmp.path(), {"cache", "explain", "--base", (tmp / "base").string(), "--ops", ops.string()});
+    CHECK(missing.status == 2);
+    CHECK(missing.err == "skc cache explain: missing --compiler; explain takes the key's options as skc compile does\n");
+}
+
+TEST_CASE("skc cache export and import: moved entries hit; a truncated or tampered file adds nothing") {
+    TempDir tmp;
+    for (const char* b : {"a", "base"}) fs::create_directories(tmp / b);
+    const fs::path ops = ops_dir(tmp, {small_op});
+    const Run first = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"});
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    const std::string key = skc::parse_json(first.out).find("key")->as_string();
+    const std::string base = (tmp / "base").string(), file = (tmp / "cache.skcx").string();
+
+    const Run ex = run_skc(tmp.path(), {"cache", "export", "--base", base, "--key", key, "-o", file});
+    REQUIRE_MESSAGE(ex.status == 0, ex.err);
+    CHECK(ex.out.find("exported 1 entry (") != std::string::npos);
+    const Run bad_key = run_skc(tmp.path(), {"cache", "export", "--base", base, "--key", "nothex", "-o", file});
+    CHECK(bad_key.status == 2);
+    CHECK(bad_key.err.find("bad --key 'nothex'") != std::string::npos);
+    const Run no_out = run_skc(tmp.path(), {"cache", "export", "--base", base});
+    CHECK(no_out.status == 2);
+    CHECK(no_out.err == "skc cache export: missing -o FILE: the export file to write\n");
+
+    const std::string good = skc_test::slurp(file);
+    for (const std::string& bad : {good.substr(0, good.size() / 2), good.substr(0, 40) + "X" + good.substr(41)}) {
+        skc_test::spit(tmp / "bad.skcx", bad);
+        const Run r = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), (tmp / "bad.skcx").string()});
+        CHECK(r.status == 1);
+        CHECK(r.err.find("nothing was imported") != std::string::npos);
+        CHECK_FALSE(fs::exists(tmp / "a" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries" / key));
+    }
+
+    const Run im = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), file});
+    REQUIRE_MESSAGE(im.status == 0, im.err);
+    CHECK(im.out == "imported 1 entry (" + std::string(im.out.substr(18, im.out.find(')') - 18)) +
+                        ") into " + (tmp / "a").string() + "/static_kernel_compile_outputs/static_kernel_cache\n");
+    std::vector<std::string> args = compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"};
+    args[4] = (tmp / "a").string();
+    const Run hit = run_skc(tmp.path(), args);
+    REQUIRE_MESSAGE(hit.status == 0, hit.err);
+    CHECK(skc::parse_json(hit.out).find("outcome")->as_string() == "hit");
+    const Run verify = run_skc(tmp.path(), {"cache", "verify", "--base", (tmp / "a").string()});
+    CHECK(verify.status == 0);
+    const Run again = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), file, "--json"});
+    CHECK(skc::parse_json(again.out).find("present")->as_int() == 1);
+}
+
+TEST_CASE("trust: a cache folder other users may write is refused; a group-shared one is used; no flock is a clear error") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op});
+    const fs::path cache = tmp / "cache";
+    auto compile = [&](std::vector<std::string> env = {}) {
+        return skc_test::run_program(tool, tmp.path(),
+                                     compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"},
+                                     std::move(env));
+    };
+    // Created by skc under umask 002: writable by its owner only.
+    const Run first = skc_test::run_program("/bin/sh", tmp.path(),
+                                            std::vector<std::string>{"-c", "umask 002 && exec \"$0\" \"$@\"", tool} +
+                                                compile_args(tmp, ops, host_compiler) +
+                                                std::vector<std::string>{"--cache-dir", cache.string(), "--json"});
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    CHECK((fs::status(cache).permissions() & fs::perms::group_write) == fs::perms::none);
+    CHECK((fs::status(cache / "CANN-1.0_host-cpu").permissions() & fs::perms::group_write) == fs::perms::none);
+
+    fs::permissions(cache, fs::perms::others_write, fs::perm_options::add);
+    const Run world = compile();
+    CHECK(world.status == 2);
+    CHECK(world.err.find(cache.string() + ": the cache folder is writable by every user (mode 0757); its packages are executed "
+                                          "when installed, so it is not used") != std::string::npos);
+    fs::permissions(cache, fs::perms::others_write, fs::perm_options::remove);
+
+    fs::permissions(cache / "CANN-1.0_host-cpu", fs::perms::group_write, fs::perm_options::add);
+    const Run group = compile();
+    CHECK(group.status == 2);
+    CHECK(group.err.find("the cache folder is writable by its group but not set up as group-shared (mode 0775)") != std::string::npos);
+    // Group-shared on purpose (setgid): used, and hits.
+    fs::permissions(cache, fs::perms::group_write | fs::perms::set_gid, fs::perm_options::add);
+    fs::permissions(cache / "CANN-1.0_host-cpu", fs::perms::set_gid, fs::perm_options::add);
+    const Run shared = compile();
+    REQUIRE_MESSAGE(shared.status == 0, shared.err);
+    CHECK(skc::parse_json(shared.out).find("outcome")->as_string() == "hit");
+    const Run ro = compile({"SKC_CACHE_MODE=read-only"});
+    CHECK(ro.status == 0);
+    fs::permissions(cache / "CANN-1.0_host-cpu" / "packages", fs::perms::others_write, fs::perm_options::add);
+    const Run ro_bad = compile({"SKC_CACHE_MODE=read-only"});
+    CHECK(ro_bad.status == 2);  // read-only too: its packages would be executed all the same
+    CHECK(ro_bad.err.find("packages: the cache folder is writable by every user") != std::string::npos);
+    fs::permissions(cache / "CANN-1.0_host-cpu" / "packages", fs::perms::others_write, fs::perm_options::remove);
+
+    // A file system whose flock fails: the error names the folder and the fix.
+    for (const char* err : {"37", "38", "95"}) {  // ENOLCK, ENOSYS, EOPNOTSUPP
+        const Run r = compile({std::string("LD_PRELOAD=") + SKC_FLOCK_FAILS, std::string("SKC_TEST_FLOCK_ERRNO=") + err,
+                               "ASAN_OPTIONS=verify_asan_link_order=0"});
+        CAPTURE(r.err);
+        CHECK(r.status != 0);
+        CHECK(r.err.find("the file system does not support flock (") != std::string::npos);
+        CHECK(r.err.find("mount NFS with lockd (not 'nolock'), Lustre with '-o flock', or put the cache on a local disk") !=
+              std::string::npos);
+    }
+}
+
+TEST_CASE("skc compile on a terminal shows one progress line on stderr; nothing with --json, on a hit, or into a file") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string slow = script(tmp, "slow.sh",
+                                    "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
+                                    "echo 'skc-progress: 0/1'; sleep 0.5; echo 'skc-progress: 1/1 op.json'; sleep 0.5\n"
+                                    "echo package > \"$out/k.run\"");
+    const auto args = compile_args(tmp, ops_dir(tmp, {small_op}), slow);
+
+    const TtyRun first = run_skc_on_tty(tmp.path(), args);
+    INFO(first.tty);
+    CHECK(first.status == 0);
+    CHECK(first.out.rfind("skc compile: miss, compiled\n", 0) == 0);
+    CHECK(first.tty.rfind("\r\033[Kcompiling: 0/1 ops, 0.0 s", 0) == 0);
+    // Between the compiler's reports the line is redrawn with the time running.
+    bool time_ran = false;
+    for (std::size_t at = 0; (at = first.tty.find("compiling: 0/1 ops, ", at)) != std::string::npos; ++at)
+        time_ran = time_ran || first.tty.compare(at + 20, 5, "0.0 s") != 0;
+    CHECK(time_ran);
+    CHECK(first.tty.find("\r\033[Kcompiling: 1/1 ops, ") != std::string::npos);
+    CHECK(first.tty.size() > 6);
+    CHECK(first.tty.substr(first.tty.size() - 4) == " s\r\n");  // one line feed at the end
+    CHECK(first.tty.find('\n') == first.tty.size() - 1);
+    CHECK(first.tty.find("looking up") == std::string::npos);
+
+    const TtyRun hit = run_skc_on_tty(tmp.path(), args);
+    CHECK(hit.status == 0);
+    CHECK(hit.out.rfind("skc compile: hit\n", 0) == 0);
+    CHECK(hit.tty.empty());
+
+    const TtyRun json = run_skc_on_tty(tmp.path(), args + std::vector<std::string>{"--no-cache", "--json"});
+    CHECK(json.status == 0);
+    CHECK(skc::parse_json(json.out).find("outcome")->as_string() == "disabled");
+    CHECK(json.tty.empty());
+
+    const Run file = run_skc(tmp.path(), args + std::vector<std::string>{"--no-cache"});
+    CHECK(file.status == 0);
+    CHECK(file.out.rfind("skc compile: cache disabled, compiled\n", 0) == 0);
+    CHECK(file.err.empty());
+}
+
+TEST_CASE("skc compile on a terminal: a failing compile ends the progress line before the error") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string fail = script(tmp, "fail.sh", "echo 'skc-progress: 0/1'; sleep 0.3; echo 'no kernel for you' >&2; exit 4");
+    const TtyRun r = run_skc_on_tty(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), fail));
+    INFO(r.tty);
+    CHECK(r.status == 1);
+    CHECK(r.out.empty());
+    CHECK(r.tty.rfind("\r\033[Kcompiling: 0/1 ops, 0.0 s", 0) == 0);
+    const std::size_t end = r.tty.find(" s\r\nskc compile: ");
+    REQUIRE(end != std::string::npos);
+    CHECK(r.tty.find("\r\033[K", end) == std::string::npos);  // nothing drawn after the error
+    CHECK(r.tty.find("the compiler exited with status 4. Last lines of its log:\r\nskc-progress: 0/1\r\nno kernel for you\r\n", end) !=
+          std::string::npos);
 }

@@ -249,9 +249,12 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
     fs::create_directories(tmp / "base");
     skc_test::spit(tmp / "file", "x");
     fs::create_symlink(tmp / "base", tmp / "link");
-    const std::string all_cache_options =
+    const std::string prune_options =
         "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
-    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config, zero (see skc cache --help)";
+    const std::string all_cache_options =
+        prune_options + ", --ops DIR, --compiler PATH, --device NAME, --toolchain-version VER, --compiler-arg ARG, "
+                        "--deterministic, --compiler-check MODE, --blacklist SUBSTR, --key KEY, --output FILE";
+    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config, zero, explain, export, import (see skc cache --help)";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
     const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
                                    "e.g. 10G, 500M, 1024K or 65536";
@@ -266,7 +269,7 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
         {{"cache", "--frob"}, "skc cache: unknown option '--frob'; options: " + all_cache_options},
         {{"cache", "stats", "--frob"},
          "skc cache stats: unknown option '--frob'; options: --base DIR, --cache-dir DIR, --namespace NAME, --json"},
-        {{"cache", "prune", "--frob"}, "skc cache prune: unknown option '--frob'; options: " + all_cache_options},
+        {{"cache", "prune", "--frob"}, "skc cache prune: unknown option '--frob'; options: " + prune_options},
         {{"cache", "stats", "ls", "--base", "base"},
          "skc cache stats: unexpected argument 'ls'; give one command, then options (see skc cache --help)"},
         {{"cache", "stats"},

@@ -72,9 +72,18 @@ namespace skc {
 // ---- the key -------------------------------------------------------------------------------------
 
 /// A cache key: the digest and the named components it was computed from.
+/// An op of a key: its content digest and the op info file it came from.
+struct KeyOp {
+    Digest digest;
+    std::string name;
+};
+
 struct CacheKey {
     Digest digest;
     std::vector<std::pair<std::string, std::string>> components;
+    /// The ops with their op info file names, when the caller knows them: not part of the digest;
+    /// stored beside the entry (`oplists/<key>`) so that a later miss can name the ops that changed.
+    std::vector<KeyOp> ops;
 
     [[nodiscard]] std::string hex() const { return digest.hex(); }
     /// The components, one per line: `name=value`.
@@ -274,6 +283,36 @@ inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_comp
     }
     if (!have_key || !have_package || !have_checksum) return std::nullopt;
     return e;
+}
+
+inline constexpr std::string_view op_list_magic = "skc-cache-ops 1\n";
+
+/// An entry's op list: one line `<digest> <name>` per op, then a check line as in an entry.
+inline std::string encode_op_list(const std::vector<KeyOp>& ops) {
+    std::string t(op_list_magic);
+    for (const KeyOp& op : ops) t += op.digest.hex() + " " + escape_line(op.name) + "\n";
+    t += "check " + hash_bytes(t).hex() + "\n";
+    return t;
+}
+
+inline std::optional<std::vector<KeyOp>> decode_op_list(std::string_view t) {
+    const std::size_t check_at = t.rfind("check ");
+    Digest check;
+    if (t.substr(0, op_list_magic.size()) != op_list_magic || check_at == std::string_view::npos || check_at == 0 ||
+        t[check_at - 1] != '\n' || t.back() != '\n' || !parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
+        hash_bytes(t.substr(0, check_at)) != check)
+        return std::nullopt;
+    std::vector<KeyOp> out;
+    for (std::size_t pos = op_list_magic.size(); pos < check_at;) {
+        const std::size_t nl = t.find('\n', pos);
+        const std::string_view line = t.substr(pos, nl - pos);
+        pos = nl + 1;
+        KeyOp op;
+        if (line.size() < 34 || line[32] != ' ' || !parse_hex_digest(line.substr(0, 32), op.digest)) return std::nullopt;
+        op.name = unescape_line(line.substr(33));
+        out.push_back(std::move(op));
+    }
+    return out;
 }
 
 /// "1 s", "1.5 s", "0.3 s": a duration for messages, exact to the millisecond.
@@ -593,6 +632,12 @@ public:
         return h;
     }
 
+    /// Whether another process holds `key` exclusively at this instant (it compiles or stores it), so
+    /// that get_or_compile() would wait: for a progress display.
+    [[nodiscard]] bool busy(const CacheKey& key) {
+        return !locks_.try_lock(key_lock(key.hex()), LockMode::shared).owns();
+    }
+
     /// The full checksum of the hit's package before its first use on this node (see the header
     /// comment). On a mismatch the entry is removed, counted as corrupt and false returned: the
     /// caller treats it as a miss.
@@ -722,6 +767,40 @@ public:
                   [](const CacheEntry& a, const CacheEntry& b) { return a.last_used_ns < b.last_used_ns; });
         return out;
     }
+
+    /// The ops entry `hex` was compiled from, with their op info file names; nullopt when its
+    /// publisher did not know them or the list is unreadable.
+    [[nodiscard]] std::optional<std::vector<KeyOp>> op_list(const std::string& hex) const {
+        const std::optional<std::string> text = storage_.read("oplists/" + hex);
+        return text ? detail::decode_op_list(*text) : std::nullopt;
+    }
+
+    /// Adds an entry made elsewhere (`skc cache import`): `package` must have the entry's size and
+    /// checksum, `op_list` is its op list text (empty: none). Under the key's exclusive lock; an
+    /// intact entry already there for the key is kept (returns false). Error(corrupt) when the
+    /// package is not the entry's; nothing is stored then. The limits are not applied: call
+    /// apply_limits() after a batch.
+    bool import_entry(const CacheEntry& e, const std::filesystem::path& package, std::string_view op_list = {}) {
+        refuse_if_read_only("import entries");
+        Guard ex = locks_.lock_until(key_lock(e.key), LockMode::exclusive, LockClock::now() + config_.wait_timeout);
+        if (!ex.owns()) throw Error(Errc::timeout, "cannot take the lock of cache key " + e.key);
+        if (const Loaded l = load_entry(e.key, /*with_components=*/false); l.entry && l.entry->checksum == e.checksum)
+            return false;
+        CacheEntry stored = e;
+        stored.package = "packages/" + e.key + ".run";
+        const ObjectInfo info = storage_.import_file(stored.package, package);
+        if (info.size != e.size ||
+            detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(stored.package, fn); }) != e.checksum) {
+            storage_.remove(stored.package);
+            throw Error(Errc::corrupt, "the package is not the one entry " + e.key + " names (size or checksum differs)");
+        }
+        if (!op_list.empty()) storage_.write("oplists/" + e.key, std::string(op_list));
+        storage_.write("entries/" + e.key, detail::encode_entry(stored));
+        return true;
+    }
+
+    /// Applies the configured limits now (as after a publish), least recently used first.
+    PruneReport apply_limits() { return evict_over_limits(config_.limits, std::nullopt, {}); }
 
     /// Checks every entry and its package in full; removes and reports the bad ones (entries in use
     /// are checked but not removed).
@@ -928,6 +1007,7 @@ private:
     void remove_entry(const std::string& hex, const std::string& package) {
         storage_.remove("entries/" + hex);
         storage_.remove(package);
+        storage_.remove("oplists/" + hex);
         for (const std::string& name : storage_.list("verified"))
             if (name.compare(9, hex.size() + 1, hex + ".") == 0) storage_.remove(name);
     }
@@ -941,6 +1021,13 @@ private:
             const std::string file = name.substr(name.find('/') + 1);
             if (file.size() != 36 || file.substr(32) != ".run") continue;
             const std::string hex = file.substr(0, 32);
+            if (storage_.stat("entries/" + hex)) continue;
+            Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+            if (!ex.owns() || storage_.stat("entries/" + hex)) continue;
+            n += storage_.remove(name) ? 1 : 0;
+        }
+        for (const std::string& name : storage_.list("oplists")) {
+            const std::string hex = name.substr(name.find('/') + 1);
             if (storage_.stat("entries/" + hex)) continue;
             Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
             if (!ex.owns() || storage_.stat("entries/" + hex)) continue;
@@ -972,6 +1059,9 @@ private:
             e.components.push_back(c);
             if (c.first == "op_count") detail::parse_u64(c.second, e.ops);
         }
+        // The op list before the entry: an entry is never seen without the list its publisher knew.
+        if (!key.ops.empty()) storage_.write("oplists/" + hex, detail::encode_op_list(key.ops));
+        else storage_.remove("oplists/" + hex);
         storage_.write("entries/" + hex, detail::encode_entry(e));
         for (const auto& [name, value] : key.components) log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);
         return e;
@@ -1061,14 +1151,19 @@ static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage,
 ///   <root>/CANN-<version>_<device>.json   a small manifest (format, where entries are)
 ///   <root>/CANN-<version>_<device>.lock   the namespace lock (statistics, pruning)
 ///   <root>/CANN-<version>_<device>/       entries/, packages/, keys/ (per-key locks), stats, verified/
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const std::filesystem::path& root, std::string_view version,
-                                                                          std::string_view device, CacheConfig config = {}) {
-    const std::string stem = Layout::cache_stem(version, device);
-    if (config.mode == CacheMode::read_only)  // opens what is there; creates nothing
+/// The namespace `stem` (`CANN-<version>_<device>`, as Layout::cache_stem makes it) of cache folder `root`.
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_namespace(const std::filesystem::path& root,
+                                                                                    const std::string& stem,
+                                                                                    CacheConfig config = {}) {
+    if (config.mode == CacheMode::read_only) {  // opens what is there; creates nothing
+        check_cache_trust(root, stem);
         return std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
             FilesystemStorage(root / stem), FileLock(root, LockAccess::read_only), std::move(config),
             CacheLockNames{stem + "/keys/", stem});
-    detail::make_dir(root / stem);
+    }
+    detail::make_cache_dir(root);
+    detail::make_cache_dir(root / stem);
+    check_cache_trust(root, stem);
     config.limits = effective_cache_limits(config.limits, root).limits;
     auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
         FilesystemStorage(root / stem), FileLock(root), std::move(config), CacheLockNames{stem + "/keys/", stem});
@@ -1084,6 +1179,12 @@ inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const
                                  "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
     if (top.read(stem + ".json") != manifest) top.write(stem + ".json", manifest);
     return cache;
+}
+
+/// The namespace of toolchain `version` and `device` in cache folder `root`.
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const std::filesystem::path& root, std::string_view version,
+                                                                          std::string_view device, CacheConfig config = {}) {
+    return open_cache_namespace(root, Layout::cache_stem(version, device), std::move(config));
 }
 
 /// The same in the base's own cache folder (`layout.cache_dir()`).

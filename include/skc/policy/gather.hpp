@@ -83,6 +83,7 @@ struct GatherRequest {
 struct GatheredSet {
     std::filesystem::path dir;    // the folder to give the compiler; empty when the set is empty
     std::vector<Digest> digests;  // content digests, distinct
+    std::vector<std::string> names;  // their op info file names in `dir`, in the same order
     std::size_t ranks = 1;        // ranks whose ops it holds
 };
 
@@ -102,7 +103,11 @@ struct SingleRank {
         GatheredSet set;
         if (!r.selected.empty()) set.dir = r.compile_dir;
         set.digests.reserve(r.selected.size());
-        for (const OpSet::Entry& e : r.selected) set.digests.push_back(e.digest);
+        set.names.reserve(r.selected.size());
+        for (const OpSet::Entry& e : r.selected) {
+            set.digests.push_back(e.digest);
+            set.names.push_back(e.name);
+        }
         Value out = lead(set);
         share(out);
         return out;
@@ -185,12 +190,14 @@ public:
             write_new_file(dir_, unique, content, false);
         }
         digests_.push_back(d);
+        names_out_.push_back(unique);
     }
 
     [[nodiscard]] GatheredSet take(std::size_t ranks) {
         GatheredSet g;
         if (!digests_.empty()) g.dir = dir_;
         g.digests = std::move(digests_);
+        g.names = std::move(names_out_);
         g.ranks = ranks;
         return g;
     }
@@ -210,6 +217,7 @@ private:
     std::unordered_set<Digest, DigestHash> seen_;
     std::unordered_set<std::string> names_;
     std::vector<Digest> digests_;
+    std::vector<std::string> names_out_;
 };
 
 /// The outcome a leader publishes: its result, or its error.

@@ -1,16 +1,19 @@
 // skc/policy/invoker.hpp: the OpCompilerInvoker concept and its models: ProcessInvoker,
-// FunctionInvoker.
+// FunctionInvoker; the kernel compiler's progress lines.
 //
 // An invoker turns a folder of op info files into one run package. ProcessInvoker runs an external
 // compiler with SPEC section 8's command line,
 //     <compiler> [fixed args] -p <json_dir> -v <device> -j <jobs> -o <out> [-l <level>] [extra args]
 // through posix_spawn (never a shell, so no argument is ever interpreted), in a process group of
-// its own, with stdin from /dev/null and stdout and stderr appended to a log file in the output
-// folder (so any amount of output is fine). It waits on a pidfd with the timeout, so the wait ends
-// the moment the compiler does. On timeout the whole process group gets SIGTERM, then SIGKILL after
-// a grace period; after any end, what is left of the group is killed, so no compiler process
-// outlives the call. A non-zero exit, a death by signal, a timeout, or no new `*.run` in the output
-// folder is an skc::Error that quotes the last lines of the log.
+// its own, with stdin from /dev/null and stdout and stderr into one pipe, which skc copies as it
+// comes into a log file in the output folder (so any amount of output is fine, and the log holds
+// all of it), looking for progress lines on the way (`skc-progress: <done>/<total> <op>`,
+// docs/file-formats.md "Progress lines"; each well-formed one goes to CompileRequest::on_progress).
+// It waits on a pidfd and the pipe with the timeout, so the wait ends the moment the compiler does.
+// On timeout the whole process group gets SIGTERM, then SIGKILL after a grace period; after any
+// end, what is left of the group is killed, so no compiler process outlives the call. A non-zero
+// exit, a death by signal, a timeout, or no new `*.run` in the output folder is an skc::Error that
+// quotes the last lines of the log.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +21,8 @@
 #include <chrono>
 #include <concepts>
 #include <csignal>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -30,6 +35,8 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +45,10 @@
 #include "../options.hpp"
 
 namespace skc {
+
+/// Told by the kernel compiler's progress lines: `done` of `total` op info files are done, `op` is
+/// the file name of the one just done (empty when the line names none).
+using ProgressCallback = std::function<void(std::size_t done, std::size_t total, std::string_view op)>;
 
 /// What to compile and how: the command line of SPEC section 8.
 struct CompileRequest {
@@ -48,7 +59,50 @@ struct CompileRequest {
     std::optional<LogLevel> log_level;  // -l
     std::vector<std::string> extra_args;  // options that change the kernels, passed last
     std::chrono::seconds timeout{3600};
+    /// Called with each well-formed progress line the compiler prints whose `done` is above the
+    /// last one reported (so `done` strictly increases), while it runs, from the thread that runs
+    /// compile(). Empty: output is not looked at. What it throws is caught and ignored.
+    ProgressCallback on_progress;
 };
+
+/// A progress line of a kernel compiler (docs/file-formats.md, "Progress lines").
+struct ProgressLine {
+    std::size_t done = 0;
+    std::size_t total = 0;
+    std::string op;  // the op info file's name; empty when the line has none
+};
+
+/// The longest progress line, in bytes before its line feed; longer lines are ordinary output.
+inline constexpr std::size_t max_progress_line = 4096;
+
+/// `line` (without its line feed; a trailing carriage return is allowed) as a progress line:
+/// `skc-progress: <done>/<total>`, optionally followed by a space and the op info file's name, with
+/// `done` and `total` plain decimal numbers of at most 18 digits, 0 <= done <= total, 1 <= total,
+/// at most max_progress_line bytes in all. Anything else is nullopt: ordinary output.
+inline std::optional<ProgressLine> parse_progress_line(std::string_view line) {
+    constexpr std::string_view prefix = "skc-progress: ";
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > max_progress_line || line.substr(0, prefix.size()) != prefix) return std::nullopt;
+    line.remove_prefix(prefix.size());
+    auto number = [&](std::uint64_t& v) {
+        std::size_t n = 0;
+        v = 0;
+        for (; n < line.size() && line[n] >= '0' && line[n] <= '9'; ++n) {
+            if (n == 18) return false;
+            v = v * 10 + static_cast<std::uint64_t>(line[n] - '0');
+        }
+        line.remove_prefix(n);
+        return n > 0;
+    };
+    std::uint64_t done = 0, total = 0;
+    if (!number(done) || line.empty() || line.front() != '/') return std::nullopt;
+    line.remove_prefix(1);
+    if (!number(total) || total == 0 || done > total) return std::nullopt;
+    if (!line.empty() && line.front() != ' ') return std::nullopt;
+    ProgressLine p{static_cast<std::size_t>(done), static_cast<std::size_t>(total), {}};
+    if (!line.empty()) p.op = std::string(line.substr(1));
+    return p;
+}
 
 struct CompileResult {
     std::filesystem::path package;    // the new `*.run` in output_dir
@@ -70,6 +124,147 @@ inline std::set<std::filesystem::path> run_files(const std::filesystem::path& di
         if (e.path().extension() == ".run") out.insert(e.path());
     return out;
 }
+
+/// Cuts output into lines and hands the progress lines whose `done` is above the last one's to a
+/// callback. Keeps at most one line's worth of bytes, and none of a line that cannot be one.
+class ProgressScanner {
+public:
+    explicit ProgressScanner(const ProgressCallback& report) : report_(report) {}
+
+    void feed(std::string_view bytes) {
+        while (!bytes.empty()) {
+            const std::size_t nl = bytes.find('\n');
+            if (!ignore_) {
+                const std::string_view part = bytes.substr(0, nl);
+                constexpr std::string_view prefix = "skc-progress: ";
+                if (line_.size() + part.size() > max_progress_line + 1) {  // + 1: a carriage return
+                    ignore_ = true;
+                } else {
+                    line_.append(part);
+                    const std::size_t n = std::min(line_.size(), prefix.size());
+                    ignore_ = line_.compare(0, n, prefix, 0, n) != 0;
+                }
+                if (ignore_) line_.clear();
+            }
+            if (nl == std::string_view::npos) return;
+            end_line();
+            bytes.remove_prefix(nl + 1);
+        }
+    }
+
+    /// The end of the output: a last line without a line feed counts too.
+    void finish() { end_line(); }
+
+private:
+    void end_line() {
+        if (!ignore_ && !line_.empty())
+            if (const std::optional<ProgressLine> p = parse_progress_line(line_); p && (!any_ || p->done > last_)) {
+                any_ = true;
+                last_ = p->done;
+                try {
+                    report_(p->done, p->total, p->op);
+                } catch (...) {  // a progress report is never worth a failed compile
+                }
+            }
+        line_.clear();
+        ignore_ = false;
+    }
+
+    const ProgressCallback& report_;
+    std::string line_;
+    bool ignore_ = false;  // the rest of this line is not a progress line
+    bool any_ = false;
+    std::size_t last_ = 0;
+};
+
+/// The compiler's output: read from the pipe's read end as it comes, written to the log and, when
+/// there is a callback, scanned for progress lines. Owns both descriptors.
+class OutputCopier {
+public:
+    OutputCopier(int from, int log_fd, const ProgressCallback& report)
+        : from_(from), log_(log_fd), scanner_(report), scan_(static_cast<bool>(report)), buf_(65536, '\0') {
+        ::fcntl(from_, F_SETFL, ::fcntl(from_, F_GETFL) | O_NONBLOCK);  // only the read end: the compiler's writes block
+    }
+    OutputCopier(const OutputCopier&) = delete;
+    OutputCopier& operator=(const OutputCopier&) = delete;
+    ~OutputCopier() {
+        if (from_ >= 0) ::close(from_);
+        ::close(log_);
+    }
+
+    /// Copies output until `pid` ends (true, and `status`) or `deadline` passes (false).
+    bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status) {
+        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        struct Closer {
+            int fd;
+            ~Closer() {
+                if (fd >= 0) ::close(fd);
+            }
+        } closer{pidfd};
+        for (;;) {
+            const pid_t w = ::waitpid(pid, &status, WNOHANG);
+            if (w == pid) return true;
+            if (w < 0 && errno != EINTR) throw Error(Errc::io_error, std::string("waitpid failed: ") + std::strerror(errno));
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= deadline) return false;
+            const long long left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+            // Without a pidfd (old kernels) the end is noticed by a short poll.
+            pollfd p[2] = {{from_, POLLIN, 0}, {pidfd, POLLIN, 0}};
+            const int n = ::poll(p, 2, static_cast<int>(std::min<long long>(left, pidfd >= 0 ? 60'000 : 10)));
+            if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_some();
+        }
+    }
+
+    /// After the end: what is still in the pipe, without waiting for writers that may be left.
+    void drain() {
+        for (std::size_t bytes = 0; from_ >= 0 && bytes < (std::size_t{256} << 20);) {
+            const std::size_t n = read_some();
+            if (n == 0) break;
+            bytes += n;
+        }
+        if (scan_) scanner_.finish();
+    }
+
+private:
+    /// One read: the bytes read (0 at the end of the output or when nothing is there now).
+    std::size_t read_some() {
+        if (from_ < 0) return 0;
+        ssize_t n;
+        do n = ::read(from_, buf_.data(), buf_.size());
+        while (n < 0 && errno == EINTR);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {  // every writer has gone
+            ::close(from_);
+            from_ = -1;
+            return 0;
+        }
+        if (n < 0) return 0;
+        const std::string_view chunk(buf_.data(), static_cast<std::size_t>(n));
+        write_log(chunk);
+        if (scan_) scanner_.feed(chunk);
+        return chunk.size();
+    }
+
+    /// The log gets every byte; when it cannot be written (a full disk) the rest is dropped and the
+    /// compile goes on, as it would have for a compiler writing the log itself.
+    void write_log(std::string_view chunk) {
+        while (!chunk.empty() && log_ok_) {
+            const ssize_t w = ::write(log_, chunk.data(), chunk.size());
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                log_ok_ = false;
+                break;
+            }
+            chunk.remove_prefix(static_cast<std::size_t>(w));
+        }
+    }
+
+    int from_;
+    int log_;
+    ProgressScanner scanner_;
+    bool scan_;
+    bool log_ok_ = true;
+    std::string buf_;
+};
 
 }  // namespace detail
 
@@ -111,10 +306,18 @@ public:
             throw Error(Errc::io_error, std::string("cannot open the compiler log: ") + std::strerror(errno),
                         ErrorContext{res.log.string(), {}, {}});
 
+        int out[2];
+        if (::pipe2(out, O_CLOEXEC) != 0) {
+            const int err = errno;
+            ::close(log_fd);
+            throw Error(Errc::io_error, std::string("cannot create a pipe for the compiler's output: ") + std::strerror(err));
+        }
+        detail::OutputCopier copier(out[0], log_fd, r.on_progress);
+
         const auto t0 = std::chrono::steady_clock::now();
         pid_t pid = -1;
-        const int rc = detail::spawn_in_group(command(r), log_fd, !compiler_.has_parent_path(), pid);
-        ::close(log_fd);
+        const int rc = detail::spawn_in_group(command(r), out[1], !compiler_.has_parent_path(), pid);
+        ::close(out[1]);
         if (rc != 0)
             throw Error(rc == ENOENT ? Errc::invalid_argument : Errc::io_error,
                         "cannot start the compiler: " + std::string(std::strerror(rc)),
@@ -122,10 +325,10 @@ public:
 
         detail::GroupGuard guard(pid);  // a SIGKILLed caller takes its compiler down with it
         int status = 0;
-        const bool finished = detail::wait_until(pid, t0 + r.timeout, status);
+        const bool finished = copier.wait_until(pid, t0 + r.timeout, status);
         if (!finished) {
             ::kill(-pid, SIGTERM);
-            if (!detail::wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
+            if (!copier.wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
                 ::kill(-pid, SIGKILL);
                 while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
                 }
@@ -133,6 +336,7 @@ public:
         }
         ::kill(-pid, SIGKILL);  // whatever the compiler left running in its group
         guard.release();
+        copier.drain();  // the log is complete before it is quoted
         res.elapsed = std::chrono::steady_clock::now() - t0;
 
         if (!finished)

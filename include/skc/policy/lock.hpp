@@ -69,6 +69,19 @@ inline void check_lock_name(std::string_view name) {
                         "\" is not accepted: use '/'-separated parts, none empty or starting with '.'");
 }
 
+/// A file system without working flock (NFS without lockd, Lustre without `-o flock`, some FUSE
+/// file systems): a clear error naming the folder and the fix.
+[[noreturn]] inline void throw_flock_error(int err, const std::filesystem::path& dir) {
+    if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP)
+        throw Error(Errc::io_error,
+                    std::string("the file system does not support flock (") + std::strerror(err) +
+                        "): skc needs working file locks where its cache and run folders are; mount NFS with lockd "
+                        "(not 'nolock'), Lustre with '-o flock', or put the cache on a local disk (option cache_dir, "
+                        "SKC_CACHE_DIR)",
+                    ErrorContext{dir.string(), {}, {}});
+    throw Error(Errc::io_error, std::string("flock failed: ") + std::strerror(err), ErrorContext{dir.string(), {}, {}});
+}
+
 }  // namespace detail
 
 /// Locks between processes: flock(2) on `<dir>/<name>.lock` (a name may hold '/' for subfolders),
@@ -136,7 +149,7 @@ private:
             if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) return Guard::vacant();
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
-            return flock_until(fd, op, deadline) ? std::move(g) : Guard{};
+            return flock_until(fd, op, deadline, dir_) ? std::move(g) : Guard{};
         }
         for (;;) {
             int fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
@@ -149,7 +162,7 @@ private:
                 fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
-            if (!flock_until(fd, op, deadline)) return Guard{};
+            if (!flock_until(fd, op, deadline, dir_)) return Guard{};
             // An exclusive lock must be on the file that is at the path (not one removed or replaced
             // meanwhile), or two processes could hold one name. skc never removes lock files; a
             // shared lock on a removed file only weakens a reader's pin, so readers skip the check.
@@ -174,23 +187,23 @@ private:
     int open_relative(const std::string& rel, int flags) const {
         for (int attempt = 0;; ++attempt) {
             const int dir = dir_fd_.get();
-            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags, 0644) : ::open((dir_ / rel).c_str(), flags, 0644);
+            // 0666 less the umask: a group-shared cache (umask 002) gets lock files its group can lock.
+            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags, 0666) : ::open((dir_ / rel).c_str(), flags, 0666);
             if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_fd_.stale()) return fd;
         }
     }
 
     /// flock with a deadline: min() means one try, max() blocks in the kernel.
-    static bool flock_until(int fd, int op, LockClock::time_point deadline) {
+    static bool flock_until(int fd, int op, LockClock::time_point deadline, const std::filesystem::path& dir) {
         if (deadline == LockClock::time_point::max()) {
             while (::flock(fd, op) != 0)
-                if (errno != EINTR) throw Error(Errc::io_error, std::string("flock failed: ") + std::strerror(errno));
+                if (errno != EINTR) detail::throw_flock_error(errno, dir);
             return true;
         }
         auto pause = std::chrono::microseconds(50);
         for (;;) {
             if (::flock(fd, op | LOCK_NB) == 0) return true;
-            if (errno != EWOULDBLOCK && errno != EINTR)
-                throw Error(Errc::io_error, std::string("flock failed: ") + std::strerror(errno));
+            if (errno != EWOULDBLOCK && errno != EINTR) detail::throw_flock_error(errno, dir);
             const auto now = LockClock::now();
             if (deadline == LockClock::time_point::min() || now >= deadline) return false;
             std::this_thread::sleep_for(std::min<LockClock::duration>(pause, deadline - now));

@@ -28,9 +28,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <skc/compiler.hpp>
 #include <skc/detail/process.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/policy/installer.hpp>
+#include <skc/policy/invoker.hpp>
 
 #include "host/codegen.hpp"
 #include "host/dispatch.hpp"
@@ -97,6 +99,44 @@ std::vector<T*> pointers(std::vector<std::vector<float>>& b) {
 
 const std::string usage_first_line = "usage: host_op_compiler -p <json_dir> -v <device> -j <jobs> -o <output_dir>\n";
 
+/// The progress lines in `text`, in order (docs/file-formats.md, "Progress lines").
+std::vector<skc::ProgressLine> progress_lines(const std::string& text) {
+    std::vector<skc::ProgressLine> out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const std::size_t nl = std::min(text.find('\n', pos), text.size());
+        if (auto p = skc::parse_progress_line(std::string_view(text).substr(pos, nl - pos))) out.push_back(std::move(*p));
+        pos = nl + 1;
+    }
+    return out;
+}
+
+/// Progress as host_op_compiler reports it for the op info files `names`: 0/n first, then each
+/// file once, `done` counting up by one; the skipped (unsupported) files `first` come right after 0/n.
+void check_progress(const std::vector<skc::ProgressLine>& lines, const std::set<std::string>& names,
+                    const std::set<std::string>& first = {}) {
+    REQUIRE(lines.size() == names.size() + 1);
+    CHECK(lines[0].done == 0);
+    CHECK(lines[0].op.empty());
+    std::set<std::string> seen, seen_first;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        CAPTURE(i);
+        CHECK(lines[i].done == i);
+        CHECK(lines[i].total == names.size());
+        if (i == 0) continue;
+        CHECK(seen.insert(lines[i].op).second);
+        if (i <= first.size()) seen_first.insert(lines[i].op);
+    }
+    CHECK(seen == names);
+    CHECK(seen_first == first);
+}
+
+std::set<std::string> example_names() {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(skc_test::example_ops_dir())) out.insert(e.path().filename().string());
+    return out;
+}
+
 /// A bad command line: exit status 2, the message, then the usage text; nothing on stdout.
 void check_usage_error(const Run& r, const std::string& message) {
     CHECK(r.status == 2);
@@ -139,6 +179,10 @@ TEST_CASE("host_op_compiler compiles the example ops into a run package that ins
     CHECK(r.out.find("] compiled MatMulV2 [32,64] [64,192] -> [32,192]\n") != std::string::npos);
     CHECK(r.out.find("] compiled entry table\n") != std::string::npos);
     CHECK(r.out.find("linked kernels/" + stem + ".so (11 kernels)\n") != std::string::npos);
+    // Progress lines: every file once, the three unsupported ones at once, the duplicate with its original.
+    check_progress(progress_lines(r.out), example_names(),
+                   {"ConcatD_float_ND_2_16_64_12.json", "GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
+    CHECK(r.out.find("\nskc-progress: 0/15\n") != std::string::npos);
     const std::string summary = "compiled 11 kernels (1 duplicate op info files compiled once), skipped 3 unsupported ops; package " +
                                 package.string() + "\n";
     CHECK(r.out.size() >= summary.size());
@@ -248,11 +292,12 @@ TEST_CASE("host_op_compiler: --opt-level, -l debug and -l error") {
         CHECK(r.out.find("[2/2] compiled ") != std::string::npos);
         CHECK(names_in(tmp / "out").size() == 1);
     }
-    SUBCASE("-l error prints nothing on success") {
+    SUBCASE("-l error prints nothing but the progress lines on success") {
         const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "4", "-o", (tmp / "out").string(), "-l",
                                 "error", "--opt-level=1"});
         REQUIRE(r.status == 0);
-        CHECK(r.out.empty());
+        CHECK(r.out == "skc-progress: 0/2\nskc-progress: 1/2 ReduceSum_float_ND_32_64_11.json\n"
+                       "skc-progress: 2/2 Add_float_ND_32_64_9.json\n");
         CHECK(r.err.empty());
         const std::vector<std::string> left = names_in(tmp / "out");
         REQUIRE(left.size() == 1);
@@ -543,4 +588,76 @@ TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
                                  .c_str(),
                              skc::Error);
     }
+}
+
+TEST_CASE("host_op_compiler's progress lines reach ProcessInvoker's callback in order; the log keeps all of its output") {
+    TempDir tmp;
+    const std::set<std::string> names = {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json", "MatMulV2_float_ND_32_64_1.json",
+                                         "MatMulV2_float_ND_32_64_14.json", "ReduceSum_float_ND_32_64_11.json"};
+    copy_examples(tmp / "ops", {names.begin(), names.end()});
+    skc::ProcessInvoker inv(tool);
+    skc::CompileRequest r;
+    r.json_dir = tmp / "ops";
+    r.device = "dev0";
+    r.jobs = 3;
+    r.output_dir = tmp / "out";
+    std::vector<skc::ProgressLine> seen;
+    r.on_progress = [&](std::size_t done, std::size_t total, std::string_view op) {
+        seen.push_back({done, total, std::string(op)});
+    };
+    const skc::CompileResult res = inv.compile(r);
+    check_progress(seen, names, {"ReduceSum_float_ND_32_64_11.json"});
+    const std::string log = slurp(res.log);
+    INFO(log);
+    const std::vector<skc::ProgressLine> logged = progress_lines(log);
+    REQUIRE(logged.size() == seen.size());
+    for (std::size_t i = 0; i < seen.size(); ++i) CHECK(logged[i].op == seen[i].op);
+    CHECK(log.rfind("5 op info files in " + (tmp / "ops").string() + ": 3 kernels to compile, 1 unsupported, 1 duplicate\n", 0) == 0);
+    CHECK(log.find("[4/4] compiled ") != std::string::npos);
+    CHECK(log.find("compiled 3 kernels (1 duplicate op info files compiled once), skipped 1 unsupported ops; package " +
+                   res.package.string() + "\n") != std::string::npos);
+}
+
+TEST_CASE("StaticKernelCompiler forwards host_op_compiler's progress: the op info files it was given, in order, with the time") {
+    TempDir tmp;
+    skc::process_compiled().clear();
+    std::vector<skc::OpRecord> ops;
+    for (const char* n : {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json", "MatMulV2_float_ND_32_64_1.json"})
+        ops.push_back(skc::read_op_info(skc_test::example_ops_dir() / n));
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.base_dir = tmp.path().string();
+    o.jobs = 2;
+    skc::CompilerSettings s;
+    s.toolchain_version = "1.0";
+    s.device = "dev0";
+    s.log = skc::null_log();
+    s.cache.log = skc::null_log();
+    std::vector<skc::CompileProgress> seen;
+    s.progress = [&](const skc::CompileProgress& p) { seen.push_back(p); };
+    skc::InMemoryCompiler<skc::ProcessInvoker> compiler(skc::ProcessInvoker(tool), o, s);
+    const skc::CompileReport rep = compiler.compile(ops);
+    REQUIRE(rep.outcome == skc::CompileOutcome::compiled);
+
+    // The names the compiler saw: those in the run folder's selected folder.
+    std::set<std::string> names;
+    for (const auto& d : fs::directory_iterator(rep.run_dir))
+        if (d.path().filename().string().ends_with("_opcompile_selected"))
+            for (const auto& f : fs::directory_iterator(d.path())) names.insert(f.path().filename().string());
+    REQUIRE(names.size() == 3);
+    REQUIRE(seen.size() == 5);
+    CHECK(seen[0].phase == skc::CompileProgress::Phase::lookup);
+    std::set<std::string> reported;
+    for (std::size_t i = 1; i < seen.size(); ++i) {
+        CAPTURE(i);
+        CHECK(seen[i].phase == skc::CompileProgress::Phase::compiling);
+        CHECK(seen[i].done == i - 1);
+        CHECK(seen[i].total == 3);
+        CHECK(seen[i].key == rep.key);
+        CHECK(seen[i].elapsed >= seen[i - 1].elapsed);
+        if (i > 1) CHECK(reported.insert(seen[i].op).second);
+    }
+    CHECK(seen[1].op.empty());
+    CHECK(reported == names);
+    CHECK(seen.back().elapsed <= rep.stage("compile"));
 }

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include <skc/op_info_io.hpp>
+#include <skc/cache_archive.hpp>
+#include <skc/cache_explain.hpp>
 #include <skc/policy/cache.hpp>
 
 #include "hostile_storage.hpp"
@@ -854,4 +856,177 @@ TEST_CASE("cache_mode recache: compiles again and replaces the entry; zero_stats
     cache->zero_stats();
     CHECK(cache->persisted_stats() == skc::CacheStats{});
     CHECK(skc::CacheStats::decode(skc_test::slurp(root / "CANN-8.0_dev" / "stats")) == skc::CacheStats{});
+}
+
+// ---- explaining a miss ---------------------------------------------------------------------------------
+
+namespace {
+
+/// A key over named ops (name -> the op's row count, which makes its content).
+skc::CacheKey named_key(const std::vector<std::pair<std::string, std::int64_t>>& ops, skc::KeyInputs in) {
+    std::vector<skc::Digest> ds;
+    std::vector<skc::KeyOp> named;
+    for (const auto& [name, n] : ops) {
+        const skc::Digest d = skc::digest(op("Add", n));
+        ds.push_back(d);
+        named.push_back({d, name});
+    }
+    skc::CacheKey k = skc::make_cache_key(ds, in);
+    k.ops = std::move(named);
+    return k;
+}
+
+}  // namespace
+
+TEST_CASE("explain_miss: the nearest entry, the key parts that differ, and the ops added, removed or changed") {
+    CHECK(skc::detail::op_file_stem("Add_float_ND_32_64_7.json") == "Add_float_ND_32_64");
+    CHECK(skc::detail::op_file_stem("Add_float_ND_32_64_7_1.json") == "Add_float_ND_32_64_7");
+    CHECK(skc::detail::op_file_stem("custom.json") == "custom");
+
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const fs::path root = dir / "cache";
+    const skc::KeyInputs in{"8.0", "dev", false, {"--O2"}, "content:aaaa"};
+    const skc::CacheKey stored = named_key({{"Add_a_1.json", 1}, {"Add_b_2.json", 2}, {"Add_c_3.json", 3}}, in);
+    {
+        auto cache = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+        cache->get_or_compile(stored, [&] { return compiler(stored); });
+        REQUIRE(cache->op_list(stored.hex()).has_value());
+        CHECK(cache->op_list(stored.hex())->size() == 3);
+    }
+    CHECK_FALSE(skc::explain_miss(dir / "nothing", stored).has_value());
+
+    const auto same = skc::explain_miss(root, stored);
+    REQUIRE(same.has_value());
+    CHECK(same->hit);
+    CHECK_FALSE(same->near());
+
+    // b changed (same file stem, other content, renumbered), c removed, d added.
+    const skc::CacheKey ops_changed = named_key({{"Add_a_4.json", 1}, {"Add_b_5.json", 20}, {"Add_d_6.json", 4}}, in);
+    const auto x = skc::explain_miss(root, ops_changed);
+    REQUIRE(x.has_value());
+    CHECK_FALSE(x->hit);
+    CHECK(x->entry.key == stored.hex());
+    CHECK(x->ns == "CANN-8.0_dev");
+    CHECK(x->parts.empty());
+    CHECK(x->ops_differ);
+    CHECK(x->ops_known);
+    CHECK(x->common_ops == 1);
+    CHECK(x->changed == std::vector<std::pair<std::string, std::string>>{{"Add_b_2.json", "Add_b_5.json"}});
+    CHECK(x->added == std::vector<std::string>{"Add_d_6.json"});
+    CHECK(x->removed == std::vector<std::string>{"Add_c_3.json"});
+    CHECK(x->near());
+    CHECK(x->summary() == "nearest cache entry " + stored.hex() +
+                              " (CANN-8.0_dev) differs in ops: 1 changed (Add_b_5.json) 1 added (Add_d_6.json) 1 removed "
+                              "(Add_c_3.json)");
+
+    // The compiler and the toolchain changed, the ops did not: looked up across namespaces.
+    skc::KeyInputs other = in;
+    other.toolchain_version = "9.0";
+    other.compiler = "content:bbbb";
+    const auto y = skc::explain_miss(root, named_key({{"Add_a_1.json", 1}, {"Add_b_2.json", 2}, {"Add_c_3.json", 3}}, other));
+    REQUIRE(y.has_value());
+    CHECK_FALSE(y->ops_differ);
+    REQUIRE(y->parts.size() == 2);
+    CHECK(y->parts[0].part == "toolchain_version");
+    CHECK(y->parts[0].entry == "8.0");
+    CHECK(y->parts[0].wanted == "9.0");
+    CHECK(y->parts[1].part == "compiler");
+    CHECK(y->near());
+    CHECK(y->summary().find("differs in toolchain_version (8.0 -> 9.0); compiler (content:aaaa -> content:bbbb)") !=
+          std::string::npos);
+
+    // Nothing in common: not near (a different model, not a change to this one).
+    const auto z = skc::explain_miss(root, named_key({{"Add_x_1.json", 50}}, in));
+    REQUIRE(z.has_value());
+    CHECK_FALSE(z->near());
+
+    // Removing the entry removes its op list; explain reads without writing anything.
+    const auto before = skc_test::snapshot_with_times(root);
+    (void)skc::explain_miss(root, ops_changed);
+    CHECK(skc_test::snapshot_with_times(root) == before);
+    skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()})->clear();
+    CHECK_FALSE(fs::exists(root / "CANN-8.0_dev" / "oplists" / stored.hex()));
+}
+
+// ---- export and import ---------------------------------------------------------------------------------
+
+TEST_CASE("export and import: a round trip hits; a truncated, altered or foreign file adds nothing and says why") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const fs::path from = dir / "from", to = dir / "to";
+    const skc::KeyInputs in{"8.0", "dev", false, {}, "content:aaaa"};
+    std::vector<skc::CacheKey> keys;
+    {
+        auto a = skc::open_cache(from, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+        auto b = skc::open_cache(from, "9.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+        for (int i = 0; i < 3; ++i) {
+            keys.push_back(named_key({{"Add_a_" + std::to_string(i) + ".json", 100 + i}}, in));
+            a->get_or_compile(keys.back(), [&] { return compiler(keys.back()); });
+        }
+        b->get_or_compile(keys[0], [&] { return compiler(keys[0]); });
+    }
+    const auto before = skc_test::snapshot_with_times(from);
+    const fs::path file = dir / "cache.skc";
+    const skc::ExportReport ex = skc::export_cache(from, file);
+    CHECK(ex.entries == 4);
+    CHECK(ex.skipped.empty());
+    CHECK(skc_test::snapshot_with_times(from) == before);  // exporting writes nothing in the cache
+    CHECK(skc::export_cache(from, dir / "one.skc", "CANN-8.0_dev", {keys[1].hex()}).entries == 1);
+
+    // Bad files first: each is refused whole, naming what is wrong, and the target stays empty.
+    const std::string good = skc_test::slurp(file);
+    struct Bad {
+        std::string text, why;
+    };
+    std::string tampered = good;
+    tampered[tampered.size() / 2] ^= 0x01;
+    const std::vector<Bad> bad{
+        {good.substr(0, good.size() - 10), "the file is truncated (a line has no end)"},
+        {good.substr(0, good.size() - 10) + "\n", "the end line does not match"},
+        {good.substr(0, good.size() / 2), "truncated"},
+        {good.substr(0, good.rfind("end ")), "no end line"},
+        {tampered, ""},
+        {good + "x", "bytes follow the end line"},
+        {"PK\x03\x04 not an export\n", "not an skc cache export"},
+        {"", "not an skc cache export"},
+    };
+    for (const Bad& b : bad) {
+        skc_test::spit(dir / "bad.skc", b.text);
+        CAPTURE(b.why);
+        try {
+            skc::import_cache(to, dir / "bad.skc", skc::CacheConfig{{}, 1h, skc::null_log()});
+            FAIL("accepted a bad export file");
+        } catch (const skc::Error& e) {
+            CHECK(e.code() == skc::Errc::corrupt);
+            CHECK(std::string(e.what()).find("nothing was imported") != std::string::npos);
+            CHECK(std::string(e.what()).find(b.why) != std::string::npos);
+        }
+        CHECK((!fs::exists(to) || fs::is_empty(to)));
+    }
+    // An entry naming another namespace path is refused too.
+    std::string escaped = good;
+    escaped.replace(escaped.find("entry CANN-8.0_dev"), 18, "entry CANN-8.0/../");
+    skc_test::spit(dir / "bad.skc", escaped);
+    CHECK_THROWS_WITH(skc::import_cache(to, dir / "bad.skc"), doctest::Contains("malformed record line"));
+
+    const skc::ImportReport im = skc::import_cache(to, file, skc::CacheConfig{{}, 1h, skc::null_log()});
+    CHECK(im.added == 4);
+    CHECK(im.present == 0);
+    int compiles = compiler.compiles;
+    auto cache = skc::open_cache(to, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    for (const skc::CacheKey& k : keys) {
+        auto out = cache->get_or_compile(k, [&] { return compiler(k); });
+        CHECK(out.result == skc::CacheResult::hit);
+        REQUIRE(out.hit.has_value());
+        CHECK(cache->verify(*out.hit));
+    }
+    CHECK(compiler.compiles == compiles);
+    CHECK(cache->op_list(keys[0].hex()).has_value());
+    CHECK(cache->verify_all().bad.empty());
+    CHECK(skc::import_cache(to, file).present == 4);  // a second import adds nothing
+    // The explanation works on imported entries.
+    const auto x = skc::explain_miss(to, named_key({{"Add_a_9.json", 100}, {"Add_b_1.json", 7}}, in), "CANN-8.0_dev");
+    REQUIRE(x.has_value());
+    CHECK(x->added == std::vector<std::string>{"Add_b_1.json"});
 }
