@@ -1,8 +1,10 @@
 // skc/detail/text.hpp: how skc shows untrusted text in a message: quoted, with control characters,
-// quotes and backslashes as \xNN, so a hostile name cannot forge lines or hide its end.
+// quotes and backslashes as \xNN, so a hostile name cannot forge lines or hide its end; and how it
+// reads a number from untrusted text.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,20 @@ inline std::string quote(std::string_view s, std::size_t max = 0) {
     out += '"';
     if (cut) out += "...";
     return out;
+}
+
+/// A decimal number of at most 20 digits that fits in 64 bits, nothing else (no sign, no space).
+inline bool parse_u64(std::string_view s, std::uint64_t& out) {
+    if (s.empty() || s.size() > 20) return false;
+    std::uint64_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9') return false;
+        const auto d = static_cast<std::uint64_t>(c - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    out = v;
+    return true;
 }
 
 }  // namespace skc::detail

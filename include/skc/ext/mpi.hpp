@@ -403,8 +403,7 @@ private:
             pos += name_size;
             const std::string_view content = text.substr(pos, text_size);
             pos += text_size;
-            if (name.empty() || name == "." || name == ".." ||
-                name.find_first_of(std::string_view("/\n\0", 3)) != std::string::npos)
+            if (!detail::is_plain_file_name(name))
                 throw bad("op file name " + detail::quote(name) + " is not a plain file name");
             if (content.empty()) throw bad("op " + detail::quote(name) + " has no content");
             u.add(*d, name, {}, content);

@@ -45,11 +45,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -198,19 +200,6 @@ inline std::string encode_entry(const CacheEntry& e) {
     for (const auto& [n, v] : e.components) t += "component " + escape_line(n) + "=" + escape_line(v) + "\n";
     t += "check " + hash_bytes(t).hex() + "\n";
     return t;
-}
-
-inline bool parse_u64(std::string_view s, std::uint64_t& out) {
-    if (s.empty() || s.size() > 20) return false;
-    std::uint64_t v = 0;
-    for (char c : s) {
-        if (c < '0' || c > '9') return false;
-        const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
-        if (v > (UINT64_MAX - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    out = v;
-    return true;
 }
 
 inline bool parse_i64(std::string_view s, std::int64_t& out) {
@@ -364,15 +353,21 @@ struct CacheStats {
     std::int64_t lock_wait_ns = 0;
     std::int64_t compile_time_saved_ns = 0;  // the recorded compile time of every hit
 
+    /// Adds counts, saturating at the types' limits (a hostile or huge `stats` file must not wrap
+    /// them, nor be undefined behaviour).
     CacheStats& operator+=(const CacheStats& o) {
-        hits += o.hits;
-        misses += o.misses;
-        corrupt += o.corrupt;
-        evictions += o.evictions;
-        compiles += o.compiles;
-        waits += o.waits;
-        lock_wait_ns += o.lock_wait_ns;
-        compile_time_saved_ns += o.compile_time_saved_ns;
+        const auto add = [](auto& a, auto b) {
+            using T = std::remove_reference_t<decltype(a)>;
+            if (__builtin_add_overflow(a, b, &a)) a = b > 0 ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
+        };
+        add(hits, o.hits);
+        add(misses, o.misses);
+        add(corrupt, o.corrupt);
+        add(evictions, o.evictions);
+        add(compiles, o.compiles);
+        add(waits, o.waits);
+        add(lock_wait_ns, o.lock_wait_ns);
+        add(compile_time_saved_ns, o.compile_time_saved_ns);
         return *this;
     }
     friend bool operator==(const CacheStats&, const CacheStats&) = default;

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "../detail/hash.hpp"
+#include "../detail/text.hpp"
 #include "../error.hpp"
 #include "../layout.hpp"
 #include "../op_info_io.hpp"
@@ -134,6 +135,13 @@ struct Backoff {
     }
 };
 
+/// An op info file name read from another process's file: one plain path component (not empty,
+/// not `.` or `..`, no '/', newline or NUL), so nothing is ever written outside the gathered folder.
+inline bool is_plain_file_name(std::string_view name) {
+    return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+           name.find_first_of(std::string_view("/\n\0", 3)) == std::string_view::npos;
+}
+
 /// "3", "3 and 5", "3, 5 and 7".
 inline std::string list_ranks(const std::vector<std::size_t>& ranks) {
     std::string s;
@@ -172,6 +180,8 @@ public:
     /// Adds the op with content digest `d`, named `name`, whose file is `source` (linked when
     /// possible) or whose text is `text` (written when `source` is empty or cannot be linked).
     void add(const Digest& d, const std::string& name, const std::filesystem::path& source, std::string_view text = {}) {
+        if (!is_plain_file_name(name))
+            throw Error(Errc::unsafe_path, "gathered op " + quote(name) + " is not a plain file name", ErrorContext{dir_.string(), {}, {}});
         if (!seen_.insert(d).second) return;
         if (!created_) {
             make_dir(dir_);
@@ -500,11 +510,25 @@ private:
                                     ErrorContext{dir_.string(), {}, {}});
                 }
                 if (leader) {
-                    if (auto text = read_if(dir_ / ("outcome." + leader->nonce + ".json"))) {
-                        Value v = parse_json(*text);
+                    const std::filesystem::path outcome_file = dir_ / ("outcome." + leader->nonce + ".json");
+                    if (auto text = read_if(outcome_file)) {
+                        const auto bad = [&](const std::string& why) {
+                            return Error(Errc::corrupt, "the leader's outcome file is unreadable: " + why,
+                                         ErrorContext{outcome_file.string(), {}, {}});
+                        };
+                        Value v;
+                        try {
+                            v = parse_json(*text);
+                        } catch (const Error& e) {
+                            throw bad(e.message());
+                        }
                         if (const Value* m = v.find("members"); m && m->is_object())
-                            for (const Member& mem : m->as_object())
-                                members_[std::stoul(mem.key)] = mem.value.is_string() ? mem.value.as_string() : "";
+                            for (const Member& mem : m->as_object()) {
+                                std::uint64_t rank = 0;
+                                if (!detail::parse_u64(mem.key, rank) || rank > 1000000)
+                                    throw bad("member " + detail::quote(mem.key) + " is not a rank number");
+                                members_[static_cast<std::size_t>(rank)] = mem.value.is_string() ? mem.value.as_string() : "";
+                            }
                         const Value* o = v.find("outcome");
                         return o ? *o : Value();
                     }
@@ -771,6 +795,8 @@ private:
                 const std::optional<Digest> d = Digest::from_hex(l->substr(0, 32));
                 if (!d || l->size() < 34 || (*l)[32] != ' ') throw bad("bad line " + detail::quote(std::string(*l)));
                 const std::string name(l->substr(33));
+                if (!detail::is_plain_file_name(name))
+                    throw bad("op file name " + detail::quote(name) + " is not a plain file name");
                 u.add(*d, name, src / name);
             }
         }

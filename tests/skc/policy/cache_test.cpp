@@ -1030,3 +1030,34 @@ TEST_CASE("export and import: a round trip hits; a truncated, altered or foreign
     REQUIRE(x.has_value());
     CHECK(x->added == std::vector<std::string>{"Add_b_1.json"});
 }
+
+TEST_CASE("statistics saturate: a huge stats file neither wraps nor is undefined behaviour") {
+    skc::CacheStats huge = skc::CacheStats::decode("hits 18446744073709551615\ncompile_time_saved_ns 9223372036854775807\n"
+                                                   "lock_wait_ns -9223372036854775807\n");
+    skc::CacheStats more;
+    more.hits = 5;
+    more.compile_time_saved_ns = 4500000000;
+    more.lock_wait_ns = -10;
+    huge += more;
+    CHECK(huge.hits == UINT64_MAX);
+    CHECK(huge.compile_time_saved_ns == INT64_MAX);
+    CHECK(huge.lock_wait_ns == INT64_MIN);
+    skc::CacheStats small;
+    small.hits = 1;
+    small += more;
+    CHECK(small.hits == 6);
+    CHECK(small.compile_time_saved_ns == 4500000000);
+
+    // Through a cache: merging into a stats file near the limit keeps the limit.
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const skc::CacheKey k = key_of(1);
+    auto cache = skc::open_cache(dir / "c", "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    cache->get_or_compile(k, [&] { return compiler(k); });
+    skc_test::spit(dir / "c" / "CANN-8.0_dev" / "stats", "compile_time_saved_ns 9223372036854775000\n");
+    cache.reset();
+    auto again = skc::open_cache(dir / "c", "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    again->get_or_compile(k, [&] { return compiler(k); });
+    again->flush();
+    CHECK(again->persisted_stats().compile_time_saved_ns == INT64_MAX);
+}

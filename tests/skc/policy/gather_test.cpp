@@ -236,6 +236,24 @@ TEST_CASE("OpUnion: the first file of a content wins, other content under a take
                                                 digest_n(6), digest_n(7)});
 }
 
+TEST_CASE("OpUnion: a name read from another rank's file that is not a plain file name writes nothing anywhere") {
+    TempDir tmp;
+    fs::create_directories(tmp / "deep/er/r0");
+    spit(tmp / "deep/er/r0/Add.json", "add");
+    skc::detail::OpUnion u(tmp / "deep/er/gathered");
+    for (const std::string& bad : std::vector<std::string>{"../../../victim.json", "../victim.json", "..", ".", "", "a/b.json",
+                                  std::string("nul\0.json", 9), "line\nbreak.json"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_WITH_AS(u.add(digest_n(1), bad, tmp / "deep/er/r0/Add.json"),
+                             doctest::Contains("is not a plain file name"), skc::Error);
+    }
+    CHECK_FALSE(fs::exists(tmp / "victim.json"));
+    CHECK_FALSE(fs::exists(tmp / "deep/victim.json"));
+    CHECK_FALSE(fs::exists(tmp / "deep/er/gathered"));
+    u.add(digest_n(1), "Add.json", tmp / "deep/er/r0/Add.json");  // a plain name still works, digest unused before
+    CHECK(fs::exists(tmp / "deep/er/gathered/Add.json"));
+}
+
 TEST_CASE("OpUnion: a rank's file is hard-linked; without a file, or when linking fails, the content is copied") {
     TempDir tmp;
     fs::create_directories(tmp / "r0");
