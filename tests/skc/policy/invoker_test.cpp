@@ -310,7 +310,7 @@ TEST_CASE("the output's end is not awaited: a compiler that closes its output ea
         CHECK(res.package.filename() == "k.run");
         CHECK(seen == std::vector<Report>{{1, 1, "a.json"}});
     }
-    SUBCASE("a helper in another session keeps the pipe open: compile() returns when the compiler ends") {
+    SUBCASE("a child in a Unix session of its own (setsid) keeps the pipe open: compile() returns when the compiler ends") {
         auto inv = fake("setsid sleep 5 & echo 'skc-progress: 1/1 a.json'; echo p > \"$out/k.run\"");
         std::vector<Report> seen;
         const auto t0 = std::chrono::steady_clock::now();
