@@ -675,26 +675,16 @@ std::string cache_usage() {
 /// Whether option `s` applies to `command` (every option before a command is known).
 bool applies_to(const CacheOptionSpec& s, std::string_view command) {
     if (s.commands.empty() || command.empty()) return true;
-    for (std::size_t pos = 0; pos <= s.commands.size();) {
-        std::size_t sp = s.commands.find(' ', pos);
-        if (sp == std::string_view::npos) sp = s.commands.size();
-        if (s.commands.substr(pos, sp - pos) == command) return true;
-        pos = sp + 1;
-    }
-    return false;
+    const std::vector<std::string_view> names = skc::detail::split(s.commands, ' ');
+    return std::find(names.begin(), names.end(), command) != names.end();
 }
 
 /// `'skc cache prune' and 'skc cache config'`.
 std::string command_list(std::string_view commands) {
-    std::vector<std::string> names;
-    for (std::size_t pos = 0; pos <= commands.size();) {
-        std::size_t sp = commands.find(' ', pos);
-        if (sp == std::string_view::npos) sp = commands.size();
-        names.push_back("'skc cache " + std::string(commands.substr(pos, sp - pos)) + "'");
-        pos = sp + 1;
-    }
+    const std::vector<std::string_view> names = skc::detail::split(commands, ' ');
     std::string r;
-    for (std::size_t i = 0; i < names.size(); ++i) r += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    for (std::size_t i = 0; i < names.size(); ++i)
+        r += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + ("'skc cache " + std::string(names[i]) + "'");
     return r;
 }
 

@@ -52,14 +52,6 @@ namespace detail {
 
 inline constexpr std::string_view export_magic = "skc-cache-export 1\n";
 
-/// A namespace name an export may carry: `CANN-` and more, no '/', no NUL, no leading '.', not a
-/// manifest or lock file name.
-inline bool valid_namespace(std::string_view ns) {
-    return ns.size() > 5 && ns.size() <= 255 && ns.starts_with("CANN-") && ns.find('/') == std::string_view::npos &&
-           ns.find('\0') == std::string_view::npos && ns.find(' ') == std::string_view::npos && !ns.ends_with(".json") &&
-           !ns.ends_with(".lock");
-}
-
 /// Writes a file through a temporary beside it, fsync'd and renamed into place at commit().
 class AtomicOut {
 public:
@@ -159,13 +151,7 @@ struct ExportRecord {
 inline std::optional<ExportRecord> parse_record_line(std::string_view l) {
     if (!l.starts_with("entry ")) return std::nullopt;
     l.remove_prefix(6);
-    std::vector<std::string_view> f;
-    for (std::size_t pos = 0; pos <= l.size();) {
-        std::size_t sp = l.find(' ', pos);
-        if (sp == std::string_view::npos) sp = l.size();
-        f.push_back(l.substr(pos, sp - pos));
-        pos = sp + 1;
-    }
+    const std::vector<std::string_view> f = split(l, ' ');
     ExportRecord r;
     if (f.size() != 4 || !valid_namespace(f[0]) || !parse_u64(f[1], r.entry_bytes) || !parse_u64(f[2], r.op_list_bytes) ||
         !parse_u64(f[3], r.package_bytes) || r.entry_bytes > (1u << 20) || r.op_list_bytes > (std::uint64_t{1} << 26))
@@ -183,18 +169,9 @@ inline std::optional<ExportRecord> parse_record_line(std::string_view l) {
 inline ExportReport export_cache(const std::filesystem::path& root, const std::filesystem::path& file,
                                  std::string_view only_ns = {}, const std::vector<std::string>& keys = {}) {
     ExportReport report;
-    std::vector<std::string> stems;
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (detail::valid_namespace(name) && (only_ns.empty() || name == only_ns) &&
-            std::filesystem::is_directory(it->path() / "entries", ec))
-            stems.push_back(name);
-    }
-    std::sort(stems.begin(), stems.end());
     detail::AtomicOut out(file);
     out.write(detail::export_magic);
-    for (const std::string& stem : stems) {
+    for (const std::string& stem : cache_namespaces(root, only_ns)) {
         CacheConfig config{{}, std::chrono::seconds(30), null_log()};
         config.mode = CacheMode::read_only;
         auto cache = open_cache_namespace(root, stem, config);

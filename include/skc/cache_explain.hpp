@@ -169,18 +169,10 @@ inline std::string MissExplanation::summary() const {
 /// `only_ns`); nullopt when there is no entry at all. Reads only: it creates and locks nothing.
 inline std::optional<MissExplanation> explain_miss(const std::filesystem::path& root, const CacheKey& key,
                                                    std::string_view only_ns = {}) {
-    std::vector<std::string> stems;
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (!name.starts_with("CANN-") || (!only_ns.empty() && name != only_ns)) continue;
-        if (std::filesystem::is_directory(it->path() / "entries", ec)) stems.push_back(name);
-    }
-    std::sort(stems.begin(), stems.end());
     const std::vector<std::pair<std::string, std::string>> wanted = detail::key_parts(key.components);
     const std::string wanted_ops = detail::component(key.components, "ops");
     std::optional<MissExplanation> best;
-    for (const std::string& stem : stems) {
+    for (const std::string& stem : cache_namespaces(root, only_ns)) {
         CacheConfig config{{}, std::chrono::seconds(1), null_log()};
         config.mode = CacheMode::read_only;
         IndexCache<FilesystemStorage, FileLock> cache(FilesystemStorage(root / stem), FileLock(root, LockAccess::read_only),

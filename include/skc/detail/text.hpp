@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace skc::detail {
 
@@ -29,6 +30,17 @@ inline std::string quote(std::string_view s, std::size_t max = 0) {
     out += '"';
     if (cut) out += "...";
     return out;
+}
+
+/// `s` cut at every `sep`: "a b" -> {"a", "b"}, "" -> {""}, "a  b" -> {"a", "", "b"}.
+inline std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> parts;
+    for (std::size_t pos = 0;;) {
+        const std::size_t at = s.find(sep, pos);
+        parts.push_back(s.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos));
+        if (at == std::string_view::npos) return parts;
+        pos = at + 1;
+    }
 }
 
 /// A decimal number of at most 20 digits that fits in 64 bits, nothing else (no sign, no space).

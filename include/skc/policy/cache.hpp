@@ -188,6 +188,9 @@ inline std::string unescape_line(std::string_view s) {
 
 inline constexpr std::string_view entry_magic = "skc-cache-entry 1\n";
 
+/// Ends `t` with its check line: `check <hash of everything before it>`.
+inline void append_check_line(std::string& t) { t += "check " + hash_bytes(t).hex() + "\n"; }
+
 inline std::string encode_entry(const CacheEntry& e) {
     std::string t(entry_magic);
     t += "key " + e.key + "\n";
@@ -198,7 +201,7 @@ inline std::string encode_entry(const CacheEntry& e) {
     t += "compile_ns " + std::to_string(e.compile_ns) + "\n";
     t += "ops " + std::to_string(e.ops) + "\n";
     for (const auto& [n, v] : e.components) t += "component " + escape_line(n) + "=" + escape_line(v) + "\n";
-    t += "check " + hash_bytes(t).hex() + "\n";
+    append_check_line(t);
     return t;
 }
 
@@ -228,21 +231,26 @@ inline bool parse_hex_digest(std::string_view s, Digest& out) {
 /// Parses an entry; nullopt when it is truncated, altered or not an entry at all. Without
 /// `with_components` the key components are checked (the check line covers them) but not copied:
 /// lookups do not need them.
-inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_components = true) {
+/// The lines between `magic` and the check line of `t`, when `t` starts with `magic`, ends with a
+/// check line and that line's hash matches; nullopt for a truncated, altered or foreign text.
+inline std::optional<std::string_view> checked_body(std::string_view t, std::string_view magic) {
     const std::size_t check_at = t.rfind("check ");
-    if (t.substr(0, entry_magic.size()) != entry_magic || check_at == std::string_view::npos || check_at == 0 ||
-        t[check_at - 1] != '\n' || t.back() != '\n')
-        return std::nullopt;
     Digest check;
-    if (!parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
+    if (t.substr(0, magic.size()) != magic || check_at == std::string_view::npos || check_at < magic.size() ||
+        t[check_at - 1] != '\n' || t.back() != '\n' || !parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
         hash_bytes(t.substr(0, check_at)) != check)
         return std::nullopt;
+    return t.substr(magic.size(), check_at - magic.size());
+}
+
+inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_components = true) {
+    const std::optional<std::string_view> body = checked_body(t, entry_magic);
+    if (!body) return std::nullopt;
     CacheEntry e;
     bool have_key = false, have_package = false, have_checksum = false;
-    std::size_t pos = entry_magic.size();
-    while (pos < check_at) {
-        const std::size_t nl = t.find('\n', pos);
-        const std::string_view line = t.substr(pos, nl - pos);
+    for (std::size_t pos = 0; pos < body->size();) {
+        const std::size_t nl = body->find('\n', pos);
+        const std::string_view line = body->substr(pos, nl - pos);
         pos = nl + 1;
         const std::size_t sp = line.find(' ');
         if (sp == std::string_view::npos) return std::nullopt;
@@ -280,21 +288,17 @@ inline constexpr std::string_view op_list_magic = "skc-cache-ops 1\n";
 inline std::string encode_op_list(const std::vector<KeyOp>& ops) {
     std::string t(op_list_magic);
     for (const KeyOp& op : ops) t += op.digest.hex() + " " + escape_line(op.name) + "\n";
-    t += "check " + hash_bytes(t).hex() + "\n";
+    append_check_line(t);
     return t;
 }
 
 inline std::optional<std::vector<KeyOp>> decode_op_list(std::string_view t) {
-    const std::size_t check_at = t.rfind("check ");
-    Digest check;
-    if (t.substr(0, op_list_magic.size()) != op_list_magic || check_at == std::string_view::npos || check_at == 0 ||
-        t[check_at - 1] != '\n' || t.back() != '\n' || !parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
-        hash_bytes(t.substr(0, check_at)) != check)
-        return std::nullopt;
+    const std::optional<std::string_view> body = checked_body(t, op_list_magic);
+    if (!body) return std::nullopt;
     std::vector<KeyOp> out;
-    for (std::size_t pos = op_list_magic.size(); pos < check_at;) {
-        const std::size_t nl = t.find('\n', pos);
-        const std::string_view line = t.substr(pos, nl - pos);
+    for (std::size_t pos = 0; pos < body->size();) {
+        const std::size_t nl = body->find('\n', pos);
+        const std::string_view line = body->substr(pos, nl - pos);
         pos = nl + 1;
         KeyOp op;
         if (line.size() < 34 || line[32] != ' ' || !parse_hex_digest(line.substr(0, 32), op.digest)) return std::nullopt;
@@ -1174,6 +1178,33 @@ inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_names
                                  "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
     if (top.read(stem + ".json") != manifest) top.write(stem + ".json", manifest);
     return cache;
+}
+
+namespace detail {
+
+/// A namespace name as read from a folder or a file: `CANN-` and more, no '/', NUL or space (stems
+/// have '-' for spaces), not a manifest or lock file name.
+inline bool valid_namespace(std::string_view ns) {
+    return ns.size() > 5 && ns.size() <= 255 && ns.starts_with("CANN-") && ns.find('/') == std::string_view::npos &&
+           ns.find('\0') == std::string_view::npos && ns.find(' ') == std::string_view::npos && !ns.ends_with(".json") &&
+           !ns.ends_with(".lock");
+}
+
+}  // namespace detail
+
+/// The namespaces of cache folder `root` that hold entries (or only `only_ns`), in name order; none
+/// when the folder does not exist.
+inline std::vector<std::string> cache_namespaces(const std::filesystem::path& root, std::string_view only_ns = {}) {
+    std::vector<std::string> stems;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (detail::valid_namespace(name) && (only_ns.empty() || name == only_ns) &&
+            std::filesystem::is_directory(it->path() / "entries", ec))
+            stems.push_back(name);
+    }
+    std::sort(stems.begin(), stems.end());
+    return stems;
 }
 
 /// The namespace of toolchain `version` and `device` in cache folder `root`.
