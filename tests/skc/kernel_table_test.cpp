@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <thread>
@@ -12,14 +14,36 @@
 
 #include "test_support.hpp"
 
-// Counts heap allocations of this test program, to prove lookups allocate nothing. GCC sees the
-// replaced operators' malloc/free through inlining and takes them for a mismatch; they match.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Counts heap allocations of this test program, to prove lookups allocate nothing. Normally by
+// replacing the global operator new; under ThreadSanitizer, whose runtime defines operator new and
+// delete itself (a second definition does not link), by the sanitizer's allocation hook instead,
+// which sees every allocation as well (operator new included), so the assertion runs there too.
+#if defined(__SANITIZE_THREAD__)
+#define SKC_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SKC_TEST_TSAN 1
 #endif
+#endif
+
 namespace {
 std::atomic<std::size_t> allocations{0};
 }
+
+#ifdef SKC_TEST_TSAN
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, std::size_t),
+                                                         void (*free_hook)(const volatile void*));
+namespace {
+void count_malloc(const volatile void*, std::size_t) { ++allocations; }
+void ignore_free(const volatile void*) {}
+const bool hooks_installed = __sanitizer_install_malloc_and_free_hooks(count_malloc, ignore_free) != 0;
+}  // namespace
+#else
+// GCC sees the replaced operators' malloc/free through inlining and takes them for a mismatch;
+// they match.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(std::size_t n) {
     ++allocations;
     if (void* p = std::malloc(n ? n : 1)) return p;
@@ -27,6 +51,8 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+const bool hooks_installed = true;
+#endif
 
 namespace {
 
@@ -60,6 +86,11 @@ TEST_CASE("finds what was loaded, by digest, by compile-time op and by record") 
 TEST_CASE("lookups allocate nothing, also for a run-time record") {
     const skc::OpRecord rec = Relu::record();
     skc::KernelTable<int> table({{Relu::digest, 1}});
+    REQUIRE(hooks_installed);
+    const std::size_t probe = allocations.load();
+    int* volatile seen = new int(1);  // volatile: the allocation cannot be optimised away
+    delete seen;
+    REQUIRE(allocations.load() == probe + 1);  // the counter does see allocations
     const std::size_t before = allocations.load();
     int sum = 0;
     for (int i = 0; i < 1000; ++i) {
@@ -122,4 +153,117 @@ TEST_CASE("compile-time lookups follow reloads and do not confuse tables") {
         auto t = std::make_unique<skc::KernelTable<int>>(std::vector<skc::KernelTable<int>::Entry>{{Relu::digest, i}});
         CHECK(*t->find<Relu>() == i);
     }
+}
+
+namespace {
+
+/// A kernel whose fields must agree with each other and with the key it was found under: a lookup
+/// that mixed two tables (keys of one, kernels of another) or read a half-built table would not.
+struct StampedKernel {
+    int generation = 0;
+    int index = -1;
+    std::uint64_t check = 0;
+};
+
+std::uint64_t stamp(int generation, int index) {
+    return (static_cast<std::uint64_t>(generation) << 32 | static_cast<std::uint32_t>(index)) * 0x9e3779b97f4a7c15u;
+}
+
+/// Generation g holds keys 0 .. 99 + g, each with kernel {g, i}: a key's presence tells which
+/// generations may have answered.
+std::vector<skc::KernelTable<StampedKernel>::Entry> generation(int g) {
+    std::vector<skc::KernelTable<StampedKernel>::Entry> entries;
+    for (int i = 0; i < 100 + g; ++i) entries.emplace_back(key(i), StampedKernel{g, i, stamp(g, i)});
+    return entries;
+}
+
+}  // namespace
+
+TEST_CASE("reload while 4 threads look up: no torn table, and each thread only ever sees newer tables") {
+    constexpr int generations = 300;
+    skc::KernelTable<StampedKernel> table(generation(0));
+    std::atomic<bool> stop{false};
+    std::atomic<int> started{0}, torn{0}, went_back{0}, missing{0}, bad_size{0};
+    std::atomic<long> lookups{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 4; ++t)
+        readers.emplace_back([&, t] {
+            ++started;
+            int newest = 0;  // the newest generation this thread has seen
+            long n = 0;
+            for (int i = t; !stop.load(std::memory_order_relaxed); ++i, ++n) {
+                const int wanted = i % (100 + generations + 10);  // some keys no generation has
+                const StampedKernel* k = table.find(key(wanted));
+                if (k == nullptr) {
+                    // Absent from every generation from `newest` on, or the table went back.
+                    if (wanted < 100 + newest) ++missing;
+                    continue;
+                }
+                if (k->index != wanted || k->check != stamp(k->generation, k->index) || k->generation < 0 ||
+                    k->generation > generations || wanted >= 100 + k->generation)
+                    ++torn;
+                if (k->generation < newest) ++went_back;
+                newest = std::max(newest, k->generation);
+                const std::size_t size = table.size();
+                if (size < 100 + static_cast<std::size_t>(newest) || size > 100 + static_cast<std::size_t>(generations))
+                    ++bad_size;
+            }
+            lookups += n;
+        });
+    while (started.load() < 4) std::this_thread::yield();  // every reader is looking up
+    for (int g = 1; g <= generations; ++g) table.reload(generation(g));
+    stop = true;
+    for (auto& th : readers) th.join();
+    CHECK(lookups.load() > 0);
+    CHECK(torn.load() == 0);
+    CHECK(went_back.load() == 0);
+    CHECK(missing.load() == 0);
+    CHECK(bad_size.load() == 0);
+    CHECK(table.size() == 100 + generations);
+    CHECK(table.find(key(100 + generations - 1))->generation == generations);
+}
+
+TEST_CASE("compile-time lookups in 4 threads follow reloads: never older, and the newest table after a reload") {
+    // Each thread remembers the slot of find<Relu>() for the table it was found in; a reload must
+    // end that memo for every thread, including a reload to a table without the op.
+    constexpr int generations = 200;
+    skc::KernelTable<int> table({{Relu::digest, 0}});
+    std::atomic<bool> stop{false};
+    std::atomic<int> phase{0};  // 1: the last reload is done; 2: the op was reloaded away
+    std::atomic<int> started{0}, disagree{0}, went_back{0}, stale_after_reload{0}, stale_after_removal{0}, done{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 4; ++t)
+        readers.emplace_back([&] {
+            ++started;
+            int newest = 0;
+            while (!stop.load(std::memory_order_relaxed)) {
+                const int* memo = table.find<Relu>();
+                const int* direct = table.find(Relu::digest);
+                if (memo == nullptr || direct == nullptr) {
+                    ++disagree;
+                    continue;
+                }
+                if (*memo < newest) ++went_back;
+                if (*direct < *memo) ++went_back;  // the later lookup saw an older table
+                newest = std::max(newest, *direct);
+            }
+            while (phase.load(std::memory_order_acquire) < 1) std::this_thread::yield();
+            const int* last = table.find<Relu>();
+            if (last == nullptr || *last != generations) ++stale_after_reload;
+            ++done;
+            while (phase.load(std::memory_order_acquire) < 2) std::this_thread::yield();
+            if (table.find<Relu>() != nullptr) ++stale_after_removal;
+        });
+    while (started.load() < 4) std::this_thread::yield();
+    for (int g = 1; g <= generations; ++g) table.reload({{Relu::digest, g}});
+    stop = true;
+    phase.store(1, std::memory_order_release);
+    while (done.load() < 4) std::this_thread::yield();
+    table.reload({});
+    phase.store(2, std::memory_order_release);
+    for (auto& th : readers) th.join();
+    CHECK(disagree.load() == 0);
+    CHECK(went_back.load() == 0);
+    CHECK(stale_after_reload.load() == 0);
+    CHECK(stale_after_removal.load() == 0);
 }

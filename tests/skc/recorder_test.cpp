@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -187,4 +190,124 @@ TEST_CASE("discard ends the session without writing: the process may record agai
     rec.discard();  // twice is harmless
     skc::OpRecorder<> next;  // the process's session is free again
     CHECK(next.record(op("Add", 1, 2)));
+}
+
+TEST_CASE("8 threads start a session at once: exactly one holds it, the others are told why") {
+    std::atomic<bool> go{false};
+    std::atomic<int> tried{0}, won{0}, refused{0}, other{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            std::optional<skc::OpRecorder<>> rec;
+            try {
+                rec.emplace();
+                ++won;
+            } catch (const skc::Error& e) {
+                ++(e.code() == skc::Errc::session_active ? refused : other);
+            }
+            ++tried;
+            while (tried.load() < 8) std::this_thread::yield();  // the winner holds it until all tried
+        });
+    go.store(true, std::memory_order_release);
+    for (auto& th : threads) th.join();
+    CHECK(won.load() == 1);
+    CHECK(refused.load() == 7);
+    CHECK(other.load() == 0);
+    CHECK_FALSE(skc::recording_session_active());
+}
+
+TEST_CASE("6 threads record the same ops, by record and by compile-time digest: each op once, built only when needed") {
+    constexpr int ops = 2000;
+    std::vector<skc::OpRecord> records;
+    std::vector<skc::Digest> digests;
+    for (int i = 0; i < ops; ++i) {
+        records.push_back(op(i % 2 ? "Add" : "MatMulV2", i + 1, 7));
+        digests.push_back(skc::digest(records.back()));
+    }
+    skc::OpRecorder<> rec;
+    std::atomic<bool> go{false};
+    std::atomic<int> fresh{0}, built{0}, errors{0};
+    std::atomic<std::size_t> shrank{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t)
+        threads.emplace_back([&, t] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            try {
+                for (int n = 0; n < ops; ++n) {
+                    const int i = (n * 7 + t * 331) % ops;  // every thread walks all ops, from another start
+                    if (t % 2 == 0) {
+                        fresh += rec.record(records[static_cast<std::size_t>(i)]) ? 1 : 0;
+                    } else {
+                        fresh += rec.record(digests[static_cast<std::size_t>(i)], [&] {
+                            ++built;
+                            return records[static_cast<std::size_t>(i)];
+                        }) ? 1 : 0;
+                    }
+                }
+            } catch (const std::exception&) {
+                ++errors;
+            }
+        });
+    go.store(true, std::memory_order_release);
+    std::size_t last = 0;
+    for (int probe = 0; probe < 50; ++probe) {  // size() and snapshot() meanwhile: never shrinking
+        const std::size_t now = rec.size();
+        const std::size_t snap = rec.snapshot().size();
+        if (now < last || snap < now) ++shrank;
+        last = snap;
+    }
+    for (auto& th : threads) th.join();
+    CHECK(errors.load() == 0);
+    CHECK(shrank.load() == 0);
+    CHECK(fresh.load() == ops);
+    CHECK(rec.size() == static_cast<std::size_t>(ops));
+    // A digest-path thread builds a record only when its op was not seen yet when it looked: at
+    // most once per op for each of the 3 such threads, and never for an op recorded long before.
+    CHECK(built.load() >= 1);
+    CHECK(built.load() <= 3 * ops);
+    const skc::OpSet set = rec.snapshot();
+    REQUIRE(set.size() == static_cast<std::size_t>(ops));
+    for (int i = 0; i < ops; ++i) CHECK(set.find(digests[static_cast<std::size_t>(i)]) != nullptr);
+}
+
+TEST_CASE("stop while 4 threads record: every op acknowledged as new is written once, every later call refused") {
+    skc_test::TempDir dir;
+    const skc::RunLayout run = skc::Layout(dir.path()).create_run();
+    constexpr int per_thread = 250;
+    skc::OpRecorder<> rec;
+    std::atomic<int> running{0}, other_errors{0}, refused{0};
+    std::vector<std::vector<skc::Digest>> accepted(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            ++running;
+            try {
+                // Each thread's own ops first, then the same ones again (not new) until refused.
+                for (int n = 0;; ++n) {
+                    const skc::OpRecord r = op("Mul", t + 1, n % per_thread + 1);
+                    if (rec.record(r)) accepted[static_cast<std::size_t>(t)].push_back(skc::digest(r));
+                }
+            } catch (const skc::Error& e) {
+                ++(e.code() == skc::Errc::no_session ? refused : other_errors);
+            } catch (const std::exception&) {
+                ++other_errors;
+            }
+        });
+    while (running.load() < 4 || rec.size() < 100) std::this_thread::yield();
+    const skc::RecordingResult res = rec.stop(run);
+    for (auto& th : threads) th.join();
+    CHECK(refused.load() == 4);
+    CHECK(other_errors.load() == 0);
+    std::set<std::string> acknowledged;
+    for (const auto& list : accepted)
+        for (const skc::Digest& d : list) acknowledged.insert(d.hex());
+    std::size_t acknowledged_calls = 0;
+    for (const auto& list : accepted) acknowledged_calls += list.size();
+    CHECK(acknowledged_calls == acknowledged.size());  // no op was new twice
+    CHECK(res.recorded == acknowledged.size());
+    std::set<std::string> written;
+    for (const auto& o : skc::read_op_info_dir(run.debug()).ops) written.insert(skc::digest(o.record).hex());
+    CHECK(written == acknowledged);
+    CHECK(skc::read_op_info_dir(run.opcompile()).ops.size() == acknowledged.size());
 }

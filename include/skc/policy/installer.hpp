@@ -196,19 +196,28 @@ inline bool holder_alive(const std::string& name) {
 // ---- the process's holdings, reachable from a signal handler --------------------------------------
 
 constexpr std::size_t max_signal_holders = 256;
+/// A holder file's path, readable from a signal handler on any thread. `state` hands the slot over:
+/// 0 free, 1 being written (claim), 2 ready, 3 taken by the handler. Every change is a lock-free
+/// atomic compare-and-swap, so a slot is never rewritten while the handler reads it, and the
+/// handler reads only a path whose writing happened before (release, then acquire).
 struct SignalSlot {
-    volatile std::sig_atomic_t state = 0;  // 0 free, 1 being written, 2 ready
-    volatile pid_t owner = 0;              // the process that wrote it (a forked child skips it)
+    std::atomic<int> state{0};
+    std::atomic<pid_t> owner{0};  // the process that wrote it (a forked child skips it)
     char path[4096] = {};
 };
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<pid_t>::is_always_lock_free,
+              "the signal handler needs lock-free atomics");
 inline SignalSlot g_signal_slots[max_signal_holders];
 inline struct sigaction g_prev_int {}, g_prev_term {};
 
 extern "C" inline void skc_installer_signal_handler(int sig) {
     const int saved = errno;
     const pid_t self = ::getpid();
-    for (SignalSlot& s : g_signal_slots)
-        if (s.state == 2 && s.owner == self) ::unlink(const_cast<const char*>(s.path));
+    for (SignalSlot& s : g_signal_slots) {
+        int ready = 2;
+        if (!s.state.compare_exchange_strong(ready, 3, std::memory_order_acquire)) continue;
+        if (s.owner.load(std::memory_order_relaxed) == self) ::unlink(s.path);
+    }
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -241,20 +250,22 @@ inline int claim_signal_slot(const std::filesystem::path& holder_file) {
     if (p.size() >= sizeof(SignalSlot::path)) return -1;
     for (std::size_t i = 0; i < max_signal_holders; ++i) {
         SignalSlot& s = g_signal_slots[i];
-        if (s.state != 0) continue;  // called under holdings().mu, so no other writer
-        s.state = 1;
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-        std::memcpy(const_cast<char*>(s.path), p.c_str(), p.size() + 1);
-        s.owner = ::getpid();
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-        s.state = 2;
+        int free = 0;
+        if (!s.state.compare_exchange_strong(free, 1, std::memory_order_acquire)) continue;
+        std::memcpy(s.path, p.c_str(), p.size() + 1);
+        s.owner.store(::getpid(), std::memory_order_relaxed);
+        s.state.store(2, std::memory_order_release);
         return static_cast<int>(i);
     }
     return -1;  // table full: this holding is cleaned up as a dead holder after a signal
 }
 
+/// Frees slot `i`, unless the signal handler has taken it (the process is ending then; the slot
+/// stays taken).
 inline void free_signal_slot(int i) {
-    if (i >= 0) g_signal_slots[i].state = 0;
+    if (i < 0) return;
+    int ready = 2;
+    g_signal_slots[i].state.compare_exchange_strong(ready, 0, std::memory_order_acq_rel);
 }
 
 inline void install_signal_handlers_once() {

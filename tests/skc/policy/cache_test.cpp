@@ -5,7 +5,10 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include <skc/op_info_io.hpp>
 #include <skc/cache_archive.hpp>
@@ -1060,4 +1063,142 @@ TEST_CASE("statistics saturate: a huge stats file neither wraps nor is undefined
     again->get_or_compile(k, [&] { return compiler(k); });
     again->flush();
     CHECK(again->persisted_stats().compile_time_saved_ns == INT64_MAX);
+}
+
+// ---- several threads on one key --------------------------------------------------------------------
+
+namespace {
+
+/// A compile for the threaded cases: counts its calls from any thread, takes long enough that the
+/// other threads arrive while it runs, and writes the key's package to a file of its own.
+struct SlowCompiler {
+    fs::path dir;
+    std::atomic<int> calls{0};
+    fs::path operator()(const skc::CacheKey& k) {
+        const int n = ++calls;
+        std::this_thread::sleep_for(100ms);
+        const fs::path p = dir / ("threaded_" + std::to_string(n) + ".run");
+        skc_test::spit(p, Compiler::content(k));
+        return p;
+    }
+};
+
+/// What one thread's get_or_compile() gave, taken while its hit still pins the entry.
+struct ThreadOutcome {
+    bool returned = false;
+    std::string error;
+    skc::CacheResult result = skc::CacheResult::disabled;
+    bool has_hit = false;
+    std::string key, package, checksum, package_bytes, file_bytes;
+};
+
+template <class Cache, class Outcome>
+ThreadOutcome describe(Cache& cache, const Outcome& out) {
+    ThreadOutcome d;
+    d.returned = true;
+    d.result = out.result;
+    d.has_hit = out.hit.has_value();
+    if (!out.hit) return d;
+    d.key = out.hit->entry.key;
+    d.package = out.hit->entry.package;
+    d.checksum = out.hit->entry.checksum.hex();
+    d.package_bytes = cache.storage().read(out.hit->entry.package).value_or("(none)");
+    if (out.hit->package_path) d.file_bytes = skc_test::slurp(*out.hit->package_path);
+    return d;
+}
+
+/// The law for N threads on one key: one compile; every thread returned a hit on the same entry,
+/// whose package is the compiled one; one thread compiled, the others hit or waited.
+void check_one_compile(const std::vector<ThreadOutcome>& outs, const skc::CacheKey& k, int calls, bool files) {
+    CHECK(calls == 1);
+    int compiled = 0;
+    for (const ThreadOutcome& o : outs) {
+        CAPTURE(o.error);
+        REQUIRE(o.returned);
+        REQUIRE(o.has_hit);
+        compiled += o.result == skc::CacheResult::compiled ? 1 : 0;
+        CHECK((o.result == skc::CacheResult::compiled || o.result == skc::CacheResult::hit ||
+               o.result == skc::CacheResult::waited));
+        CHECK(o.key == k.hex());
+        CHECK(o.package == outs.front().package);
+        CHECK(o.checksum == outs.front().checksum);
+        CHECK(o.package_bytes == Compiler::content(k));
+        if (files) CHECK(o.file_bytes == Compiler::content(k));
+    }
+    CHECK(compiled == 1);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("8 threads, one cache, one key: one compile, and every thread gets the package", C, FsFileLock,
+                   MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    SlowCompiler compiler{fx.dir.path()};
+    const skc::CacheKey k = key_of(40);
+    std::atomic<bool> go{false};
+    std::vector<ThreadOutcome> outs(8);
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < outs.size(); ++t)
+        threads.emplace_back([&, t] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            try {
+                const auto out = cache->get_or_compile(k, [&] { return compiler(k); });
+                outs[t] = describe(*cache, out);
+            } catch (const std::exception& e) {
+                outs[t].error = e.what();
+            }
+        });
+    go.store(true, std::memory_order_release);
+    for (auto& th : threads) th.join();
+    check_one_compile(outs, k, compiler.calls.load(), std::is_same_v<C, FsFileLock>);
+    int waited = 0;
+    for (const ThreadOutcome& o : outs) waited += o.result == skc::CacheResult::waited ? 1 : 0;
+    const skc::CacheStats s = cache->stats();
+    CHECK(s.compiles == 1);
+    CHECK(s.misses == 1);  // one hit or one miss per call
+    CHECK(s.hits == 7);
+    CHECK(s.waits == static_cast<std::uint64_t>(waited));
+    CHECK(cache->entries().size() == 1);
+    CHECK(fx.log.lines->empty());
+}
+
+TEST_CASE("8 threads, each with its own cache over one folder, one key: one compile, every thread gets the package") {
+    skc_test::TempDir dir;
+    const fs::path root = dir / "cache";
+    SlowCompiler compiler{dir.path()};
+    const skc::CacheKey k = key_of(41);
+    LogCapture log;
+    std::atomic<bool> go{false};
+    std::vector<ThreadOutcome> outs(8);
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < outs.size(); ++t)
+        threads.emplace_back([&, t] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            try {
+                // Opened in the thread, as each process of a node opens its own; destroyed in the
+                // thread too (its statistics are merged into the folder's then).
+                auto cache = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1min, log.sink()});
+                const auto out = cache->get_or_compile(k, [&] { return compiler(k); });
+                outs[t] = describe(*cache, out);
+            } catch (const std::exception& e) {
+                outs[t].error = e.what();
+            }
+        });
+    go.store(true, std::memory_order_release);
+    for (auto& th : threads) th.join();
+    check_one_compile(outs, k, compiler.calls.load(), true);
+    int waited = 0;
+    for (const ThreadOutcome& o : outs) waited += o.result == skc::CacheResult::waited ? 1 : 0;
+    auto after = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1min, log.sink()});
+    const skc::CacheStats s = after->persisted_stats();  // the 8 caches' statistics, merged
+    CHECK(s.compiles == 1);
+    CHECK(s.misses == 1);
+    CHECK(s.hits == 7);
+    CHECK(s.waits == static_cast<std::uint64_t>(waited));
+    REQUIRE(after->entries().size() == 1);
+    auto hit = after->lookup(k);
+    REQUIRE(hit.has_value());
+    CHECK(after->verify(*hit));
+    CHECK(log.lines->empty());
 }

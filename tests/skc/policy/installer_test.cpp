@@ -7,9 +7,11 @@
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -74,7 +76,10 @@ public:
         }
     }
     pid_t spawn(const std::vector<std::string>& args, const fs::path& out) {
-        std::vector<std::string> all{SKC_INSTALL_WORKER};
+        return spawn_program(SKC_INSTALL_WORKER, args, out);
+    }
+    pid_t spawn_program(const std::string& program, const std::vector<std::string>& args, const fs::path& out) {
+        std::vector<std::string> all{program};
         all.insert(all.end(), args.begin(), args.end());
         std::vector<char*> argv;
         for (auto& a : all) argv.push_back(a.data());
@@ -360,4 +365,154 @@ TEST_CASE("NoInstall records the calls") {
     REQUIRE(none.calls.size() == 3);
     CHECK(none.calls[0].what == "install");
     CHECK(none.calls[1].persistent);
+}
+
+// ---- several threads of one process ------------------------------------------------------------
+
+TEST_CASE("8 threads install one package at once: one extraction, 8 holders; 8 threads releasing remove it once") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "together", 11);
+    skc::RunPackageInstaller installer;  // one installer shared by the threads
+    constexpr std::size_t n = 8;
+    std::vector<skc::Installation> handles(n);
+    std::vector<std::string> errors(n);
+    std::atomic<bool> go{false};
+    auto in_threads = [&](auto&& work) {
+        go = false;
+        std::vector<std::thread> threads;
+        for (std::size_t t = 0; t < n; ++t)
+            threads.emplace_back([&, t] {
+                while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+                try {
+                    work(t);
+                } catch (const std::exception& e) {
+                    errors[t] = e.what();
+                }
+            });
+        go.store(true, std::memory_order_release);
+        for (auto& th : threads) th.join();
+    };
+    in_threads([&](std::size_t t) { handles[t] = installer.install(pkg, lib, {}); });
+    for (const std::string& e : errors) CHECK(e.empty());
+    int extracted = 0;
+    for (const skc::Installation& h : handles) {
+        CHECK(h.holds());
+        CHECK(h.folder() == lib / "static_kernel/host/together");
+        extracted += h.extracted() ? 1 : 0;
+    }
+    CHECK(extracted == 1);
+    CHECK(holder_count(lib, "together") == n);
+    CHECK(config_stems(lib) == std::vector<std::string>{"together"});
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(11), "together"}});
+    CHECK(skc_test::slurp(lib / "static_kernel/host/together/kernels/together.so") == "kernel together\n");
+    for (const auto& e : fs::directory_iterator(lib / "static_kernel/host"))
+        CHECK(e.path().filename().string().rfind(".staging", 0) != 0);  // the losers' extractions are gone
+
+    in_threads([&](std::size_t t) { handles[t].release(); });
+    for (const std::string& e : errors) CHECK(e.empty());
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/together"));
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/.holders/together"));
+    CHECK(config_stems(lib).empty());
+    CHECK(index_packages(lib).empty());
+}
+
+TEST_CASE("4 threads install and release different packages at once: each is listed while held, none after") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    constexpr int n = 4;
+    std::vector<fs::path> pkgs;
+    for (int i = 0; i < n; ++i) pkgs.push_back(make_simple(tmp.path(), "own" + std::to_string(i), 200 + i));
+    skc::RunPackageInstaller installer;
+    std::atomic<int> installed{0}, released{0}, failures{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; ++t)
+        threads.emplace_back([&, t] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            try {
+                for (int round = 0; round < 3; ++round) {  // the others install and release meanwhile
+                    skc::Installation h = installer.install(pkgs[static_cast<std::size_t>(t)], lib, {});
+                    if (!h.extracted()) ++failures;  // nobody else holds this package
+                    ++installed;
+                    const auto idx = index_packages(lib);
+                    const auto it = idx.find(digest_of(200 + t));
+                    if (it == idx.end() || it->second != "own" + std::to_string(t)) ++failures;
+                    h.release();
+                    ++released;
+                }
+            } catch (const std::exception&) {
+                ++failures;
+            }
+        });
+    go.store(true, std::memory_order_release);
+    for (auto& th : threads) th.join();
+    CHECK(failures.load() == 0);
+    CHECK(installed.load() == 3 * n);
+    CHECK(released.load() == 3 * n);
+    CHECK(config_stems(lib).empty());
+    CHECK(index_packages(lib).empty());
+    CHECK(installer.list(lib, "host").empty());
+}
+
+// The signal path with threads: a process whose threads hold installs (or are installing and
+// releasing) is ended by SIGTERM or SIGINT. The worker is tests/workers/install_threads_worker.cpp.
+
+TEST_CASE("a signal to a process whose 4 threads hold installs: the handler unlinks every thread's holders") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path a = make_simple(tmp.path(), "sig_a", 21);
+    const fs::path b = make_simple(tmp.path(), "sig_b", 22);
+    skc::RunPackageInstaller installer;
+    Workers w;
+    for (const int sig : {SIGTERM, SIGINT}) {
+        CAPTURE(sig);
+        const fs::path out = tmp / ("hold" + std::to_string(sig) + ".out");
+        const pid_t p = w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "hold", a.string(), b.string()}, out);
+        CHECK(wait_installed(out) == "holding 8\n");
+        CHECK(holder_count(lib, "sig_a") == 4);
+        CHECK(holder_count(lib, "sig_b") == 4);
+        ::kill(p, sig);
+        CHECK(w.wait(p) == 128 + sig);  // ended by the signal, as without skc
+        // The handler removed every holder file, whichever thread it ran on; the packages stay
+        // until the next install, uninstall or cleanup.
+        CHECK(holder_count(lib, "sig_a") == 0);
+        CHECK(holder_count(lib, "sig_b") == 0);
+        CHECK(fs::exists(lib / "static_kernel/host/sig_a"));
+        CHECK(installer.cleanup(lib, "host") == 2);
+        CHECK(index_packages(lib).empty());
+        CHECK(config_stems(lib).empty());
+    }
+}
+
+TEST_CASE("SIGTERM while 4 threads install and release: the process ends at once, and cleanup leaves nothing") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path a = make_simple(tmp.path(), "churn_a", 31);
+    const fs::path b = make_simple(tmp.path(), "churn_b", 32);
+    skc::RunPackageInstaller installer;
+    Workers w;
+    for (const int delay_ms : {0, 50, 200}) {
+        CAPTURE(delay_ms);
+        const fs::path out = tmp / ("churn" + std::to_string(delay_ms) + ".out");
+        const pid_t p = w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "churn", a.string(), b.string()}, out);
+        CHECK(wait_installed(out) == "churning\n");
+        std::this_thread::sleep_for(milliseconds(delay_ms));
+        ::kill(p, SIGTERM);
+        CHECK(w.wait(p) == 128 + SIGTERM);  // no thread holding a lock keeps it from ending
+        // Holder files the handler could not know of yet (created, not yet registered) name a dead
+        // process, and so do packages half-removed by a thread the signal cut short: cleanup removes
+        // them. (Threads still running while the handler unlinked may have removed a package already.)
+        CHECK(installer.cleanup(lib, "host") <= 2);
+        CHECK(installer.list(lib, "host").empty());
+        CHECK(index_packages(lib).empty());
+        CHECK(config_stems(lib).empty());
+        CHECK_FALSE(fs::exists(lib / "static_kernel/host/.holders/churn_a"));
+        CHECK_FALSE(fs::exists(lib / "static_kernel/host/.holders/churn_b"));
+        for (const auto& e : fs::directory_iterator(lib / "static_kernel/host")) {
+            const std::string name = e.path().filename().string();
+            CHECK(name.rfind(".staging", 0) != 0);
+            CHECK(name.rfind(".removing", 0) != 0);
+        }
+    }
 }
