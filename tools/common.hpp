@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include <skc/detail/text.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/value.hpp>
 
@@ -53,42 +54,9 @@ inline std::string printable(std::string_view s, bool keep_newlines = false) {
     return r;
 }
 
-/// Valid UTF-8 for JSON: every byte that does not start a well-formed sequence becomes U+FFFD.
-/// (skc::dump_json refuses invalid UTF-8, and names and paths on disk are arbitrary bytes.)
-inline std::string utf8(std::string_view s) {
-    std::string r;
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-        const unsigned char c = b(i);
-        std::size_t n = 0;
-        unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-        if (c < 0x80) n = 1;
-        else if (c >= 0xC2 && c <= 0xDF) n = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 3;
-            if (c == 0xE0) lo = 0xA0;  // no overlong forms
-            if (c == 0xED) hi = 0x9F;  // no surrogates
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-        }
-        bool ok = n != 0 && i + n <= s.size();
-        for (std::size_t k = 1; ok && k < n; ++k) {
-            const unsigned char lower = k == 1 ? lo : 0x80, upper = k == 1 ? hi : 0xBF;
-            ok = b(i + k) >= lower && b(i + k) <= upper;
-        }
-        if (ok) {
-            r.append(s.substr(i, n));
-            i += n;
-        } else {
-            r += "\xEF\xBF\xBD";
-            ++i;
-        }
-    }
-    return r;
-}
+/// Valid UTF-8 for JSON (skc::dump_json refuses invalid UTF-8, and names and paths on disk are
+/// arbitrary bytes): see skc::detail::to_valid_utf8.
+inline std::string utf8(std::string_view s) { return skc::detail::to_valid_utf8(s); }
 
 inline std::string pad_left(std::string s, std::size_t width) {
     if (s.size() < width) s.insert(0, width - s.size(), ' ');

@@ -18,9 +18,12 @@
 // compiler's progress lines, `waiting for another process compiling cache key ab12cd34…, 5.0 s`,
 // ended with a line feed before the report or the error.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -29,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -211,6 +215,10 @@ private:
             if (secs < 1.0) return;
             text = "looking up cache key " + shorten_key(p.key, p.key);
             break;
+        case skc::CompileProgress::Phase::installing:
+            if (secs < 1.0) return;
+            text = "installing the package";
+            break;
         }
         text = printable(text) + format(", %.1f s", secs);
         winsize ws{};
@@ -245,6 +253,84 @@ private:
     std::chrono::steady_clock::time_point since_;
     std::thread ticker_;  // last: it starts once the rest is there
 };
+
+/// What `skc compile` says when SIGINT, SIGTERM or SIGHUP ends it: what it was doing, and what is
+/// left. The text is prepared as the compile goes (set(), from the compile's thread) in one of two
+/// buffers, so the handler only writes a finished one; the handler then ends the process with the
+/// signal's default action (exit status 128 + signal), and the guards of the compiler and of the
+/// package's extraction stop them (skc::detail::GroupGuard). Every file skc writes is renamed into
+/// place whole, so what an interrupted run leaves is what was there before or complete.
+namespace interruption {
+constexpr std::size_t max_text = 2048;
+char texts[2][max_text];
+std::atomic<int> current{-1};
+int next_slot = 0;
+volatile std::sig_atomic_t on_terminal = 0;  // a progress line may be drawn: clear it first
+
+void set(const std::string& what) {
+    const int slot = next_slot;
+    next_slot ^= 1;
+    const std::size_t n = std::min(what.size(), max_text - 2);
+    std::memcpy(texts[slot], what.data(), n);
+    texts[slot][n] = '\n';
+    texts[slot][n + 1] = '\0';
+    current.store(slot);
+}
+
+void write_all(const char* s) noexcept {
+    for (std::size_t left = std::strlen(s); left > 0;) {
+        const ssize_t w = ::write(2, s, left);
+        if (w <= 0) return;
+        s += w;
+        left -= static_cast<std::size_t>(w);
+    }
+}
+
+extern "C" void handler(int sig) {
+    if (on_terminal) write_all("\r\033[K");
+    write_all("skc compile: interrupted by SIG");
+    const char* name = ::sigabbrev_np(sig);
+    write_all(name ? name : "?");
+    const int slot = current.load();
+    write_all(slot >= 0 ? " while " : "\n");
+    if (slot >= 0) write_all(texts[slot]);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);
+    ::raise(sig);  // blocked while the handler runs: delivered (default action) when it returns
+}
+
+void install() {
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+        struct sigaction cur {};
+        if (::sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler == SIG_IGN) continue;  // e.g. nohup
+        ::sigaction(sig, &sa, nullptr);
+    }
+}
+
+/// The text for a progress report.
+void follow(const skc::CompileProgress& p, std::size_t ops, const fs::path& library) {
+    const std::string key = p.key.empty() ? std::string() : " for cache key " + p.key;
+    switch (p.phase) {
+    case skc::CompileProgress::Phase::waiting:
+        set("waiting for " + p.waiting_for + ": nothing was compiled or stored");
+        break;
+    case skc::CompileProgress::Phase::lookup: set("looking up cache key " + p.key + ": the cache is unchanged"); break;
+    case skc::CompileProgress::Phase::compiling:
+        set("compiling " + std::to_string(p.total ? p.total : ops) + " ops" + key + " (" + std::to_string(p.done) +
+            " done): the compiler is stopped, and the cache holds no part of this compile");
+        break;
+    case skc::CompileProgress::Phase::installing:
+        set("installing the package" + key + " into " + printable(library.string()) +
+            ": the package stays in the cache; the op library holds no part of this install (a later run installs it)");
+        break;
+    }
+}
+}  // namespace interruption
 
 void print_report(const skc::CompileReport& r, const fs::path& library, const std::string& backend) {
     std::string s = "skc compile: " + std::string(skc::describe(r.outcome)) + "\n";
@@ -458,13 +544,21 @@ int run_compile(Args args) {
     if (const fs::path c = *p.get("--compiler"); c.has_parent_path() && ::access(c.c_str(), X_OK) != 0)
         throw UsageError{prefix + "--compiler " + printable(c.string()) + ": " +
                          (fs::exists(c) ? "not executable" : "no such file")};
+    interruption::set("reading the op info files: nothing was written");
+    interruption::install();
+    // Read everything first: a bad file, or a folder that cannot be read, is bad input (exit 2, as
+    // skc ops inspect), and nothing is written.
+    std::vector<skc::OpRecord> ops;
     try {
-        // Read everything first: a bad file is bad input, and nothing is written.
-        std::vector<skc::OpRecord> ops;
         for (skc::LoadedOp& op : skc::read_op_info_dir(*p.get("--ops")).ops) ops.push_back(std::move(op.record));
         if (ops.empty())
             throw skc::Error(skc::Errc::invalid_argument, "no op info files (*.json) in the folder",
                              skc::ErrorContext{*p.get("--ops"), {}, {}});
+    } catch (const skc::Error& e) {
+        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what(), /*keep_newlines=*/true).c_str());
+        return exit_usage;
+    }
+    try {
         // Progress only for a person watching: not with --json, not into a file or a pipe.
         const bool show_progress = !p.has("--json") && ::isatty(2) == 1;
         auto run_with = [&](auto gather) {
@@ -472,14 +566,21 @@ int run_compile(Args args) {
             skc::CompilerSettings settings = s;
             if (show_progress) {
                 display.emplace();
-                settings.progress = [&display](const skc::CompileProgress& pr) { display->update(pr); };
                 settings.cache.log = display->log_sink(cache_log_level);
+                interruption::on_terminal = 1;
             }
+            settings.progress = [&display, n = ops.size(), &library = s.op_library](const skc::CompileProgress& pr) {
+                interruption::follow(pr, n, library);
+                if (display) display->update(pr);
+            };
+            interruption::set("recording and selecting " + std::to_string(ops.size()) +
+                              " ops: nothing was compiled or stored");
             skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
                                       skc::RunPackageInstaller, skc::NoReselect, decltype(gather)>
                 compiler(skc::ProcessInvoker(*p.get("--compiler")), o, settings, skc::RunPackageInstaller(), skc::NoReselect(),
                          std::move(gather));
             const skc::CompileReport r = compiler.compile(ops);
+            interruption::set("printing the report: the compile and install are complete");
             if (display) display->finish();
             if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
             else print_report(r, s.op_library, s.backend);

@@ -48,6 +48,7 @@
 #include <skc/log.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/policy/cache.hpp>
+#include <skc/run_package.hpp>
 #include <skc/value.hpp>
 
 #include "commands.hpp"
@@ -387,7 +388,8 @@ int cache_verify(const Target& t, const CacheOptions& o) {
     std::uint64_t checked = 0, bad = 0, removed = 0;
     for (const std::string& stem : t.namespaces) {
         const std::unique_ptr<FsCache> cache = open_namespace(t, stem);
-        const skc::VerifyReport v = cache->verify_all();
+        // Each package's checksum, then the package itself: a package stored damaged is caught too.
+        const skc::VerifyReport v = cache->verify_all([](const std::filesystem::path& p) { return skc::run_package_fault(p); });
         save_statistics(t, *cache, stem);
         checked += v.checked;
         bad += v.bad.size();

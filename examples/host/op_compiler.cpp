@@ -41,7 +41,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -52,6 +51,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +62,7 @@
 #include <skc/op_info_io.hpp>
 #include <skc/op_record.hpp>
 #include <skc/options.hpp>
+#include <skc/run_package.hpp>
 #include <skc/value.hpp>
 
 #include "codegen.hpp"
@@ -217,10 +218,19 @@ private:
 };
 
 void write_text(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) throw Failure{1, "cannot write " + p.string()};
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) throw Failure{1, "cannot write " + p.string() + ": " + std::strerror(errno)};
+    for (std::string_view left = text; !left.empty();) {
+        const ssize_t w = ::write(fd, left.data(), left.size());
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            const int err = w < 0 ? errno : ENOSPC;
+            ::close(fd);
+            throw Failure{1, "cannot write " + p.string() + ": " + std::strerror(err)};
+        }
+        left.remove_prefix(static_cast<std::size_t>(w));
+    }
+    if (::close(fd) != 0) throw Failure{1, "cannot write " + p.string() + ": " + std::strerror(errno)};
 }
 
 /// A command line for messages: arguments with anything but safe characters are quoted.
@@ -240,25 +250,22 @@ std::string show(const std::vector<std::string>& args) {
 struct Job {
     std::string what;               // for messages
     std::vector<std::string> args;  // args[0] is looked up in PATH
-    fs::path log;                   // its stdout and stderr
 };
 
-/// Starts `job` with posix_spawnp in this process group, stdin from /dev/null, output to its log.
-pid_t start(const Job& job) {
-    const int fd = ::open(job.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) throw Failure{1, "cannot create " + job.log.string() + ": " + std::strerror(errno)};
+/// Starts `job` with posix_spawnp in this process group, stdin from /dev/null, output to `log`: a
+/// file in memory, so that what it says is kept when the disk is full (often the very error).
+pid_t start(const Job& job, int log) {
     std::vector<char*> argv;
     for (const std::string& s : job.args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, fd, 2);
+    posix_spawn_file_actions_adddup2(&fa, log, 1);
+    posix_spawn_file_actions_adddup2(&fa, log, 2);
     pid_t pid = -1;
     const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
-    ::close(fd);
     if (rc != 0) throw Failure{1, job.what + ": cannot start \"" + job.args[0] + "\": " + std::strerror(rc)};
     return pid;
 }
@@ -269,18 +276,29 @@ std::string describe_status(int status) {
     return "ended with wait status " + std::to_string(status);
 }
 
-/// What a failed job printed, capped so a flood of diagnostics stays readable.
-std::string output_of(const Job& job) {
-    std::string text;
-    try {
-        text = skc::read_file(job.log, std::size_t{64} << 20);
-    } catch (const skc::Error&) {
-    }
+/// What a job printed into its log (a memory file), capped so a flood of diagnostics stays readable.
+std::string output_of(int log) {
     constexpr std::size_t cap = 16384;
-    if (text.size() > cap) text = text.substr(0, cap) + "\n[... " + std::to_string(text.size() - cap) + " more bytes]";
+    const off_t size = ::lseek(log, 0, SEEK_END);
+    std::string text(static_cast<std::size_t>(std::min<off_t>(std::max<off_t>(size, 0), cap)), '\0');
+    const ssize_t n = ::pread(log, text.data(), text.size(), 0);
+    text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (size > static_cast<off_t>(cap)) text += "\n[... " + std::to_string(size - static_cast<off_t>(cap)) + " more bytes]";
     while (!text.empty() && text.back() == '\n') text.pop_back();
-    return text.empty() ? "(no output)" : text;
+    return text;
 }
+
+/// The jobs' logs, memory files closed with it.
+struct Logs {
+    std::vector<int> fds;
+    explicit Logs(std::size_t n) : fds(n, -1) {}
+    Logs(const Logs&) = delete;
+    Logs& operator=(const Logs&) = delete;
+    ~Logs() {
+        for (int fd : fds)
+            if (fd >= 0) ::close(fd);
+    }
+};
 
 // ---- SIGINT, SIGTERM, SIGHUP -------------------------------------------------------------------
 //
@@ -314,8 +332,11 @@ void check_stop() {
 
 /// Runs `jobs`, at most `parallel` at a time. `done(i)` is called as each one succeeds. When one
 /// fails no more are started; the running ones are waited for, then every failure is reported.
+/// Runs `jobs`, at most `parallel` at once; calls done(i) as job i succeeds. Returns what each job
+/// printed; throws Failure quoting the output of those that failed.
 template <class Done>
-void run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Done&& done) {
+std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Done&& done) {
+    Logs logs(jobs.size());
     std::map<pid_t, std::size_t> running;
     std::vector<std::pair<std::size_t, int>> failed;
     std::size_t next = 0;
@@ -333,7 +354,9 @@ void run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Do
         while (failed.empty() && !start_failure && next < jobs.size() && running.size() < parallel) {
             out.say(skc::LogLevel::debug, "$ " + show(jobs[next].args));
             try {
-                running.emplace(start(jobs[next]), next);
+                logs.fds[next] = ::memfd_create("job-output", MFD_CLOEXEC);
+                if (logs.fds[next] < 0) throw Failure{1, std::string("cannot create a log in memory: ") + std::strerror(errno)};
+                running.emplace(start(jobs[next], logs.fds[next]), next);
             } catch (const Failure& f) {
                 start_failure = f;
             }
@@ -359,11 +382,15 @@ void run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Do
         std::string msg;
         for (const auto& [i, status] : failed) {
             if (!msg.empty()) msg += "\n";
+            const std::string said = output_of(logs.fds[i]);
             msg += jobs[i].what + " failed: " + show(jobs[i].args) + " " + describe_status(status) + ". Its output:\n" +
-                   output_of(jobs[i]);
+                   (said.empty() ? "(no output)" : said);
         }
         throw Failure{1, msg};
     }
+    std::vector<std::string> outputs;
+    for (int fd : logs.fds) outputs.push_back(fd >= 0 ? output_of(fd) : std::string());
+    return outputs;
 }
 
 /// A C++ string literal for `s` (anything but plain characters is an octal escape).
@@ -540,15 +567,13 @@ int run(const Args& a) {
         const fs::path cpp = src_dir / (k.symbol + ".cpp"), obj = src_dir / (k.symbol + ".o");
         write_text(cpp, k.source);
         jobs.push_back(Job{"compiling " + k.op_file.string() + " (" + k.description + ")",
-                           {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()},
-                           src_dir / (k.symbol + ".log")});
+                           {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
         objects.push_back(obj.string());
     }
     {
         const fs::path cpp = src_dir / "entry_table.cpp", obj = src_dir / "entry_table.o";
         write_text(cpp, entry_table_source(kernels));
-        jobs.push_back(Job{"compiling the entry table", {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()},
-                           src_dir / "entry_table.log"});
+        jobs.push_back(Job{"compiling the entry table", {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
         objects.push_back(obj.string());
     }
     std::size_t finished = 0;
@@ -565,7 +590,7 @@ int run(const Args& a) {
     std::vector<std::string> link{cxx, "-shared", "-fPIC", "-o", (payload / lib_file).string()};
     link.insert(link.end(), objects.begin(), objects.end());
     check_stop();
-    run_all({Job{"linking " + lib_file, link, work.path() / "link.log"}}, 1, out, [](std::size_t) {});
+    run_all({Job{"linking " + lib_file, link}}, 1, out, [](std::size_t) {});
     out.say(skc::LogLevel::info, "linked " + lib_file + " (" + std::to_string(kernels.size()) + " kernels)");
 
     // The payload, then the archive (built in the work folder, then linked into place without
@@ -575,11 +600,18 @@ int run(const Args& a) {
                "#!/bin/sh\n# Startup script required by makeself. skc installs the payload itself and never runs it.\nexit 0\n");
     ::chmod((payload / "setup.sh").c_str(), 0755);
     const fs::path built = work.path() / (stem + ".run");
-    run_all({Job{"packing " + package.filename().string(),
-                 {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"},
-                 work.path() / "makeself.log"}},
-            1, out, [](std::size_t) {});
+    const std::vector<std::string> packed =
+        run_all({Job{"packing " + package.filename().string(),
+                     {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"}}},
+                1, out, [](std::size_t) {});
     if (!fs::is_regular_file(built)) throw Failure{1, "makeself exited with status 0 but wrote no " + built.string()};
+    // makeself can exit 0 after a write error (a full disk): only a package that passes the header
+    // check and its own integrity check leaves the work folder.
+    check_stop();
+    if (const std::optional<std::string> fault = skc::run_package_fault(built)) {
+        throw Failure{1, "makeself exited with status 0 but wrote a bad package: " + *fault +
+                             (packed.front().empty() ? std::string() : "; makeself said:\n" + packed.front())};
+    }
     check_stop();
     if (::link(built.c_str(), package.c_str()) != 0) {
         // A file system without hard links: a rename (which would replace a file of that name,

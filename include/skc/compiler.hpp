@@ -67,11 +67,12 @@ namespace skc {
 ///   lookup     on the leader, before the cache lookup otherwise (not with the cache off);
 ///   compiling  when the kernel compiler starts (done 0, total the op info files it gets), then once
 ///              for each of its progress lines whose done is above the last one reported
-///              (docs/file-formats.md, "Progress lines"): done, total and op are the line's.
-/// A compiler that prints no progress lines gets only the first compiling report. Nothing is
-/// reported on a cache hit after the lookup, nor during the install and reselect.
+///              (docs/file-formats.md, "Progress lines"): done, total and op are the line's;
+///   installing before the package is installed into the op library (every rank that installs).
+/// A compiler that prints no progress lines gets only the first compiling report. Nothing else is
+/// reported after the lookup on a cache hit, nor during the reselect.
 struct CompileProgress {
-    enum class Phase : unsigned char { waiting, lookup, compiling };
+    enum class Phase : unsigned char { waiting, lookup, compiling, installing };
     Phase phase = Phase::compiling;
     std::size_t done = 0;                 // compiling: op info files done
     std::size_t total = 0;                // compiling: op info files in all
@@ -81,12 +82,13 @@ struct CompileProgress {
     std::chrono::nanoseconds elapsed{0};  // since the phase began: the wait, the lookup, the compiler's start
 };
 
-/// The phase's fixed identifier: `waiting`, `lookup`, `compiling`.
+/// The phase's fixed identifier: `waiting`, `lookup`, `compiling`, `installing`.
 constexpr std::string_view to_string(CompileProgress::Phase p) noexcept {
     switch (p) {
     case CompileProgress::Phase::waiting: return "waiting";
     case CompileProgress::Phase::lookup: return "lookup";
     case CompileProgress::Phase::compiling: return "compiling";
+    case CompileProgress::Phase::installing: return "installing";
     }
     return {};
 }
@@ -565,6 +567,10 @@ private:
                                    std::chrono::nanoseconds{0}});
             CompileResult res = invoker_.compile(req);
             compile_time = res.elapsed;
+            // A package that cannot be installed never enters the cache (a full disk can cut it short).
+            if (std::optional<std::string> fault = package_fault(res.package))
+                throw Error(Errc::compile_failed, "the compiler's package is unusable, so it is neither stored nor installed: " + *fault,
+                            ErrorContext{res.package.string(), {}, {}});
             return res.package;
         };
         if (cache_) {
@@ -574,11 +580,22 @@ private:
             else
                 report(CompileProgress{CompileProgress::Phase::lookup, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
             auto out = cache_->get_or_compile(key, run_compiler);
-            conclude(out, run, rep, clock, compile_time);
+            if (!conclude(out, run, rep, clock, compile_time)) {
+                // The cached package was damaged and is discarded: compile again, once (a read-only
+                // cache could not discard it, so its compile is not stored).
+                if (settings_.cache.mode == CacheMode::read_only) {
+                    auto fresh = NoCache().get_or_compile(key, run_compiler);
+                    conclude(fresh, run, rep, clock, compile_time, /*retry_damaged=*/false);
+                    rep.outcome = CompileOutcome::compiled;
+                } else {
+                    out = cache_->get_or_compile(key, run_compiler);
+                    conclude(out, run, rep, clock, compile_time, /*retry_damaged=*/false);
+                }
+            }
             pin = std::make_unique<PinOf<decltype(out)>>(std::move(out));
         } else {
             auto out = NoCache().get_or_compile(key, run_compiler);
-            conclude(out, run, rep, clock, compile_time);
+            conclude(out, run, rep, clock, compile_time, /*retry_damaged=*/false);
         }
         return Value(Object{{"outcome", Value(to_string(rep.outcome))},
                             {"key", Value(rep.key)},
@@ -599,10 +616,12 @@ private:
         }
     }
 
-    /// After the cache, on the leader: the outcome, the package and the install.
+    /// After the cache, on the leader: the outcome, the package and the install. With `retry_damaged`,
+    /// a cached package whose install fails and which the installer finds damaged (check()) is
+    /// discarded from the cache and false returned: the caller compiles again.
     template <class Outcome>
-    void conclude(Outcome& out, const RunLayout& run, CompileReport& rep, detail::StageClock& clock,
-                  std::chrono::nanoseconds compile_time) {
+    bool conclude(Outcome& out, const RunLayout& run, CompileReport& rep, detail::StageClock& clock,
+                  std::chrono::nanoseconds compile_time, bool retry_damaged = true) {
         switch (out.result) {
         case CacheResult::hit: rep.outcome = CompileOutcome::hit; break;
         case CacheResult::waited: rep.outcome = CompileOutcome::waited; break;
@@ -611,12 +630,43 @@ private:
         }
         rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
         clock.split("cache", "compile", compile_time);
-        if (settings_.op_library.empty()) return;
-        Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
-        rep.installed = inst.stem();
-        rep.extracted = inst.extracted();
-        installs_.push_back(std::move(inst));
+        if (settings_.op_library.empty()) return true;
+        report(CompileProgress{CompileProgress::Phase::installing, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
+        std::optional<Installation> inst;
+        try {
+            inst.emplace(installer_.install(rep.package, settings_.op_library, install_options()));
+        } catch (const Error& e) {
+            if (!retry_damaged || !out.hit) throw;
+            std::optional<std::string> fault = package_fault(rep.package);
+            if (!fault) throw;
+            if constexpr (requires { cache_->discard_damaged(out.hit->entry.key, out.hit->entry.checksum, *fault); }) {
+                if (settings_.cache.log)
+                    settings_.cache.log(LogLevel::warning, "the cached package for key " + rep.key + " cannot be installed (" +
+                                                               e.message() + "); it is damaged (" + *fault +
+                                                               "), so it is discarded and compiled again");
+                const std::string hex = out.hit->entry.key;
+                const Digest checksum = out.hit->entry.checksum;
+                out.hit.reset();  // unpinned, so that it can be removed
+                cache_->discard_damaged(hex, checksum, *fault);
+                clock.lap("install");
+                return false;
+            } else {
+                throw;
+            }
+        }
+        rep.installed = inst->stem();
+        rep.extracted = inst->extracted();
+        installs_.push_back(std::move(*inst));
         clock.lap("install");
+        return true;
+    }
+
+    /// Why `package` cannot be installed, when the Install policy can tell (RunPackageInstaller::check).
+    [[nodiscard]] std::optional<std::string> package_fault(const std::filesystem::path& package) const {
+        if constexpr (requires(const Install& i) { { i.check(package) } -> std::convertible_to<std::optional<std::string>>; })
+            return installer_.check(package);
+        else
+            return std::nullopt;
     }
 
     /// On every rank, between the barriers: a follower takes the leader's outcome and holds the
@@ -636,6 +686,7 @@ private:
             if (const Value* g = shared.find("gathered"); g && g->is_number())
                 rep.gathered = static_cast<std::size_t>(g->as_double());
             if (!text("installed").empty() && !settings_.op_library.empty()) {
+                report(CompileProgress{CompileProgress::Phase::installing, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
                 Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
                 rep.installed = inst.stem();
                 rep.extracted = inst.extracted();

@@ -102,7 +102,10 @@ inline void check_access(const std::filesystem::path& p, Access need = Access::r
     if ((static_cast<int>(need) & 1) && !has(R_OK))
         throw Error(Errc::permission_denied, "not readable by this user (read permission missing)", where);
     if ((static_cast<int>(need) & 2) && !has(W_OK))
-        throw Error(Errc::permission_denied, "not writable by this user (write permission missing)", where);
+        throw Error(Errc::permission_denied,
+                    errno == EROFS ? std::string("not writable: ") + std::strerror(EROFS)
+                                   : std::string("not writable by this user (write permission missing)"),
+                    where);
     if (!has(X_OK))
         throw Error(Errc::permission_denied, "not searchable by this user (execute permission missing)", where);
 }
@@ -263,9 +266,18 @@ public:
     [[nodiscard]] std::filesystem::path outputs() const { return base_ / "static_kernel_compile_outputs"; }
     [[nodiscard]] std::filesystem::path cache_dir() const { return outputs() / "static_kernel_cache"; }
     /// `CANN-<version>_<device>` with spaces turned into '-'.
+    /// The longest cache namespace name (the stem): what the cache writes beside and below it
+    /// (`<stem>.json`, temporaries `.tmp.<pid>.<n>.<name>`) must stay under 255 bytes.
+    static constexpr std::size_t max_cache_stem = 200;
+
     [[nodiscard]] static std::string cache_stem(std::string_view toolchain_version, std::string_view device) {
-        return "CANN-" + detail::cache_name_part(toolchain_version, "toolchain version") + "_" +
-               detail::cache_name_part(device, "device name");
+        std::string stem = "CANN-" + detail::cache_name_part(toolchain_version, "toolchain version") + "_" +
+                           detail::cache_name_part(device, "device name");
+        if (stem.size() > max_cache_stem)
+            throw Error(Errc::invalid_name, "the toolchain version and the device name are too long together: the cache "
+                                            "namespace would be " + std::to_string(stem.size()) + " bytes, at most " +
+                                            std::to_string(max_cache_stem));
+        return stem;
     }
     [[nodiscard]] std::filesystem::path cache_index(std::string_view version, std::string_view device) const {
         return cache_dir() / (cache_stem(version, device) + ".json");

@@ -20,6 +20,7 @@
 #include "policy/storage.hpp"
 #include "policy/cache.hpp"
 #include "policy/invoker.hpp"
+#include "run_package.hpp"
 #include "policy/installer.hpp"
 #include "policy/reselect.hpp"
 #include "kernel_table.hpp"

@@ -4,9 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -16,8 +20,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
+#include <skc/policy/cache.hpp>
 
+#include "run_packages.hpp"
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
@@ -747,7 +754,7 @@ TEST_CASE("skc compile on a terminal shows one progress line on stderr; nothing 
     const std::string slow = script(tmp, "slow.sh",
                                     "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
                                     "echo 'skc-progress: 0/1'; sleep 0.5; echo 'skc-progress: 1/1 op.json'; sleep 0.5\n"
-                                    "echo package > \"$out/k.run\"");
+                                    "cp " + skc_test::make_package(tmp.path(), "k", {}).string() + " \"$out/k.run\"");
     const auto args = compile_args(tmp, ops_dir(tmp, {small_op}), slow);
 
     const TtyRun first = run_skc_on_tty(tmp.path(), args);
@@ -796,4 +803,192 @@ TEST_CASE("skc compile on a terminal: a failing compile ends the progress line b
     CHECK(r.tty.find("\r\033[K", end) == std::string::npos);  // nothing drawn after the error
     CHECK(r.tty.find("the compiler exited with status 4. Last lines of its log:\r\nskc-progress: 0/1\r\nno kernel for you\r\n", end) !=
           std::string::npos);
+}
+
+TEST_CASE("a package cut short never enters the cache: host_op_compiler and skc each refuse it") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    fs::create_directories(tmp / "bin");
+    const fs::path ops = ops_dir(tmp, {small_op});
+    const fs::path entries = tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
+    // A makeself that, like makeself 2.4 on a full disk, exits 0 after writing a short archive.
+    skc_test::spit(tmp / "bin" / "makeself", "#!/bin/sh\n/usr/bin/makeself \"$@\" || exit $?\n"
+                                             "head -c -100 \"$4\" > \"$4.cut\" && mv \"$4.cut\" \"$4\"\nexit 0\n");
+    fs::permissions(tmp / "bin" / "makeself", fs::perms::owner_all);
+    const Run host = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
+                                           {"PATH=" + (tmp / "bin").string() + ":" + std::getenv("PATH")});
+    CAPTURE(host.err);
+    CHECK(host.status == 1);
+    CHECK(host.err.find("makeself exited with status 0 but wrote a bad package: the package is ") != std::string::npos);
+    CHECK(host.err.find(": it was cut short (a write error while it was made?)") != std::string::npos);
+    CHECK((!fs::exists(entries) || fs::is_empty(entries)));
+
+    // A compiler that does not check its own output: skc checks it before the cache stores it.
+    const fs::path whole = skc_test::make_package(tmp.path(), "whole", {{skc_test::digest_of(1), "Gelu", "kernels/k.so", "x"}});
+    const std::string bytes = skc_test::slurp(whole);
+    skc_test::spit(tmp / "cut.run", bytes.substr(0, bytes.size() - 10));
+    const std::string cutter = script(tmp, "cutter.sh",
+                                      "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
+                                      "cp " + (tmp / "cut.run").string() + " \"$out/static_kernel_1.run\"");
+    const Run r = run_skc(tmp.path(), compile_args(tmp, ops, cutter));
+    CAPTURE(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("the compiler's package is unusable, so it is neither stored nor installed: the package is " +
+                     std::to_string(bytes.size() - 10) + " bytes, its makeself header says " + std::to_string(bytes.size())) !=
+          std::string::npos);
+    CHECK((!fs::exists(entries) || fs::is_empty(entries)));
+    // The same compiler with a whole package: stored.
+    skc_test::spit(tmp / "cut.run", bytes);
+    CHECK(run_skc(tmp.path(), compile_args(tmp, ops, cutter)).status == 0);
+    CHECK(std::distance(fs::directory_iterator(entries), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("a cached package stored damaged: its install fails, the entry is discarded and compiled again in the same run") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
+    const Run first = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                              std::vector<std::string>{"--op-library", (tmp / "lib1").string(), "--json"});
+    REQUIRE(first.status == 0);
+    const std::string key = skc::parse_json(first.out).find("key")->as_string();
+
+    // Poison the entry as a full disk did before packages were checked: the package cut short, its
+    // entry recording the cut bytes' size and checksum.
+    {
+        skc::CacheConfig quiet;
+        quiet.log = skc::null_log();
+        auto cache = skc::open_cache(skc::Layout(tmp / "base"), "1.0", "host-cpu", quiet);
+        std::vector<skc::CacheEntry> list = cache->entries();
+        REQUIRE(list.size() == 1);
+        skc::CacheEntry e = list.front();
+        REQUIRE(e.key == key);
+        const std::string bytes = skc_test::slurp(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /
+                                                  "CANN-1.0_host-cpu" / e.package);
+        const std::string cut = bytes.substr(0, bytes.size() - 10);
+        skc_test::spit(tmp / "cut.run", cut);
+        skc::detail::Hasher h;
+        h.update(cut);
+        e.size = cut.size();
+        e.checksum = h.digest();
+        cache->clear();
+        REQUIRE(cache->import_entry(e, tmp / "cut.run"));
+    }
+    const Run second = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                               std::vector<std::string>{"--op-library", (tmp / "lib2").string(), "--json"});
+    CAPTURE(second.err);
+    REQUIRE(second.status == 0);
+    const skc::Value b = skc::parse_json(second.out);
+    CHECK(b.find("outcome")->as_string() == "compiled");
+    CHECK(b.find("key")->as_string() == key);
+    CHECK(second.err.find("the cached package for key " + key + " cannot be installed (") != std::string::npos);
+    CHECK(second.err.find("), so it is discarded and compiled again") != std::string::npos);
+    CHECK(skc::parse_json(skc_test::slurp(tmp / "lib2" / "static_kernel" / "host" / "config" / "host-cpu" / "binary_info_config.json"))
+              .find("kernels")
+              ->as_object()
+              .size() == 2);
+    // The cache holds the good package now; a third run hits and installs it.
+    CHECK(run_skc(tmp.path(), {"cache", "verify", "--base", (tmp / "base").string()}).status == 0);
+    const Run third = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                              std::vector<std::string>{"--op-library", (tmp / "lib3").string(), "--json"});
+    REQUIRE(third.status == 0);
+    CHECK(skc::parse_json(third.out).find("outcome")->as_string() == "hit");
+    const skc::Value stats = skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "base").string(), "--json"}).out);
+    CHECK(stats.find("total")->find("corrupt")->as_double() == 1);
+}
+
+namespace {
+
+/// Whether process `pid` runs (a zombie does not).
+bool running(pid_t pid) {
+    const std::string stat = skc_test::slurp("/proc/" + std::to_string(pid) + "/stat");
+    const std::size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+}  // namespace
+
+TEST_CASE("a signal to skc's whole process group ends the compiler too, and SIGINT, SIGTERM and SIGHUP say what was interrupted") {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGKILL}) {
+        CAPTURE(sig);
+        TempDir tmp;
+        fs::create_directories(tmp / "base");
+        const fs::path pid_file = tmp / "compiler.pid";
+        const std::string sleeper = script(tmp, "sleeper.sh", "echo $$ > " + pid_file.string() + ".tmp; mv " + pid_file.string() +
+                                                                  ".tmp " + pid_file.string() + "\nexec sleep 30");
+        const std::vector<std::string> args = compile_args(tmp, ops_dir(tmp, {small_op}), sleeper);
+        // skc as a shell starts a job: the leader of a process group of its own.
+        TempDir io;
+        const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
+        REQUIRE(posix_spawnattr_init(&attr) == 0);
+        REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
+        REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+        REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
+        REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, tmp.path().c_str()) == 0);
+        REQUIRE(posix_spawnattr_setpgroup(&attr, 0) == 0);
+        REQUIRE(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) == 0);
+        std::vector<char*> argv{const_cast<char*>(tool.c_str())};
+        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        pid_t skc = -1;
+        REQUIRE(posix_spawn(&skc, tool.c_str(), &fa, &attr, argv.data(), environ) == 0);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        REQUIRE(fs::exists(pid_file));
+        const pid_t compiler = static_cast<pid_t>(std::stol(skc_test::slurp(pid_file)));
+        REQUIRE(running(compiler));
+        REQUIRE(::kill(-skc, sig) == 0);  // the whole group, as Ctrl-C, a hang-up or `kill -- -PGID`
+        int status = 0;
+        REQUIRE(::waitpid(skc, &status, 0) == skc);
+        REQUIRE(WIFSIGNALED(status));  // ended by the signal: the shell shows 128 + signal
+        CHECK(WTERMSIG(status) == sig);
+        // The compiler, in a group of its own, goes too (the guard sends SIGTERM at once).
+        const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (running(compiler) && std::chrono::steady_clock::now() < gone_by)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CHECK_FALSE(running(compiler));
+        if (running(compiler)) ::kill(compiler, SIGKILL);
+
+        const std::string err = skc_test::slurp(err_file);
+        if (sig == SIGKILL) {
+            CHECK(err.empty());
+        } else {
+            const std::string name = sig == SIGINT ? "INT" : sig == SIGTERM ? "TERM" : "HUP";
+            CHECK(err.rfind("skc compile: interrupted by SIG" + name + " while compiling 1 ops for cache key ", 0) == 0);
+            CHECK(err.find(" (0 done): the compiler is stopped, and the cache holds no part of this compile\n") != std::string::npos);
+        }
+        // Nothing stored: the next run compiles (with a compiler that finishes).
+        const fs::path entries = tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
+        CHECK((!fs::exists(entries) || fs::is_empty(entries)));
+    }
+}
+
+TEST_CASE("an --ops folder that cannot be listed is bad input: exit status 2, as skc ops inspect") {
+    if (::geteuid() != 0) {
+        MESSAGE("needs root to act as another user; not run");
+        return;
+    }
+    TempDir tmp;
+    fs::permissions(tmp.path(), fs::perms::all);
+    const fs::path ops = ops_dir(tmp, {small_op});
+    fs::permissions(ops, fs::perms::owner_all, fs::perm_options::replace);  // root's alone
+    fs::create_directories(tmp / "nb");
+    fs::permissions(tmp / "nb", fs::perms::all);
+    const std::vector<std::string> as_nobody{"--reuid=65534", "--regid=65534", "--clear-groups", tool};
+    const Run c = skc_test::run_program("/usr/bin/setpriv", tmp.path(),
+                                        as_nobody + std::vector<std::string>{"compile", "--ops", ops.string(), "--base",
+                                                                             (tmp / "nb").string(), "--compiler", host_compiler,
+                                                                             "--device", "host-cpu", "--toolchain-version", "1"});
+    CHECK(c.status == 2);
+    CHECK(c.err == "skc compile: " + ops.string() + ": cannot list directory: Permission denied\n");
+    CHECK(fs::is_empty(tmp / "nb"));  // nothing written
+    const Run i = skc_test::run_program("/usr/bin/setpriv", tmp.path(), as_nobody + std::vector<std::string>{"ops", "inspect", ops.string()});
+    CHECK(i.status == 2);
+    CHECK(i.err == "skc ops inspect: " + ops.string() + ": cannot list directory: Permission denied\n");
 }

@@ -26,6 +26,7 @@
 #include <skc/op_set.hpp>
 #include <skc/policy/cache.hpp>
 
+#include "run_packages.hpp"
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
@@ -101,8 +102,18 @@ struct Fixture {
     Stored a0, a1, a2, b0;
     std::int64_t now = now_s();
 
-    Fixture() {
+    /// With `makeself`, the packages are real run packages (verify checks them as such) of about the
+    /// same content; otherwise plain files of the exact sizes above.
+    explicit Fixture(bool makeself = false) {
         fs::create_directories(base);
+        const auto package = [&](const std::string& name, std::size_t size, char fill) {
+            if (makeself)
+                return skc_test::make_package(tmp / "pkgs", name, {{skc_test::digest_of(static_cast<int>(size)), "Add", "kernels/k.so",
+                                                                   std::string(size, fill)}});
+            const fs::path pkg = tmp / "pkgs" / (name + ".run");
+            skc_test::spit(pkg, std::string(size, fill));
+            return pkg;
+        };
         fs::create_directories(tmp / "pkgs");
         const std::vector<std::string> files = {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json",
                                                 "Mul_float_ND_2_16_16_10.json"};
@@ -115,8 +126,7 @@ struct Fixture {
             for (std::size_t i = 0; i < 3; ++i) {
                 set.insert(skc::read_op_info(skc_test::example_ops_dir() / files[i]), files[i]);
                 const skc::CacheKey key = skc::make_cache_key(set, {"8.0.RC1", "Ascend910B", false, {"--opt=1"}});
-                const fs::path pkg = tmp / "pkgs" / ("a" + std::to_string(i) + ".run");
-                skc_test::spit(pkg, std::string(1024 * (i + 1), static_cast<char>('a' + i)));
+                const fs::path pkg = package("a" + std::to_string(i), 1024 * (i + 1), static_cast<char>('a' + i));
                 slots[i]->ns = ns_a;
                 slots[i]->entry = cache->publish(key, pkg, std::chrono::milliseconds(1500 * (i + 1)));
                 slots[i]->key = key;
@@ -129,8 +139,7 @@ struct Fixture {
             skc::OpSet set;
             set.insert(skc::read_op_info(skc_test::example_ops_dir() / "Transpose_float_ND_2_16_64_5.json"));
             const skc::CacheKey key = skc::make_cache_key(set, {"7.0", "Ascend310P", true, {}});
-            const fs::path pkg = tmp / "pkgs" / "b0.run";
-            skc_test::spit(pkg, std::string(100, 'b'));
+            const fs::path pkg = package("b0", 100, 'b');
             b0.ns = ns_b;
             b0.entry = cache->publish(key, pkg);
             b0.key = key;
@@ -613,7 +622,7 @@ TEST_CASE("ls: one line per entry, least recently used first; --json gives every
 }
 
 TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
-    Fixture f;
+    Fixture f(/*makeself=*/true);
     const auto untouched = skc_test::snapshot(f.cache_dir);
     const Run clean = f.run({"cache", "verify", "--base", "base"});
     CHECK(clean.status == 0);
@@ -661,8 +670,40 @@ TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
     CHECK(again.out == ns_b + ": checked 0 entries, all good\n" + ns_a + ": checked 1 entry, all good\n");
 }
 
+TEST_CASE("verify checks the packages themselves: one stored cut short, with its own checksum, is found and removed") {
+    Fixture f(/*makeself=*/true);
+    // What a full disk did to makeself before packages were checked: it exited 0 after a write
+    // error, and the cut package was stored with the checksum of its cut bytes.
+    const fs::path whole = f.package_file(f.a2);
+    const fs::path cut = f.tmp / "pkgs" / "cut.run";
+    const std::string bytes = skc_test::slurp(whole);
+    skc_test::spit(cut, bytes.substr(0, bytes.size() - 10));
+    {
+        skc::CacheConfig quiet;
+        quiet.log = skc::null_log();
+        auto cache = skc::open_cache(skc::Layout(f.base), "8.0.RC1", "Ascend910B", quiet);
+        cache->publish(f.a2.key, cut);
+    }
+    const auto before = f.content();
+    const Run r = f.run({"cache", "verify", "--base", "base", "--namespace", ns_a});
+    CHECK(r.status == 1);
+    CHECK(r.err.empty());
+    CHECK(r.out.rfind(ns_a + ": checked 3 entries, 1 bad\n  " + f.a2.entry.key +
+                          ": the package was stored damaged (its checksum matches): the package is " +
+                          std::to_string(bytes.size() - 10) + " bytes, its makeself header says " +
+                          std::to_string(bytes.size()) + " (",
+                      0) == 0);
+    CHECK(r.out.find(" (removed)\n1 bad entry found, 1 removed\n") != std::string::npos);
+    CHECK(r.out.find(": it was cut short (a write error while it was made?)") != std::string::npos);
+    CHECK(f.gone(f.a2));
+    CHECK(f.present(f.a0));
+    CHECK(f.present(f.a1));
+    CHECK(f.content() == Fixture::without(before, {&f.a2}));
+    CHECK(f.run({"cache", "verify", "--base", "base"}).status == 0);
+}
+
 TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
-    Fixture f;
+    Fixture f(/*makeself=*/true);
     const Run clean = f.run({"cache", "verify", "--base", "base", "--json", "--namespace", ns_a});
     CHECK(clean.status == 0);
     CHECK(clean.out == "{\n  \"cache_dir\": \"" + shown_cache +
@@ -671,7 +712,7 @@ TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
                            "    \"bad\": 0,\n    \"removed\": 0\n  }\n}\n");
 
     std::optional<Fixture::Pin> pin = f.pin(f.a1);  // a1 is in use ...
-    skc_test::spit(f.package_file(f.a0), std::string(1024, 'z'));  // ... a0 and a1 are damaged
+    skc_test::spit(f.package_file(f.a0), std::string(fs::file_size(f.package_file(f.a0)), 'z'));  // ... a0 and a1 are damaged
     {
         const int fd = ::open(f.package_file(f.a1).c_str(), O_WRONLY);
         REQUIRE(fd >= 0);

@@ -18,6 +18,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,17 +32,16 @@ extern char** environ;
 
 namespace skc::detail {
 
-/// The last `max_lines` lines of a file (at most its last 8 KiB), for error messages.
-inline std::string tail_of(const std::filesystem::path& p, std::size_t max_lines = 20) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return {};
+/// The last `max_lines` lines of open file `fd` (at most its last 8 KiB), for error messages.
+inline std::string tail_of_fd(int fd, std::size_t max_lines = 20) {
     struct stat st {};
-    ::fstat(fd, &st);
+    if (fd < 0 || ::fstat(fd, &st) != 0) return {};
     const off_t want = std::min<off_t>(st.st_size, 8192);
     std::string buf(static_cast<std::size_t>(want), '\0');
     const ssize_t n = ::pread(fd, buf.data(), buf.size(), st.st_size - want);
-    ::close(fd);
     buf.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    for (char& c : buf)
+        if (c == '\r') c = '\n';  // progress output redrawn in place
     while (!buf.empty() && buf.back() == '\n') buf.pop_back();
     std::size_t lines = 0, start = buf.size();
     while (start > 0) {
@@ -49,6 +50,32 @@ inline std::string tail_of(const std::filesystem::path& p, std::size_t max_lines
     }
     return buf.substr(start);
 }
+
+/// The last `max_lines` lines of a file (at most its last 8 KiB), for error messages.
+inline std::string tail_of(const std::filesystem::path& p, std::size_t max_lines = 20) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return {};
+    std::string t = tail_of_fd(fd, max_lines);
+    ::close(fd);
+    return t;
+}
+
+/// A child's output kept in memory (memfd_create), so that what it says survives a full disk, the
+/// usual cause of its failure. fd() is -1 when no memory file could be made.
+class MemoryLog {
+public:
+    MemoryLog() noexcept : fd_(::memfd_create("skc-output", MFD_CLOEXEC)) {}
+    MemoryLog(const MemoryLog&) = delete;
+    MemoryLog& operator=(const MemoryLog&) = delete;
+    ~MemoryLog() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    [[nodiscard]] int fd() const noexcept { return fd_; }
+    [[nodiscard]] std::string tail(std::size_t max_lines = 20) const { return tail_of_fd(fd_, max_lines); }
+
+private:
+    int fd_;
+};
 
 inline std::string signal_name(int sig) {
     const char* d = ::sigdescr_np(sig);
@@ -113,24 +140,40 @@ inline bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline
 }
 
 /// Kills the process group `pgid` if this process ends before release() (or the destructor) is
-/// called, e.g. when it is SIGKILLed while waiting for the kernel compiler: a child group would
-/// otherwise run on, unbounded, after its parent. A forked guard process waits on a pipe whose write
-/// end only this process holds; it reads one byte when released, and end of file when this process
-/// has gone, and then sends the group SIGTERM and, if it is still there 2 seconds later, SIGKILL. The guard closes every
-/// other descriptor it inherited at once, so it holds no lock of this process. Best effort: when the
-/// pipe or the fork fails, there is no guard.
+/// called, however it ends: SIGKILL, or a signal to its whole process group (a terminal's Ctrl-C or
+/// hang-up, a job scheduler's cancel, `kill -- -PGID`): a child group would otherwise run on,
+/// unbounded, after its parent. A forked guard process waits on a pipe whose write end only this
+/// process holds; it reads one byte when released, and end of file when this process has gone, and
+/// then sends the group SIGTERM and, if it is still there 2 seconds later, SIGKILL. The guard is in
+/// a process group of its own and ignores SIGINT, SIGQUIT, SIGHUP, SIGTERM and SIGPIPE, so that
+/// what ends this process's group does not end the guard with it (signals are blocked from before
+/// the fork until the guard has left the group). It closes every other descriptor it inherited at
+/// once, so it holds no lock of this process. Best effort: when the pipe or the fork fails, there
+/// is no guard.
 class GroupGuard {
 public:
     explicit GroupGuard(pid_t pgid) noexcept {
         int p[2];
         if (::pipe2(p, O_CLOEXEC) != 0) return;
+        sigset_t all, old;
+        sigfillset(&all);
+        ::pthread_sigmask(SIG_SETMASK, &all, &old);
         const pid_t g = ::fork();
         if (g < 0) {
+            ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
             ::close(p[0]);
             ::close(p[1]);
             return;
         }
         if (g == 0) {  // the guard: async-signal-safe calls only (the parent may have threads)
+            ::setpgid(0, 0);
+            struct sigaction ignore {};
+            ignore.sa_handler = SIG_IGN;
+            sigemptyset(&ignore.sa_mask);
+            for (int sig : {SIGINT, SIGQUIT, SIGHUP, SIGTERM, SIGPIPE}) ::sigaction(sig, &ignore, nullptr);
+            sigset_t none;
+            sigemptyset(&none);
+            ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
             if (::syscall(SYS_close_range, 3u, static_cast<unsigned>(p[0]) - 1u, 0u) != 0 ||
                 ::syscall(SYS_close_range, static_cast<unsigned>(p[0]) + 1u, ~0u, 0u) != 0) {
                 for (int fd = 3; fd < 65536; ++fd)
@@ -150,6 +193,8 @@ public:
             }
             ::_exit(0);
         }
+        ::setpgid(g, g);  // also here: the group is left before either side goes on
+        ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
         ::close(p[0]);
         write_fd_ = p[1];
         guard_ = g;

@@ -801,9 +801,34 @@ public:
     /// Applies the configured limits now (as after a publish), least recently used first.
     PruneReport apply_limits() { return evict_over_limits(config_.limits, std::nullopt, {}); }
 
+    /// Removes entry `hex` whose package its user found unusable although its checksum matches (it was
+    /// stored damaged: `reason` says how), so that the next get_or_compile() compiles it again. Waits
+    /// for the key's exclusive lock (up to config().wait_timeout; the caller must not pin it) and
+    /// removes the entry only if it still records `checksum`: one another process stored meanwhile
+    /// is kept. Counted as corrupt (the caller tells the user why). Returns whether it was removed; a read-only cache
+    /// removes nothing. Without `wait`, an entry in use is left (false).
+    bool discard_damaged(const std::string& hex, const Digest& checksum, const std::string& reason, bool wait = true) {
+        {
+            std::lock_guard lock(mu_);
+            ++stats_.corrupt;
+        }
+        log(LogLevel::debug, "cache entry " + hex + " is discarded: " + reason);
+        if (config_.mode == CacheMode::read_only) return false;
+        Guard ex = wait ? locks_.lock_until(key_lock(hex), LockMode::exclusive, LockClock::now() + config_.wait_timeout)
+                        : locks_.try_lock(key_lock(hex), LockMode::exclusive);
+        if (!ex.owns()) return false;
+        const Loaded l = load_entry(hex, /*with_components=*/false);
+        if (l.entry && l.entry->checksum != checksum) return false;  // replaced meanwhile
+        if (!l.entry && !l.fault) return false;                      // already gone
+        remove_entry(hex, "packages/" + hex + ".run");
+        return true;
+    }
+
     /// Checks every entry and its package in full; removes and reports the bad ones (entries in use
-    /// are checked but not removed).
-    VerifyReport verify_all() {
+    /// are checked but not removed). With `check_package`, each package whose checksum matches is
+    /// also given to it (as a file, where the storage keeps files): what it returns is why the
+    /// package is unusable (run_package_fault() for run packages), nullopt when it is sound.
+    VerifyReport verify_all(const std::function<std::optional<std::string>(const std::filesystem::path&)>& check_package = {}) {
         VerifyReport r;
         r.leftovers_removed = remove_leftovers();
         for (const std::string& name : storage_.list("entries")) {
@@ -814,6 +839,13 @@ public:
             if (l.fault) reason = *l.fault;
             else if (!l.entry) reason = "the entry is unreadable (truncated or altered)";  // listed, not a file
             else if (!package_intact(*l.entry)) reason = "the package's checksum does not match the entry";
+            else if (const auto path = check_package ? StorageTraits<S>::local_path(storage_, l.entry->package) : std::nullopt) {
+                if (std::optional<std::string> fault = check_package(*path)) {
+                    reason = "the package was stored damaged (its checksum matches): " + *fault;
+                    r.bad.push_back(BadEntry{hex, reason, discard_damaged(hex, l.entry->checksum, reason, /*wait=*/false)});
+                }
+                continue;
+            }
             if (reason.empty()) continue;
             r.bad.push_back(BadEntry{hex, reason, discard(hex, reason)});
         }
@@ -1185,7 +1217,7 @@ namespace detail {
 /// A namespace name as read from a folder or a file: `CANN-` and more, no '/', NUL or space (stems
 /// have '-' for spaces), not a manifest or lock file name.
 inline bool valid_namespace(std::string_view ns) {
-    return ns.size() > 5 && ns.size() <= 255 && ns.starts_with("CANN-") && ns.find('/') == std::string_view::npos &&
+    return ns.size() > 5 && ns.size() <= Layout::max_cache_stem && ns.starts_with("CANN-") && ns.find('/') == std::string_view::npos &&
            ns.find('\0') == std::string_view::npos && ns.find(' ') == std::string_view::npos && !ns.ends_with(".json") &&
            !ns.ends_with(".lock");
 }

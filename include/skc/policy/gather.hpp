@@ -235,13 +235,15 @@ inline Value ok_outcome(Value result) { return Value(Object{{"ok", Value(true)},
 
 /// `own`: the leader's own work failed (compile, install); otherwise the gather itself did (a rank
 /// that never arrived or died), which every rank reports alike.
+/// The texts are made valid UTF-8 (a message may quote bytes of another rank's file, and the
+/// outcome is JSON): an error that cannot be published would leave the others without its reason.
 inline Value error_outcome(const Error& e, bool own) {
     return Value(Object{{"ok", Value(false)},
                         {"code", Value(to_string(e.code()))},
-                        {"message", Value(e.message())},
-                        {"file", Value(e.file())},
-                        {"option", Value(e.option())},
-                        {"what", Value(std::string(e.what()))},
+                        {"message", Value(to_valid_utf8(e.message()))},
+                        {"file", Value(to_valid_utf8(e.file()))},
+                        {"option", Value(to_valid_utf8(e.option()))},
+                        {"what", Value(to_valid_utf8(e.what()))},
                         {"own", Value(own)}});
 }
 

@@ -55,12 +55,14 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../detail/process.hpp"
 #include "../error.hpp"
 #include "../op_info_io.hpp"
+#include "../run_package.hpp"
 #include "lock.hpp"
 #include "storage.hpp"
 
@@ -296,6 +298,13 @@ public:
         return library / "static_kernel" / std::string(backend);
     }
 
+    /// Why `package` cannot be installed as it is (cut short, or failing makeself's own integrity
+    /// check), or nullopt (run_package.hpp). The compiler host checks a new package with it before
+    /// the cache stores it, and a cached one whose install failed.
+    [[nodiscard]] std::optional<std::string> check(const std::filesystem::path& package) const {
+        return run_package_fault(package, shell_);
+    }
+
     Installation install(const std::filesystem::path& package, const std::filesystem::path& library,
                          const InstallOptions& opt) {
         const std::string stem = package.stem().string();
@@ -317,16 +326,14 @@ public:
         static std::atomic<unsigned> counter{0};
         const std::string tag = stem + "-" + std::to_string(::getpid()) + "." + std::to_string(counter++);
         const std::filesystem::path staging = base / (".staging-" + tag);
-        const std::filesystem::path log = base / (".staging-" + tag + ".log");
         struct Cleanup {
-            std::filesystem::path a, b;
+            std::filesystem::path a;
             ~Cleanup() {
                 std::error_code e;
                 std::filesystem::remove_all(a, e);
-                std::filesystem::remove(b, e);
             }
-        } cleanup{staging, log};
-        extract(package, staging, log, opt.timeout);
+        } cleanup{staging};
+        extract(package, staging, opt.timeout);
         const std::string device = check_payload(package, staging, opt.backend);
         write_text(staging / "uninstall.sh", package_uninstall_script(stem));
         ::chmod((staging / "uninstall.sh").c_str(), 0755);
@@ -421,37 +428,53 @@ private:
                         ErrorContext{where.string(), {}, {}});
     }
 
-    void extract(const std::filesystem::path& package, const std::filesystem::path& staging,
-                 const std::filesystem::path& log, std::chrono::seconds timeout) const {
+    /// When the file system of `dir` has little space or no inodes left (less than 4 times the
+    /// package's size, which unpacks larger), what to add to an extraction error: makeself itself
+    /// only says "Extraction failed." when tar cannot write.
+    static std::string full_disk_note(const std::filesystem::path& dir, off_t package_size) {
+        struct statvfs fs {};
+        if (::statvfs(dir.c_str(), &fs) != 0) return {};
+        const unsigned long long free_bytes = static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize;
+        if (fs.f_files > 0 && fs.f_favail == 0) return " (its file system has no inodes left: " + std::string(std::strerror(ENOSPC)) + ")";
+        if (free_bytes >= 4ULL * static_cast<unsigned long long>(package_size)) return {};
+        return " (its file system has only " + std::to_string(free_bytes / 1024) + " KiB free, less than the package needs unpacked: " +
+               std::strerror(ENOSPC) + ")";
+    }
+
+    /// Extracts `package` into `staging`; its output is kept in memory (a full op library is a
+    /// usual cause of failure, and the message must still say so).
+    void extract(const std::filesystem::path& package, const std::filesystem::path& staging, std::chrono::seconds timeout) const {
         struct stat st {};
         if (::stat(package.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
             fail(Errc::invalid_argument, package, "cannot read the package file: " +
                                                       std::string(errno ? std::strerror(errno) : "not a regular file"));
-        const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (log_fd < 0) fail(Errc::io_error, package, std::string("cannot open the extraction log: ") + std::strerror(errno));
+        const detail::MemoryLog log;
+        if (log.fd() < 0) fail(Errc::io_error, package, std::string("cannot keep the extraction's output: ") + std::strerror(errno));
         const std::vector<std::string> args{shell_.string(), std::filesystem::absolute(package).string(), "--quiet",
                                             "--noexec", "--nox11", "--target", staging.string()};
         pid_t pid = -1;
-        const int rc = detail::spawn_in_group(args, log_fd, false, pid);
-        ::close(log_fd);
+        const int rc = detail::spawn_in_group(args, log.fd(), false, pid);
         if (rc != 0) fail(Errc::io_error, package, "cannot start " + shell_.string() + ": " + std::strerror(rc));
         detail::GroupGuard guard(pid);
         int status = 0;
         const bool done = detail::wait_until(pid, std::chrono::steady_clock::now() + timeout, status);
         ::kill(-pid, SIGKILL);  // whatever is left of its process group (tar, gzip)
         guard.release();
+        const auto into = [&] { return " into " + staging.parent_path().string() + full_disk_note(staging.parent_path(), st.st_size); };
         if (!done) {
             while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
             }
-            fail(Errc::timeout, package, "extraction did not finish within " + std::to_string(timeout.count()) + " s",
-                 detail::tail_of(log));
+            fail(Errc::timeout, package, "extraction" + into() + " did not finish within " + std::to_string(timeout.count()) + " s",
+                 log.tail());
         }
         if (WIFSIGNALED(status))
-            fail(Errc::corrupt, package, "extraction was killed by " + detail::signal_name(WTERMSIG(status)),
-                 detail::tail_of(log));
+            fail(Errc::corrupt, package,
+                 "extraction" + into() + " failed: makeself was ended by " + detail::signal_name(WTERMSIG(status)) +
+                     (WTERMSIG(status) == SIGTERM ? " (it ends itself so when tar fails)" : ""),
+                 log.tail());
         if (WEXITSTATUS(status) != 0)
-            fail(Errc::corrupt, package, "extraction failed (makeself exited with status " +
-                                             std::to_string(WEXITSTATUS(status)) + ")", detail::tail_of(log));
+            fail(Errc::corrupt, package, "extraction" + into() + " failed (makeself exited with status " +
+                                             std::to_string(WEXITSTATUS(status)) + ")", log.tail());
     }
 
     /// Checks the extracted payload; returns the package's device.
@@ -503,7 +526,7 @@ private:
             const std::string where = "kernels[" + std::to_string(i++) + "].";
             if (!k.is_object()) fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + " not an object");
             const std::string digest = str(k, "digest", where);
-            if (digest.size() != 32 || digest.find_first_not_of("0123456789abcdef") != std::string::npos)
+            if (!digest_text_ok(digest))
                 fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + "digest must be 32 lowercase hex digits");
             str(k, "op_type", where);
             str(k, "symbol", where);
@@ -513,10 +536,10 @@ private:
         return device;
     }
 
-    static void check_file_name(const std::filesystem::path& package, const std::string& file,
-                                const std::filesystem::path& root) {
+    /// A kernel file name as the index may give it: a relative path below kernels/ without '.', '..'
+    /// or empty parts.
+    static bool kernel_file_name_ok(const std::string& file) {
         bool ok = file.rfind("kernels/", 0) == 0 && file.find('\0') == std::string::npos && file.size() < 1000;
-        std::filesystem::path p = root;
         std::size_t start = 0;
         while (ok && start <= file.size()) {
             const std::size_t end = std::min(file.find('/', start), file.size());
@@ -524,7 +547,17 @@ private:
             ok = !part.empty() && part != "." && part != "..";
             start = end + 1;
         }
-        if (!ok)
+        return ok;
+    }
+
+    static bool digest_text_ok(const std::string& digest) {
+        return digest.size() == 32 && digest.find_first_not_of("0123456789abcdef") == std::string::npos;
+    }
+
+    static void check_file_name(const std::filesystem::path& package, const std::string& file,
+                                const std::filesystem::path& root) {
+        std::filesystem::path p = root;
+        if (!kernel_file_name_ok(file))
             fail(Errc::unsafe_path, package, "kernel file name \"" + file +
                                                  "\" is not accepted: it must be a relative path below kernels/ without "
                                                  "'.', '..' or empty parts");
@@ -758,6 +791,8 @@ private:
             for (const Value& k : ks->as_array()) {
                 const Value *d = k.find("digest"), *f = k.find("file"), *s = k.find("symbol"), *o = k.find("op_type");
                 if (!d || !f || !s || !o || !d->is_string() || !f->is_string() || !s->is_string() || !o->is_string()) continue;
+                // Checked at install; a package's index altered since is checked again, as every name read from a file.
+                if (!digest_text_ok(d->as_string()) || !kernel_file_name_ok(f->as_string())) continue;
                 kernels[d->as_string()] = Value(Object{{"package", Value(stem)},
                                                        {"file", Value(stem + "/" + f->as_string())},
                                                        {"symbol", *s},

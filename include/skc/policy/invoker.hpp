@@ -240,18 +240,31 @@ private:
         if (n < 0) return 0;
         const std::string_view chunk(buf_.data(), static_cast<std::size_t>(n));
         write_log(chunk);
+        if (!log_ok_) {  // what the log cannot keep is still quoted in errors: the last 8 KiB
+            tail_.append(chunk);
+            if (tail_.size() > 8192) tail_.erase(0, tail_.size() - 8192);
+        }
         if (scan_) scanner_.feed(chunk);
         return chunk.size();
     }
 
-    /// The log gets every byte; when it cannot be written (a full disk) the rest is dropped and the
-    /// compile goes on, as it would have for a compiler writing the log itself.
+public:
+    /// Why the log could not be written (an errno value; 0 when it could), and what the compiler
+    /// printed since then (its last 8 KiB), for the error message.
+    [[nodiscard]] int log_error() const noexcept { return log_error_; }
+    [[nodiscard]] const std::string& unlogged_tail() const noexcept { return tail_; }
+
+private:
+    /// The log gets every byte; when it cannot be written (a full disk) the rest is kept in memory
+    /// (the tail) and the compile goes on, as it would have for a compiler writing the log itself.
     void write_log(std::string_view chunk) {
         while (!chunk.empty() && log_ok_) {
             const ssize_t w = ::write(log_, chunk.data(), chunk.size());
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) {
                 log_ok_ = false;
+                log_error_ = w < 0 ? errno : ENOSPC;
+                tail_.assign(chunk);
                 break;
             }
             chunk.remove_prefix(static_cast<std::size_t>(w));
@@ -263,6 +276,8 @@ private:
     ProgressScanner scanner_;
     bool scan_;
     bool log_ok_ = true;
+    int log_error_ = 0;
+    std::string tail_;
     std::string buf_;
 };
 
@@ -341,18 +356,18 @@ public:
 
         if (!finished)
             fail(Errc::timeout, "the compiler did not finish within " + std::to_string(r.timeout.count()) +
-                                    " s; its process group was killed", res.log);
+                                    " s; its process group was killed", res.log, copier);
         if (WIFSIGNALED(status))
-            fail(Errc::compile_failed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log);
+            fail(Errc::compile_failed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log, copier);
         if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-            fail(Errc::compile_failed, "the compiler exited with status " + std::to_string(WEXITSTATUS(status)), res.log);
+            fail(Errc::compile_failed, "the compiler exited with status " + std::to_string(WEXITSTATUS(status)), res.log, copier);
 
         std::vector<std::filesystem::path> fresh;
         for (const auto& p : detail::run_files(r.output_dir))
             if (before.count(p) == 0) fresh.push_back(p);
         if (fresh.empty())
             fail(Errc::compile_failed, "the compiler exited with status 0 but wrote no *.run package in " +
-                                           r.output_dir.string(), res.log);
+                                           r.output_dir.string(), res.log, copier);
         std::sort(fresh.begin(), fresh.end(), [](const auto& a, const auto& b) {
             std::error_code e1, e2;
             return std::filesystem::last_write_time(a, e1) < std::filesystem::last_write_time(b, e2);
@@ -362,8 +377,21 @@ public:
     }
 
 private:
-    [[noreturn]] static void fail(Errc code, const std::string& what, const std::filesystem::path& log) {
-        const std::string tail = detail::tail_of(log);
+    /// Error(code) saying `what` and quoting the end of the compiler's output: from its log, or, when
+    /// the log could not be written (a full disk), from memory, with why.
+    [[noreturn]] static void fail(Errc code, const std::string& what, const std::filesystem::path& log,
+                                  const detail::OutputCopier& copier) {
+        std::string tail = detail::tail_of(log);
+        if (copier.log_error() != 0) {
+            std::string kept = copier.unlogged_tail();
+            while (!kept.empty() && kept.back() == '\n') kept.pop_back();
+            if (const std::size_t cut = kept.size() > 4096 ? kept.find('\n', kept.size() - 4096) : std::string::npos;
+                cut != std::string::npos)
+                kept.erase(0, cut + 1);
+            throw Error(code, what + " (its log could not be written: " + std::strerror(copier.log_error()) + ")" +
+                                  (kept.empty() ? std::string() : ". Last lines of its output:\n" + kept),
+                        ErrorContext{log.string(), {}, {}});
+        }
         throw Error(code, what + (tail.empty() ? std::string(" (its log is empty)")
                                                : ". Last lines of its log:\n" + tail),
                     ErrorContext{log.string(), {}, {}});

@@ -155,11 +155,19 @@ private:
             int fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             if (fd < 0 && errno == ENOENT) {
                 std::error_code ec;
-                std::filesystem::create_directories((dir_ / rel).parent_path(), ec);
+                const std::filesystem::path folder = (dir_ / rel).parent_path();
+                std::filesystem::create_directories(folder, ec);
+                // A folder that cannot be made (another user's cache): say so, not "no such file".
+                if (ec && (ec.value() == EACCES || ec.value() == EPERM || ec.value() == EROFS))
+                    throw Error(Errc::permission_denied, "cannot create the lock file's folder: " + ec.message(),
+                                ErrorContext{folder.string(), {}, {}});
                 fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             }
-            if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared)
+            if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared) {
+                const int denied = errno;
                 fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
+                if (fd < 0 && errno == ENOENT) errno = denied;  // it cannot be created: that is the error
+            }
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
             if (!flock_until(fd, op, deadline, dir_)) return Guard{};
@@ -177,7 +185,9 @@ private:
     }
 
     [[noreturn]] void throw_open_error(std::string_view name, int err) const {
-        throw Error(err == EACCES ? Errc::permission_denied : err == ELOOP ? Errc::unsafe_path : Errc::io_error,
+        throw Error(err == EACCES || err == EPERM || err == EROFS ? Errc::permission_denied
+                    : err == ELOOP                                  ? Errc::unsafe_path
+                                                                    : Errc::io_error,
                     std::string("cannot open lock file: ") + (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
                     ErrorContext{path_of(name).string(), {}, {}});
     }

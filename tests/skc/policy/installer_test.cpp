@@ -295,6 +295,28 @@ TEST_CASE("the last installed package wins a digest; uninstalling it brings the 
     CHECK(idx.find("kernels")->find(d)->find("file")->as_string() == "first/kernels/a.so");
 }
 
+TEST_CASE("an installed package's own index altered since: its names are checked again when the global index is rebuilt") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path p1 = make_package(tmp.path(), "first", {{digest_of(1), "Add", "kernels/a.so", "a\n"},
+                                                           {digest_of(2), "Mul", "kernels/b.so", "b\n"}});
+    const fs::path p2 = make_package(tmp.path(), "second", {{digest_of(3), "Relu", "kernels/c.so", "c\n"}});
+    skc::RunPackageInstaller installer;
+    skc::Installation i1 = installer.install(p1, lib, {});
+    // Another process (or a person) rewrites the installed package's index: a file outside the op
+    // library, and a digest that is not one.
+    skc_test::spit(i1.folder() / "binary_info_config.json",
+                   R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "dev0", "kernels": [)"
+                   R"({"digest": ")" + digest_of(1) + R"(", "op_type": "Add", "file": "kernels/../../../../victim.so", "symbol": "s"},)"
+                   R"({"digest": "../x", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"},)"
+                   R"({"digest": ")" + digest_of(2) + R"(", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"}]})");
+    skc::Installation i2 = installer.install(p2, lib, {});  // rebuilds the global index
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(2), "first"}, {digest_of(3), "second"}});
+    const std::string text = slurp(lib / "static_kernel/host/config/dev0/binary_info_config.json");
+    CHECK(text.find("victim") == std::string::npos);
+    CHECK(text.find("../x") == std::string::npos);
+}
+
 TEST_CASE("bad packages are refused and leave the op library unchanged") {
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
@@ -320,9 +342,9 @@ TEST_CASE("bad packages are refused and leave the op library unchanged") {
         const skc::Error e = refused(good);
         CHECK(e.code() == skc::Errc::corrupt);
         CHECK(e.file() == good.string());
-        CHECK(e.message() ==
-              "run package trunc: extraction failed (makeself exited with status 2). Last lines of its output:\n"
-              " Unexpected archive size.");
+        CHECK(e.message() == "run package trunc: extraction into " + (tmp / "lib/static_kernel/host").string() +
+                                 " failed (makeself exited with status 2). Last lines of its output:\n"
+                                 " Unexpected archive size.");
     }
     SUBCASE("corrupt payload") {
         const fs::path good = make_simple(tmp.path(), "corr", 2);
@@ -331,8 +353,9 @@ TEST_CASE("bad packages are refused and leave the op library unchanged") {
         spit(good, bytes);
         const skc::Error e = refused(good);
         CHECK(e.code() == skc::Errc::corrupt);
-        CHECK(e.message().rfind("run package corr: extraction failed (makeself exited with status 2). Last lines of "
-                                "its output:\nError in MD5 checksums: ", 0) == 0);
+        CHECK(e.message().rfind("run package corr: extraction into " + (tmp / "lib/static_kernel/host").string() +
+                                    " failed (makeself exited with status 2). Last lines of its output:\nError in MD5 checksums: ",
+                                0) == 0);
     }
     SUBCASE("../ in a file name") {
         const fs::path bad = make_package(tmp.path(), "evil", {{digest_of(9), "Add", "kernels/../../x.so", ""}});

@@ -3,7 +3,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <skc/policy/lock.hpp>
 
@@ -186,4 +190,55 @@ TEST_CASE("ProcessLock: separate instances do not share locks, copies do") {
     auto g = a.lock("k", LockMode::exclusive);
     CHECK(b.try_lock("k", LockMode::exclusive).owns());
     CHECK_FALSE(a2.try_lock("k", LockMode::exclusive).owns());
+}
+
+TEST_CASE("FileLock in another user's folder: permission denied, not \"no such file\"") {
+    if (::geteuid() != 0) {
+        MESSAGE("needs root to act as another user; not run");
+        return;
+    }
+    skc_test::TempDir tmp;
+    const std::filesystem::path dir = tmp / "locks";
+    std::filesystem::create_directories(dir / "keys");
+    std::filesystem::permissions(tmp.path(), std::filesystem::perms::all);  // others may enter
+    {
+        skc::FileLock mine(dir);
+        CHECK(mine.try_lock("keys/key-made", skc::LockMode::shared).owns());  // a lock file root made
+    }
+    // A process of user nobody (65534) tries three locks in root's 0755 folder; it writes one line
+    // per attempt: "owns" or "<code>|<message>".
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::close(fds[0]);
+        if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+        std::string out;
+        skc::FileLock theirs(dir);
+        for (const char* name : {"keys/key-new", "other/key-new", "keys/key-made"}) {
+            try {
+                out += theirs.try_lock(name, skc::LockMode::shared).owns() ? "owns" : "busy";
+            } catch (const skc::Error& e) {
+                out += std::string(skc::to_string(e.code())) + "|" + e.what();
+            } catch (...) {
+                out += "other exception";
+            }
+            out += "\n";
+        }
+        [[maybe_unused]] const ssize_t w = ::write(fds[1], out.data(), out.size());
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string got;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    CHECK(got == "permission_denied|" + (dir / "keys/key-new.lock").string() + ": cannot open lock file: Permission denied\n"
+                 "permission_denied|" + (dir / "other").string() + ": cannot create the lock file's folder: Permission denied\n"
+                 "owns\n");  // an existing lock file is opened read-only for a shared lock
 }
