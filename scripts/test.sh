@@ -2,8 +2,8 @@
 # Builds skc and runs every test suite two ways, both at warning_level=3 with werror: g++ (optimised,
 # with the benchmarks built), and clang++ under AddressSanitizer + UndefinedBehaviorSanitizer (one
 # build covers the second compiler and the sanitizers); then the tests that run threads (suite
-# 'threads') a third way, clang++ under ThreadSanitizer, building only their executables. Ends with
-# one line "N passed, N failed".
+# 'threads') a third way, clang++ under ThreadSanitizer, building only their executables; then every
+# fuzz harness of tests/fuzz for a few seconds. Ends with one line "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -51,6 +51,19 @@ run_suite gcc g++ -Dbenchmarks=enabled -Ddebug=false
 run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -- --suite threads
+
+# The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
+fuzz_log=build/fuzz/summary.txt
+mkdir -p build/fuzz
+if bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
+fuzz_ok=$(grep -c '^fuzz .*, ok$' "$fuzz_log" || true)
+fuzz_fail=$(grep -c '^fuzz .*FAILED' "$fuzz_log" || true)
+if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_fail" -eq 0 ]; then
+  fuzz_fail=1  # no line at all: the runner itself failed
+fi
+passed=$((passed + fuzz_ok))
+failed=$((failed + fuzz_fail))
+echo "== fuzz: $fuzz_ok passed, $fuzz_fail failed"
 
 echo "$passed passed, $failed failed"
 exit $status
