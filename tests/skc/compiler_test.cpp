@@ -469,21 +469,21 @@ TEST_CASE("progress: the lookup, the compiler's start, then its progress lines i
     const skc::CompileReport rep = compiler.compile(example_ops());
     CHECK(rep.outcome == skc::CompileOutcome::compiled);
     CHECK(shown(seen) == std::vector<std::string>{"lookup", "compiling 0/12", "compiling 1/12 a.json", "compiling 3/12 c.json",
-                                                  "compiling 12/12 z.json"});
+                                                  "compiling 12/12 z.json", "installing"});
     for (const skc::CompileProgress& p : seen) CHECK(p.key == rep.key);
-    REQUIRE(seen.size() == 5);
+    REQUIRE(seen.size() == 6);
     CHECK(seen[1].elapsed.count() == 0);
     CHECK(seen[3].elapsed >= std::chrono::milliseconds(2));
     CHECK(seen[4].elapsed >= seen[3].elapsed);
 
-    // A hit: the lookup only.
+    // A hit: the lookup, then the install.
     seen.clear();
     skc::process_compiled().clear();
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::hit);
-    CHECK(shown(seen) == std::vector<std::string>{"lookup"});
+    CHECK(shown(seen) == std::vector<std::string>{"lookup", "installing"});
 }
 
-TEST_CASE("progress: a compiler without progress lines gives the start report only; the cache off gives no lookup") {
+TEST_CASE("progress: a compiler without progress lines gives the start report only (then the install); the cache off gives no lookup") {
     TempDir tmp;
     skc::process_compiled().clear();
     PackingCompiler pc;
@@ -492,7 +492,7 @@ TEST_CASE("progress: a compiler without progress lines gives the start report on
     s.progress = recorder_of(seen);
     FsNoInstall compiler(pc.invoker(), options_for(tmp.path(), /*cache=*/false), s);
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::disabled);
-    CHECK(shown(seen) == std::vector<std::string>{"compiling 0/12"});
+    CHECK(shown(seen) == std::vector<std::string>{"compiling 0/12", "installing"});
     // Nothing to compile: nothing reported.
     seen.clear();
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::skipped);
@@ -512,7 +512,7 @@ TEST_CASE("progress: a callback that throws does not break the compile") {
     };
     FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), s);
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
-    CHECK(calls == 3);  // lookup, start, 1/12
+    CHECK(calls == 4);  // lookup, start, 1/12, installing
     CHECK(pc.calls == 1);
 }
 
@@ -554,7 +554,7 @@ TEST_CASE("progress: waiting while another process holds the key's lock, then co
     CHECK(waiting);
     CHECK(rep.key == key);
     CHECK(rep.outcome == skc::CompileOutcome::compiled);
-    CHECK(shown(seen) == std::vector<std::string>{"waiting another process compiling cache key " + key, "compiling 0/12"});
+    CHECK(shown(seen) == std::vector<std::string>{"waiting another process compiling cache key " + key, "compiling 0/12", "installing"});
     REQUIRE_FALSE(seen.empty());
     CHECK(seen[0].key == key);
 }
@@ -581,6 +581,6 @@ TEST_CASE("progress: with several ranks, the wait for the other ranks or for the
         skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect, LeaderGather>
             compiler(pc.invoker(), options_for(tmp.path()), s);
         CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
-        CHECK(shown(seen) == std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12"});
+        CHECK(shown(seen) == std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12", "installing"});
     }
 }
