@@ -89,6 +89,11 @@ TEST_CASE("toolchain versions and device names that would leave the cache folder
     CHECK_EQ(error_of([&] { (void)l.cache_index("8.0", std::string("a\0b", 3)); }),
              "device name \"a\" cannot be used in a file name: it must be non-empty and contain no '/', no NUL byte "
              "and no leading '.'");
+    // Too long together: the namespace's files would pass the file system's 255 bytes a name.
+    CHECK(skc::Layout::cache_stem("8.0", std::string(skc::Layout::max_cache_stem - 9, 'd')).size() == skc::Layout::max_cache_stem);
+    CHECK_EQ(error_of([&] { (void)skc::Layout::cache_stem("8.0", std::string(skc::Layout::max_cache_stem - 8, 'd')); }),
+             "the toolchain version and the device name are too long together: the cache namespace would be 201 bytes, "
+             "at most 200");
 }
 
 TEST_CASE("create_run makes a fresh folder each time") {
