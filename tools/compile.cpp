@@ -197,6 +197,12 @@ public:
 
 private:
     void tick() {
+        // SIGINT, SIGTERM and SIGHUP go to the compile's thread, whose texts the handler writes
+        // (interruption::set runs there): never to this one.
+        sigset_t stop;
+        sigemptyset(&stop);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+        ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
         std::unique_lock lock(mu_);
         while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) draw_locked();
     }
@@ -255,8 +261,8 @@ private:
 };
 
 /// What `skc compile` says when SIGINT, SIGTERM or SIGHUP ends it: what it was doing, and what is
-/// left. The text is prepared as the compile goes (set(), from the compile's thread) in one of two
-/// buffers, so the handler only writes a finished one; the handler then ends the process with the
+/// left. The text is prepared as the compile goes (set(), from the compile's thread, the only one
+/// that does not block these signals) in one of two buffers, so the handler only writes a finished one; the handler then ends the process with the
 /// signal's default action (exit status 128 + signal), and the guards of the compiler and of the
 /// package's extraction stop them (skc::detail::GroupGuard). Every file skc writes is renamed into
 /// place whole, so what an interrupted run leaves is what was there before or complete.
