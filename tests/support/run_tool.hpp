@@ -34,10 +34,11 @@ struct Started {
 
 /// Starts `program` with `args` in `cwd` (empty: the test's own), stdin from /dev/null, stdout and
 /// stderr to `io`/stdout and `io`/stderr. `env` entries "NAME=value" replace or extend the test's
-/// environment; "NAME=" alone removes NAME.
+/// environment; "NAME=" alone removes NAME. With `own_group`, the program leads a process group of
+/// its own (its pid), as a shell starts a job.
 inline Started start_program(const std::string& program, const std::filesystem::path& cwd,
                              const std::vector<std::string>& args, const std::vector<std::string>& env,
-                             const std::filesystem::path& io) {
+                             const std::filesystem::path& io, bool own_group = false) {
     const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
     posix_spawn_file_actions_t fa;
     REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
@@ -45,6 +46,12 @@ inline Started start_program(const std::string& program, const std::filesystem::
     REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
     REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
     if (!cwd.empty()) REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str()) == 0);
+    posix_spawnattr_t attr;
+    REQUIRE(posix_spawnattr_init(&attr) == 0);
+    if (own_group) {
+        REQUIRE(posix_spawnattr_setpgroup(&attr, 0) == 0);
+        REQUIRE(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) == 0);
+    }
     std::vector<char*> argv{const_cast<char*>(program.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -63,8 +70,9 @@ inline Started start_program(const std::string& program, const std::filesystem::
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
     Started st{-1, io};
-    const int rc = posix_spawn(&st.pid, program.c_str(), &fa, nullptr, argv.data(), envp.data());
+    const int rc = posix_spawn(&st.pid, program.c_str(), &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     REQUIRE(rc == 0);
     return st;
 }

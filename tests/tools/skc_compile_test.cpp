@@ -918,24 +918,8 @@ TEST_CASE("a signal to skc's whole process group ends the compiler too, and SIGI
         const std::vector<std::string> args = compile_args(tmp, ops_dir(tmp, {small_op}), sleeper);
         // skc as a shell starts a job: the leader of a process group of its own.
         TempDir io;
-        const std::string out_file = (io / "stdout").string(), err_file = (io / "stderr").string();
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        REQUIRE(posix_spawn_file_actions_init(&fa) == 0);
-        REQUIRE(posix_spawnattr_init(&attr) == 0);
-        REQUIRE(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) == 0);
-        REQUIRE(posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-        REQUIRE(posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0);
-        REQUIRE(posix_spawn_file_actions_addchdir_np(&fa, tmp.path().c_str()) == 0);
-        REQUIRE(posix_spawnattr_setpgroup(&attr, 0) == 0);
-        REQUIRE(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) == 0);
-        std::vector<char*> argv{const_cast<char*>(tool.c_str())};
-        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        pid_t skc = -1;
-        REQUIRE(posix_spawn(&skc, tool.c_str(), &fa, &attr, argv.data(), environ) == 0);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
+        const pid_t skc = skc_test::start_program(tool, tmp.path(), args, {}, io.path(), /*own_group=*/true).pid;
+        const std::string err_file = (io / "stderr").string();
 
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline)
