@@ -11,8 +11,10 @@
 //   3. again: every supported op must now run its static kernel (the runtime's counters say so);
 //   4. the outputs of both runs must agree (relative error at most 1e-4);
 //   5. each op type is timed with its generic and its static kernel on the same inputs.
-// It prints a table of the timings, the cache outcome, the key, the package and the time per stage.
-// A second run with the same --base finds the package in the cache and does not compile.
+// It prints a table of the timings, the cache outcome, the key, the package, how it was installed
+// and the time per stage. A second run with the same --base finds the package in the cache and does
+// not compile; nor does it extract the package: the first run's extraction was kept in the op
+// library when that run ended (`.kept/`), and the install reuses it.
 //
 // Exit status: 0 success, 1 failure (a check failed, or an error from skc), 2 bad usage.
 #include <algorithm>
@@ -430,6 +432,21 @@ std::string cache_line(const skc::CompileReport& r) {
 
 double ms(std::chrono::nanoseconds t) { return static_cast<double>(t.count()) / 1e6; }
 
+/// How the package got into the op library: `extracted`, `reused` (its extraction kept by an earlier
+/// process), `held` (installed already: one more holder), or `-` (nothing installed).
+std::string install_kind(const std::vector<skc::Installation>& installs, const skc::CompileReport& r) {
+    if (r.installed.empty() || installs.empty()) return "-";
+    const skc::Installation& inst = installs.back();  // this compile's
+    return inst.extracted() ? "extracted" : inst.reused() ? "reused" : "held";
+}
+
+std::string install_note(const std::string& kind) {
+    if (kind == "extracted") return " (extracted)";
+    if (kind == "reused") return " (reused the extraction kept from an earlier run: not extracted again)";
+    if (kind == "held") return " (installed already: one more holder, not extracted again)";
+    return {};
+}
+
 // ---- the flow ---------------------------------------------------------------------------------------
 
 using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
@@ -506,6 +523,7 @@ int run(const Config& cfg) {
     const double geomean = times.empty() ? 0 : std::exp(log_sum / static_cast<double>(times.size()));
 
     const std::size_t loaded = compiler.reselect_hook().loaded();
+    const std::string installed_how = install_kind(compiler.installations(), report);
     if (cfg.json) {
         skc::Array rows;
         for (const TypeTiming& t : times)
@@ -539,6 +557,7 @@ int run(const Config& cfg) {
                                               {"static_us", skc::Value(sta_total)},
                                               {"geomean_speedup", skc::Value(geomean)}})},
             {"cache", skc::Value(cache_line(report))},
+            {"install", skc::Value(installed_how)},
             {"toolchain_version", skc::Value(settings.toolchain_version)},
             {"device", skc::Value(settings.device)},
             {"report", report.to_value()},
@@ -572,7 +591,7 @@ int run(const Config& cfg) {
                   << "key: " << (report.key.empty() ? "-" : report.key) << "\n"
                   << "package: " << (report.package.empty() ? "-" : report.package.string()) << "\n"
                   << "installed: " << (report.installed.empty() ? "-" : report.installed) << " in " << library.string()
-                  << "\n"
+                  << install_note(installed_how) << "\n"
                   << "run folder: " << report.run_dir.string() << "\n"
                   << "stages:";
         for (const auto& [name, t] : report.stages) std::cout << " " << name << " " << fixed(ms(t), 1) << " ms,";

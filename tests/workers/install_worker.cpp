@@ -9,7 +9,8 @@
 //   wait         install, print, sleep until killed
 //   wait-file    install, print, wait until FILE exists, then return from main
 //   persistent   install persistently, print, exit
-// After installing it prints "installed extracted=<0|1>" on stdout (flushed).
+// After installing it prints "installed extracted=<0|1> reused=<0|1>" on stdout (flushed): whether
+// it extracted the package, or installed it from its kept extraction.
 // Exit status: 0 success, 2 usage, 4 skc::Error ("error <code> <message>" on stdout), 5 other.
 #include <skc/policy/installer.hpp>
 
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
         skc::InstallOptions opt;
         opt.persistent = mode == "persistent";
         skc::Installation inst = installer.install(package, library, opt);
-        std::printf("installed extracted=%d\n", inst.extracted() ? 1 : 0);
+        std::printf("installed extracted=%d reused=%d\n", inst.extracted() ? 1 : 0, inst.reused() ? 1 : 0);
         std::fflush(stdout);
         if (mode == "exit") {
             new skc::Installation(std::move(inst));  // leaked on purpose: released by the atexit hook

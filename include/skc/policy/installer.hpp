@@ -6,6 +6,7 @@
 //   L/static_kernel/<backend>/config.ini         install order, one package per line
 //   L/static_kernel/<backend>/uninstall.sh       removes every package and the shared files
 //   L/static_kernel/<backend>/.holders/<stem>/   one file per holder of the package
+//   L/static_kernel/<backend>/.kept/<stem>/      an extraction kept after its last holder went
 //   L/static_kernel/<backend>/install.lock       the node-wide install lock (FileLock, flock)
 //
 // RunPackageInstaller extracts the package with posix_spawn (`/bin/sh <pkg> --quiet --noexec
@@ -17,8 +18,21 @@
 //
 // Reference counting: a holder is a file `.holders/<stem>/<pid>-<starttime>.<n>` (starttime from
 // /proc/<pid>/stat, so a reused pid is not mistaken for the holder) or `persistent`. A package is
-// removed when its last live holder goes; every install, uninstall and cleanup() first removes the
-// holders of dead processes and the packages left without a holder (orphans of a SIGKILL).
+// uninstalled when its last live holder goes; every install, uninstall and cleanup() first removes
+// the holders of dead processes and uninstalls the packages left without a holder (orphans of a
+// SIGKILL).
+//
+// Kept extractions: extracting costs tens to hundreds of milliseconds (makeself), and the next
+// process usually installs the same package again (the same cache hit). So an uninstalled package
+// is not deleted but renamed to `.kept/<stem>/`, with the identity file `.skc-identity` the install
+// wrote into it (the package file's checksum and size, the extraction's size). It is no longer
+// installed: not in config.ini, the global index or list(). An install of the same stem with the
+// same checksum renames it back after the cheap payload checks, without extracting; another
+// checksum, or a kept folder that fails the checks, is deleted and the package extracted. Kept
+// extractions are bounded by InstallOptions::keep_bytes (the latest install's value is recorded in
+// `.kept/.limit`, so cleanups without options apply it too): the least recently released go first.
+// Every change is a rename under the install lock, so a crash leaves no half package under an
+// installed or kept name.
 //
 // Process-scoped installs end with the Installation handle, at exit() (an atexit hook releases the
 // handles still alive) and on SIGINT/SIGTERM. Signal handling, by design: the handler is installed
@@ -26,21 +40,23 @@
 // unlinks this process's holder files (paths kept in a fixed static table), restores SIG_DFL and
 // re-raises the signal, so the process ends with the status the signal gives. It does not remove
 // packages or rewrite the index (that needs locks, allocation and a possibly interrupted lock
-// holder); the next process that installs, uninstalls or cleans up removes the packages left
-// without holders. When the host had its own handler for a signal, skc installs none for it: the
-// host decides whether the process ends; if it exits normally the atexit hook runs, and if it dies
-// otherwise the dead-holder cleanup applies.
+// holder); the next process that installs, uninstalls or cleans up uninstalls (keeps) the packages
+// left without holders. When the host had its own handler for a signal, skc installs none for it:
+// the host decides whether the process ends; if it exits normally the atexit hook runs, and if it
+// dies otherwise the dead-holder cleanup applies.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <concepts>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -59,6 +75,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../detail/hash.hpp"
 #include "../detail/process.hpp"
 #include "../error.hpp"
 #include "../op_info_io.hpp"
@@ -68,10 +85,24 @@
 
 namespace skc {
 
+/// How many bytes of kept extractions an op library holds when its installs set no other limit:
+/// the cache's default size limit (default_cache_limits in cache.hpp), since what is kept is an
+/// extraction of a cached package.
+inline constexpr std::uint64_t default_keep_bytes = std::uint64_t{5} << 30;
+
 struct InstallOptions {
     std::string backend = "host";  // L/static_kernel/<backend>; the package's index must agree
     bool persistent = false;       // stays until uninstall(stem, persistent = true)
     std::chrono::seconds timeout{300};  // extraction time limit
+    /// Bytes of extracted packages kept in L/static_kernel/<backend>/.kept/ after their last holder
+    /// goes, for a later install of the same package to reuse without extracting; the least
+    /// recently released go first. 0 keeps nothing (and writes no identity); UINT64_MAX has no
+    /// limit. The op library applies the latest install's value.
+    std::uint64_t keep_bytes = default_keep_bytes;
+    /// The package's content: the checksum of its bytes (detail::Hasher, as a cache entry records
+    /// it). Unset: computed from the package file when it is needed (an extraction to keep, or a
+    /// kept extraction of the same stem to compare with).
+    std::optional<Digest> checksum;
 };
 
 /// One installed package as list() sees it.
@@ -90,10 +121,12 @@ struct InstalledPackage {
 class Installation {
 public:
     Installation() = default;
-    Installation(std::string stem, std::filesystem::path folder, bool extracted, std::function<void()> release)
-        : stem_(std::move(stem)), folder_(std::move(folder)), extracted_(extracted), release_(std::move(release)) {}
+    Installation(std::string stem, std::filesystem::path folder, bool extracted, std::function<void()> release,
+                 bool reused = false)
+        : stem_(std::move(stem)), folder_(std::move(folder)), extracted_(extracted), reused_(reused),
+          release_(std::move(release)) {}
     Installation(Installation&& o) noexcept
-        : stem_(std::move(o.stem_)), folder_(std::move(o.folder_)), extracted_(o.extracted_),
+        : stem_(std::move(o.stem_)), folder_(std::move(o.folder_)), extracted_(o.extracted_), reused_(o.reused_),
           release_(std::exchange(o.release_, nullptr)) {}
     Installation& operator=(Installation&& o) noexcept {
         if (this != &o) {
@@ -101,6 +134,7 @@ public:
             stem_ = std::move(o.stem_);
             folder_ = std::move(o.folder_);
             extracted_ = o.extracted_;
+            reused_ = o.reused_;
             release_ = std::exchange(o.release_, nullptr);
         }
         return *this;
@@ -112,8 +146,11 @@ public:
     [[nodiscard]] const std::string& stem() const noexcept { return stem_; }
     /// L/static_kernel/<backend>/<stem>
     [[nodiscard]] const std::filesystem::path& folder() const noexcept { return folder_; }
-    /// True when this call extracted the package; false when it was installed already.
+    /// True when this call extracted the package; false when it was installed already or reused.
     [[nodiscard]] bool extracted() const noexcept { return extracted_; }
+    /// True when this call installed the package from its kept extraction (.kept/<stem>), without
+    /// extracting.
+    [[nodiscard]] bool reused() const noexcept { return reused_; }
     /// True while this handle holds a reference (process-scoped installs).
     [[nodiscard]] bool holds() const noexcept { return static_cast<bool>(release_); }
 
@@ -135,6 +172,7 @@ private:
     std::string stem_;
     std::filesystem::path folder_;
     bool extracted_ = false;
+    bool reused_ = false;
     std::function<void()> release_;
 };
 
@@ -316,11 +354,21 @@ public:
         if (ec)
             throw Error(Errc::io_error, "cannot create the op library folder: " + ec.message(),
                         ErrorContext{base.string(), {}, {}});
+        // The package's identity, computed at most once and outside the lock when it can be.
+        std::optional<Identity> identity;
+        auto identify = [&]() -> const Identity& {
+            if (!identity) identity = identify_package(package, opt.checksum);
+            return *identity;
+        };
+        struct stat kept_st {};
+        if (opt.keep_bytes > 0 && !opt.checksum && ::lstat((kept_dir(base) / stem).c_str(), &kept_st) == 0) identify();
         FileLock locks(base);
         {
             auto guard = locks.lock("install", LockMode::exclusive);
-            cleanup_locked(base);
+            cleanup_locked(base, opt.keep_bytes);
             if (installed_locked(base, stem)) return hold_locked(base, stem, opt, false);
+            if (opt.keep_bytes > 0 && ::lstat((kept_dir(base) / stem).c_str(), &kept_st) == 0)
+                if (std::optional<Installation> inst = reuse_locked(base, stem, package, opt, identify())) return std::move(*inst);
         }
         // Extract and check outside the lock: other installs go on meanwhile.
         static std::atomic<unsigned> counter{0};
@@ -334,9 +382,14 @@ public:
             }
         } cleanup{staging};
         extract(package, staging, opt.timeout);
-        const std::string device = check_payload(package, staging, opt.backend);
         write_text(staging / "uninstall.sh", package_uninstall_script(stem));
         ::chmod((staging / "uninstall.sh").c_str(), 0755);
+        const Payload payload = check_payload(package, staging, opt.backend);
+        if (opt.keep_bytes > 0) {  // without an identity the package is simply not kept
+            Identity id = identify();
+            id.extracted_bytes = payload.bytes;
+            write_small_file(staging / identity_file, identity_text(id));
+        }
 
         auto guard = locks.lock("install", LockMode::exclusive);
         cleanup_locked(base);
@@ -347,17 +400,12 @@ public:
             throw Error(Errc::io_error, "run package " + stem + ": cannot move the package into place: " +
                                             std::strerror(errno), ErrorContext{folder.string(), {}, {}});
         fsync_dir(base);
-        auto order = read_config(base);
-        order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
-                    order.end());
-        order.emplace_back(stem, device);
-        Installation inst = hold_locked(base, stem, opt, true);
-        publish_locked(base, order);
-        return inst;
+        return publish_and_hold_locked(base, stem, payload.device, opt, true, false);
     }
 
     /// Gives up this process's references to `stem` (persistent = false; handles become inert) or
-    /// the persistent reference (persistent = true). True when the package was removed.
+    /// the persistent reference (persistent = true). True when the package was uninstalled (kept in
+    /// .kept within the op library's keep limit, or deleted).
     bool uninstall(const std::filesystem::path& library, std::string_view stem, std::string_view backend,
                    bool persistent) {
         const std::filesystem::path base = base_of(library, backend);
@@ -386,8 +434,8 @@ public:
         return was && !installed_locked(base, std::string(stem));
     }
 
-    /// Removes dead holders, packages without holders and stale staging folders. Returns how many
-    /// packages were removed.
+    /// Removes dead holders, uninstalls packages without holders (kept within the op library's keep
+    /// limit) and removes stale staging folders. Returns how many packages were uninstalled.
     std::size_t cleanup(const std::filesystem::path& library, std::string_view backend) {
         const std::filesystem::path base = base_of(library, backend);
         if (!std::filesystem::exists(base)) return 0;
@@ -396,7 +444,8 @@ public:
         return cleanup_locked(base);
     }
 
-    /// The installed packages in install order (after removing dead holders and orphans).
+    /// The installed packages in install order (after removing dead holders and orphans); kept
+    /// extractions are not installed and not listed.
     std::vector<InstalledPackage> list(const std::filesystem::path& library, std::string_view backend) {
         const std::filesystem::path base = base_of(library, backend);
         std::vector<InstalledPackage> out;
@@ -413,6 +462,115 @@ public:
 
 private:
     using Order = std::vector<std::pair<std::string, std::string>>;  // (stem, device) in install order
+
+    /// What identifies an extraction: the package file's checksum and size, and the bytes of the
+    /// extracted folder's regular files (the identity file aside). Kept in the folder as
+    /// `.skc-identity`, so that it moves with the folder in one rename.
+    struct Identity {
+        Digest checksum;
+        std::uint64_t package_bytes = 0;
+        std::uint64_t extracted_bytes = 0;
+    };
+    static constexpr const char* identity_file = ".skc-identity";
+    static constexpr const char* limit_file = ".limit";  // in .kept/: the latest install's keep_bytes
+
+    static std::filesystem::path kept_dir(const std::filesystem::path& base) { return base / ".kept"; }
+
+    /// The checksum (`given`, else detail::Hasher over the file's bytes, as the cache computes it) and
+    /// size of the package file.
+    static Identity identify_package(const std::filesystem::path& package, const std::optional<Digest>& given) {
+        const int fd = ::open(package.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) fail(Errc::invalid_argument, package, "cannot read the package file: " + std::string(std::strerror(errno)));
+        struct Closer {
+            int fd;
+            ~Closer() { ::close(fd); }
+        } closer{fd};
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+            fail(Errc::invalid_argument, package, "cannot read the package file: not a regular file");
+        Identity id;
+        id.package_bytes = static_cast<std::uint64_t>(st.st_size);
+        if (given) {
+            id.checksum = *given;
+            return id;
+        }
+        detail::Hasher h;
+        std::string buf(std::size_t{1} << 16, '\0');
+        for (;;) {
+            const ssize_t n = ::read(fd, buf.data(), buf.size());
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) fail(Errc::io_error, package, "cannot read the package file: " + std::string(std::strerror(errno)));
+            if (n == 0) break;
+            h.update(buf.data(), static_cast<std::size_t>(n));
+        }
+        id.checksum = h.digest();
+        return id;
+    }
+
+    static std::string identity_text(const Identity& id) {
+        return "skc-kept-extraction 1\nchecksum " + id.checksum.hex() + "\npackage_bytes " + std::to_string(id.package_bytes) +
+               "\nextracted_bytes " + std::to_string(id.extracted_bytes) + "\n";
+    }
+
+    /// The identity file of package folder `folder`; nullopt when it is missing or not exactly as
+    /// identity_text() writes it.
+    static std::optional<Identity> read_identity(const std::filesystem::path& folder) {
+        std::string text;
+        try {
+            text = read_file(folder / identity_file, 4096);
+        } catch (const Error&) {
+            return std::nullopt;
+        }
+        Identity id;
+        const char* p = text.data();
+        const char* const end = p + text.size();
+        auto expect = [&](std::string_view word) {
+            if (static_cast<std::size_t>(end - p) < word.size() || std::string_view(p, word.size()) != word) return false;
+            p += word.size();
+            return true;
+        };
+        auto number = [&](std::uint64_t& v) {
+            const auto [next, err] = std::from_chars(p, end, v);
+            if (err != std::errc() || next == p) return false;
+            p = next;
+            return true;
+        };
+        if (!expect("skc-kept-extraction 1\nchecksum ") || end - p < 32) return std::nullopt;
+        const std::optional<Digest> checksum = Digest::from_hex(std::string_view(p, 32));
+        p += 32;
+        if (!checksum || !expect("\npackage_bytes ") || !number(id.package_bytes) || !expect("\nextracted_bytes ") ||
+            !number(id.extracted_bytes) || !expect("\n") || p != end)
+            return std::nullopt;
+        id.checksum = *checksum;
+        return id;
+    }
+
+    /// Writes a small file through a temporary file and a rename, so that a reader sees all of it or
+    /// none; false when it cannot. For the installer's own dot names, which FilesystemStorage does not
+    /// take (and which no package stem can be).
+    static bool write_small_file(const std::filesystem::path& p, const std::string& text) {
+        const std::filesystem::path tmp = p.parent_path() / (".tmp." + std::to_string(::getpid()) + p.filename().string());
+        const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) return false;
+        const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+        ::close(fd);
+        if (written && ::rename(tmp.c_str(), p.c_str()) == 0) return true;
+        ::unlink(tmp.c_str());
+        return false;
+    }
+
+    /// The keep limit recorded in .kept/ (0 when none is).
+    static std::uint64_t read_keep_limit(const std::filesystem::path& base) {
+        std::string text;
+        try {
+            text = read_file(kept_dir(base) / limit_file, 64);
+        } catch (const Error&) {
+            return 0;
+        }
+        std::uint64_t v = 0;
+        const auto [next, err] = std::from_chars(text.data(), text.data() + text.size(), v);
+        return err == std::errc() && next != text.data() ? v : 0;
+    }
 
     [[noreturn]] static void fail(Errc code, const std::filesystem::path& package, const std::string& what,
                                   const std::string& log_tail = {}) {
@@ -477,16 +635,27 @@ private:
                                              std::to_string(WEXITSTATUS(status)) + ")", log.tail());
     }
 
-    /// Checks the extracted payload; returns the package's device.
-    static std::string check_payload(const std::filesystem::path& package, const std::filesystem::path& root,
-                                     const std::string& backend) {
+    struct Payload {
+        std::string device;
+        std::uint64_t bytes = 0;  // of its regular files, the identity file aside
+    };
+
+    /// Checks the extracted payload; returns the package's device and the payload's size.
+    static Payload check_payload(const std::filesystem::path& package, const std::filesystem::path& root,
+                                 const std::string& backend) {
         // No symlink in the payload may point outside it.
         std::error_code ec;
         const std::filesystem::path canon_root = std::filesystem::canonical(root, ec);
         if (ec) fail(Errc::corrupt, package, "the payload is missing after extraction");
+        Payload out;
         for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
              !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-            if (!it->is_symlink(ec)) continue;
+            if (!it->is_symlink(ec)) {
+                std::error_code size_ec;
+                if (it->is_regular_file(size_ec) && (it.depth() != 0 || it->path().filename() != identity_file))
+                    if (const std::uintmax_t n = it->file_size(size_ec); !size_ec) out.bytes += n;
+                continue;
+            }
             const std::string rel = std::filesystem::relative(it->path(), root).string();
             const auto target = std::filesystem::weakly_canonical(it->path(), ec);
             const std::string t = target.string(), r = canon_root.string() + "/";
@@ -515,9 +684,9 @@ private:
             fail(Errc::corrupt, package, "bad binary_info_config.json: version must be 1");
         if (const std::string b = str(index, "backend", ""); b != backend)
             fail(Errc::invalid_argument, package, "the package is for backend \"" + b + "\", not \"" + backend + "\"");
-        const std::string device = str(index, "device", "");
-        if (!detail::safe_component(device))
-            fail(Errc::unsafe_path, package, "device \"" + device + "\" cannot be used as a folder name");
+        out.device = str(index, "device", "");
+        if (!detail::safe_component(out.device))
+            fail(Errc::unsafe_path, package, "device \"" + out.device + "\" cannot be used as a folder name");
         const Value* kernels = index.find("kernels");
         if (kernels == nullptr || !kernels->is_array())
             fail(Errc::corrupt, package, "bad binary_info_config.json: kernels must be an array");
@@ -533,7 +702,7 @@ private:
             const std::string file = str(k, "file", where);
             check_file_name(package, file, root);
         }
-        return device;
+        return out;
     }
 
     /// A kernel file name as the index may give it: a relative path below kernels/ without '.', '..'
@@ -588,12 +757,13 @@ private:
 
     static std::string top_uninstall_script(const Order& order) {
         std::string s = "#!/bin/sh\n"
-                        "# Removes every run package installed here and the shared files (written by skc).\n"
+                        "# Removes every run package installed here, the kept extractions and the shared files\n"
+                        "# (written by skc).\n"
                         "# Do not run it while a process uses the packages.\n"
                         "set -e\n"
                         "cd \"$(dirname \"$0\")\"\n";
         for (const auto& [stem, device] : order) s += "rm -rf -- \"" + stem + "\"\n";
-        s += "rm -rf -- config .holders config.ini uninstall.sh\n";
+        s += "rm -rf -- config .holders .kept config.ini uninstall.sh\n";
         return s;
     }
 
@@ -657,15 +827,56 @@ private:
         return out;
     }
 
+    /// Under the lock, with the package folder in place: lists `stem` last in config.ini, rebuilds the
+    /// shared files, then adds a holder. Published first: should publishing fail, no handle exists
+    /// whose release would wait for the lock this thread holds (a package listed without a holder is
+    /// uninstalled by the next cleanup).
+    static Installation publish_and_hold_locked(const std::filesystem::path& base, const std::string& stem,
+                                                const std::string& device, const InstallOptions& opt, bool extracted,
+                                                bool reused) {
+        auto order = read_config(base);
+        order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
+                    order.end());
+        order.emplace_back(stem, device);
+        publish_locked(base, order);
+        return hold_locked(base, stem, opt, extracted, reused);
+    }
+
+    /// Under the lock: installs `stem` from its kept extraction when that is the same package (`want`)
+    /// and passes the payload checks; otherwise deletes the kept folder and returns nullopt (the
+    /// caller extracts).
+    static std::optional<Installation> reuse_locked(const std::filesystem::path& base, const std::string& stem,
+                                                    const std::filesystem::path& package, const InstallOptions& opt,
+                                                    const Identity& want) {
+        const std::filesystem::path kept = kept_dir(base) / stem;
+        const std::optional<Identity> have = read_identity(kept);
+        std::optional<Payload> payload;
+        if (have && have->checksum == want.checksum && have->package_bytes == want.package_bytes) {
+            try {
+                payload = check_payload(package, kept, opt.backend);
+            } catch (const Error&) {  // damaged since it was kept
+            }
+        }
+        const std::filesystem::path folder = base / stem;
+        std::error_code ec;
+        if (payload && payload->bytes == have->extracted_bytes) {
+            std::filesystem::remove_all(folder, ec);  // a leftover not listed in config.ini
+            if (::rename(kept.c_str(), folder.c_str()) == 0)
+                return publish_and_hold_locked(base, stem, payload->device, opt, false, true);
+        }
+        remove_locked(base, kept, stem);
+        return std::nullopt;
+    }
+
     /// Adds a holder for `stem` (under the lock) and returns the handle.
     static Installation hold_locked(const std::filesystem::path& base, const std::string& stem,
-                                    const InstallOptions& opt, bool extracted) {
+                                    const InstallOptions& opt, bool extracted, bool reused = false) {
         const std::filesystem::path dir = base / ".holders" / stem;
         std::error_code ec;
         std::filesystem::create_directories(dir, ec);
         if (opt.persistent) {
             write_text(dir / "persistent", "");
-            return Installation(stem, base / stem, extracted, nullptr);
+            return Installation(stem, base / stem, extracted, nullptr, reused);
         }
         static std::atomic<unsigned long> counter{0};
         const auto start = detail::process_start_time(0).value_or(0);
@@ -685,7 +896,7 @@ private:
             id = reg.next++;
             reg.live[id] = detail::Holding{base, stem, holder, ::getpid(), detail::claim_signal_slot(dir / holder)};
         }
-        return Installation(stem, base / stem, extracted, [id] { release_holding(id); });
+        return Installation(stem, base / stem, extracted, [id] { release_holding(id); }, reused);
     }
 
     /// Gives up one holding of this process (no-op when released already, e.g. by uninstall()).
@@ -727,14 +938,21 @@ private:
         }
     }
 
-    /// Under the lock: removes dead holders, packages without a live holder, entries of config.ini
-    /// whose folder is gone and staging folders of dead processes; republishes the shared files when
-    /// anything changed. Returns the number of packages removed.
-    static std::size_t cleanup_locked(const std::filesystem::path& base) {
+    /// Under the lock: removes dead holders; uninstalls the packages without a live holder, entries
+    /// of config.ini whose folder is gone and package folders with an identity that config.ini does
+    /// not list (a crash between moving a package in and publishing); removes staging and removal
+    /// folders of dead processes; records `new_limit` as the keep limit; keeps uninstalled packages
+    /// within the limit (else deletes them) and evicts kept extractions beyond it; republishes the
+    /// shared files when anything changed. Returns the number of packages uninstalled.
+    static std::size_t cleanup_locked(const std::filesystem::path& base, std::optional<std::uint64_t> new_limit = std::nullopt) {
         std::error_code ec;
+        std::vector<std::string> folders;  // names a package folder may have
         for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
             const std::string name = e.path().filename().string();
-            if (name.rfind(".staging-", 0) != 0 && name.rfind(".removing-", 0) != 0) continue;
+            if (name.rfind(".staging-", 0) != 0 && name.rfind(".removing-", 0) != 0) {
+                if (detail::safe_component(name) && name != "config") folders.push_back(name);
+                continue;
+            }
             const auto dash = name.rfind('-');
             bool dead = true;
             try {
@@ -744,6 +962,18 @@ private:
             }
             if (dead) std::filesystem::remove_all(e.path(), ec);
         }
+        std::optional<std::uint64_t> limit = new_limit;  // read from .kept/ when first needed
+        bool evict = false;
+        if (new_limit && read_keep_limit(base) != *new_limit) {
+            std::filesystem::create_directory(kept_dir(base), ec);
+            // Best effort: unrecorded, the limit still applies to this call, and the next install records it.
+            write_small_file(kept_dir(base) / limit_file, std::to_string(*new_limit) + "\n");
+            evict = true;
+        }
+        auto retire = [&](const std::string& stem) {
+            if (!limit) limit = read_keep_limit(base);
+            evict = retire_locked(base, stem, *limit) || evict;
+        };
         const Order order = read_config(base);
         Order keep;
         std::size_t removed = 0;
@@ -761,16 +991,95 @@ private:
                 continue;
             }
             std::filesystem::remove_all(base / ".holders" / stem, ec);
-            if (present) {  // rename first: a crash half-way leaves no half package under its name
-                const std::filesystem::path gone =
-                    base / (".removing-" + stem + "-" + std::to_string(::getpid()));
-                if (::rename((base / stem).c_str(), gone.c_str()) == 0) std::filesystem::remove_all(gone, ec);
-                else std::filesystem::remove_all(base / stem, ec);
+            if (present) {
+                retire(stem);
                 ++removed;
             }
         }
+        for (const std::string& name : folders) {
+            if (std::any_of(order.begin(), order.end(), [&](const auto& e) { return e.first == name; })) continue;
+            struct stat st {};
+            if (::lstat((base / name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+                ::lstat((base / name / identity_file).c_str(), &st) != 0)
+                continue;
+            std::filesystem::remove_all(base / ".holders" / name, ec);
+            retire(name);
+        }
         if (keep != order) publish_locked(base, keep);
+        if (evict) evict_kept_locked(base, *limit);
         return removed;
+    }
+
+    /// Under the lock: takes package folder `stem` out of its installed place: renamed to
+    /// .kept/<stem> (replacing an older kept extraction of the stem) when it has an identity and fits
+    /// `limit`, else deleted. Returns whether it was kept.
+    static bool retire_locked(const std::filesystem::path& base, const std::string& stem, std::uint64_t limit) {
+        const std::filesystem::path folder = base / stem;
+        if (const std::optional<Identity> id = limit > 0 ? read_identity(folder) : std::nullopt; id && id->extracted_bytes <= limit) {
+            const std::filesystem::path kept = kept_dir(base) / stem;
+            std::error_code ec;
+            std::filesystem::create_directory(kept_dir(base), ec);
+            struct stat st {};
+            if (::lstat(kept.c_str(), &st) == 0) remove_locked(base, kept, stem);
+            if (::rename(folder.c_str(), kept.c_str()) == 0) {
+                // Released now: the time LRU eviction goes by (the precise clock: a file system's own
+                // "now" is coarse, and releases follow each other closely).
+                struct timespec now[2] {};
+                ::clock_gettime(CLOCK_REALTIME, &now[0]);
+                now[1] = now[0];
+                ::utimensat(AT_FDCWD, kept.c_str(), now, 0);
+                return true;
+            }
+        }
+        remove_locked(base, folder, stem);
+        return false;
+    }
+
+    /// Under the lock: deletes `path` (a package folder, installed or kept), renamed away first so
+    /// that a crash half-way leaves no half package under its name.
+    static void remove_locked(const std::filesystem::path& base, const std::filesystem::path& path, const std::string& stem) {
+        std::error_code ec;
+        const std::filesystem::path gone = base / (".removing-" + stem + "-" + std::to_string(::getpid()));
+        if (::rename(path.c_str(), gone.c_str()) == 0) std::filesystem::remove_all(gone, ec);
+        else std::filesystem::remove_all(path, ec);
+    }
+
+    /// Under the lock: deletes kept extractions, least recently released first, until their sizes add
+    /// up to `limit` at most; also whatever else is in .kept/ (a folder without a valid identity, a
+    /// temporary file of a killed writer of the limit).
+    static void evict_kept_locked(const std::filesystem::path& base, std::uint64_t limit) {
+        struct Kept {
+            std::int64_t released_ns;
+            std::uint64_t bytes;
+            std::string stem;
+        };
+        const std::filesystem::path dir = kept_dir(base);
+        std::vector<std::string> names;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+        std::vector<Kept> kept;
+        std::uint64_t total = 0;
+        for (const std::string& name : names) {
+            if (name == limit_file) continue;
+            const std::filesystem::path p = dir / name;
+            struct stat st {};
+            const bool is_dir = ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+            const std::optional<Identity> id = is_dir && detail::safe_component(name) ? read_identity(p) : std::nullopt;
+            if (!id) {
+                if (is_dir) remove_locked(base, p, name);
+                else ::unlink(p.c_str());
+                continue;
+            }
+            kept.push_back(Kept{static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                                id->extracted_bytes, name});
+            total += id->extracted_bytes;
+        }
+        std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) { return a.released_ns < b.released_ns; });
+        for (const Kept& k : kept) {
+            if (total <= limit) break;
+            remove_locked(base, dir / k.stem, k.stem);
+            total -= k.bytes;
+        }
     }
 
     /// Under the lock: writes config.ini, every device's global index and the top-level uninstall.sh.

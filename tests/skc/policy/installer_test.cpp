@@ -7,9 +7,11 @@
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -38,6 +40,11 @@ using Kernel = skc_test::PackagedKernel;
 using skc_test::digest_of;
 using skc_test::make_package;
 using skc_test::run;
+
+// What install_worker prints after installing.
+const std::string extracted_line = "installed extracted=1 reused=0\n";
+const std::string held_line = "installed extracted=0 reused=0\n";
+const std::string reused_line = "installed extracted=0 reused=1\n";
 
 fs::path make_simple(const fs::path& out, const std::string& stem, int digest) {
     return make_package(out, stem, {{digest_of(digest), "Add", "kernels/" + stem + ".so", "kernel " + stem + "\n"}});
@@ -199,9 +206,9 @@ TEST_CASE("two processes installing one package share it: the first to leave doe
     const fs::path pkg = make_simple(tmp.path(), "shared", 3);
     Workers w;
     const pid_t a = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-a").string()}, tmp / "a.out");
-    CHECK(wait_installed(tmp / "a.out") == "installed extracted=1\n");
+    CHECK(wait_installed(tmp / "a.out") == extracted_line);
     const pid_t b = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-b").string()}, tmp / "b.out");
-    CHECK(wait_installed(tmp / "b.out") == "installed extracted=0\n");
+    CHECK(wait_installed(tmp / "b.out") == held_line);
     CHECK(holder_count(lib, "shared") == 2);
     spit(tmp / "go-a", "");
     CHECK(w.wait(a) == 0);
@@ -211,6 +218,7 @@ TEST_CASE("two processes installing one package share it: the first to leave doe
     spit(tmp / "go-b", "");
     CHECK(w.wait(b) == 0);
     CHECK_FALSE(fs::exists(lib / "static_kernel/host/shared"));
+    CHECK(fs::is_directory(lib / "static_kernel/host/.kept/shared"));
     CHECK(index_packages(lib).empty());
 }
 
@@ -219,30 +227,34 @@ TEST_CASE("process-scoped installs go at exit(), with the handle, and on SIGTERM
     const fs::path lib = tmp / "lib";
     const fs::path pkg = make_simple(tmp.path(), "proc", 4);
     const fs::path folder = lib / "static_kernel/host/proc";
+    const fs::path kept = lib / "static_kernel/host/.kept/proc";
     skc::RunPackageInstaller installer;
     Workers w;
-    for (const char* mode : {"exit", "scope"}) {
+    for (const std::string mode : {"exit", "scope"}) {
         CAPTURE(mode);
         const pid_t p = w.spawn({lib.string(), pkg.string(), mode}, tmp / "x.out");
         CHECK(w.wait(p) == 0);
-        CHECK(slurp(tmp / "x.out") == "installed extracted=1\n");
+        // The first process extracts; the package is kept when its holder goes, and the next reuses it.
+        CHECK(slurp(tmp / "x.out") == (mode == "exit" ? extracted_line : reused_line));
         CHECK_FALSE(fs::exists(folder));
+        CHECK(fs::is_directory(kept));
         CHECK(config_stems(lib).empty());
     }
     {  // SIGTERM: the handler unlinks the holder and the process dies of SIGTERM
         const pid_t p = w.spawn({lib.string(), pkg.string(), "wait"}, tmp / "t.out");
-        CHECK(wait_installed(tmp / "t.out") == "installed extracted=1\n");
+        CHECK(wait_installed(tmp / "t.out") == reused_line);
         CHECK(holder_count(lib, "proc") == 1);
         ::kill(p, SIGTERM);
         CHECK(w.wait(p) == 128 + SIGTERM);
         CHECK(holder_count(lib, "proc") == 0);
         CHECK(installer.cleanup(lib, "host") == 1);
         CHECK_FALSE(fs::exists(folder));
+        CHECK(fs::is_directory(kept));
         CHECK(index_packages(lib).empty());
     }
     {  // SIGKILL: the holder stays, names a dead process, and the next install cleans up
         const pid_t p = w.spawn({lib.string(), pkg.string(), "wait"}, tmp / "k.out");
-        CHECK(wait_installed(tmp / "k.out") == "installed extracted=1\n");
+        CHECK(wait_installed(tmp / "k.out") == reused_line);
         ::kill(p, SIGKILL);
         CHECK(w.wait(p) == 128 + SIGKILL);
         CHECK(holder_count(lib, "proc") == 1);
@@ -250,6 +262,7 @@ TEST_CASE("process-scoped installs go at exit(), with the handle, and on SIGTERM
         const fs::path other = make_simple(tmp.path(), "other", 5);
         skc::Installation inst = installer.install(other, lib, {});
         CHECK_FALSE(fs::exists(folder));
+        CHECK(fs::is_directory(kept));  // uninstalled, not deleted
         CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(5), "other"}});
         CHECK(config_stems(lib) == std::vector<std::string>{"other"});
     }
@@ -390,6 +403,288 @@ TEST_CASE("NoInstall records the calls") {
     CHECK(none.calls[1].persistent);
 }
 
+// ---- kept extractions ------------------------------------------------------------------------------
+
+namespace {
+
+/// The stems kept in the op library's .kept/, sorted.
+std::vector<std::string> kept_stems(const fs::path& lib) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(lib / "static_kernel/host/.kept", ec))
+        if (e.is_directory()) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+/// A field of the identity file of a kept or installed package folder.
+std::string identity_field(const fs::path& folder, const std::string& field) {
+    std::istringstream in(slurp(folder / ".skc-identity"));
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(field + " ", 0) == 0) return line.substr(field.size() + 1);
+    return {};
+}
+
+/// The shared files and the package folder of an op library, to compare a reuse with a fresh install.
+std::set<std::string> installed_state(const fs::path& lib, const std::string& stem) {
+    const fs::path base = lib / "static_kernel/host";
+    std::set<std::string> out;
+    for (const char* f : {"config.ini", "uninstall.sh", "config/dev0/binary_info_config.json"})
+        out.insert(std::string(f) + "=" + slurp(base / f));
+    for (const std::string& line : skc_test::snapshot(base / stem)) out.insert(stem + "/" + line);
+    return out;
+}
+
+skc::InstallOptions keep(std::uint64_t bytes) {
+    skc::InstallOptions opt;
+    opt.keep_bytes = bytes;
+    return opt;
+}
+
+}  // namespace
+
+TEST_CASE("a second process installing a held package does not extract it; both are listed as holders") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "held", 12);
+    skc::RunPackageInstaller installer;
+    Workers w;
+    const pid_t a = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go").string()}, tmp / "a.out");
+    CHECK(wait_installed(tmp / "a.out") == extracted_line);
+    const pid_t b = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go").string()}, tmp / "b.out");
+    CHECK(wait_installed(tmp / "b.out") == held_line);
+    const auto listed = installer.list(lib, "host");
+    REQUIRE(listed.size() == 1);
+    REQUIRE(listed[0].holders.size() == 2);
+    std::set<std::string> pids;
+    for (const std::string& h : listed[0].holders) pids.insert(h.substr(0, h.find('-')));
+    CHECK(pids == std::set<std::string>{std::to_string(a), std::to_string(b)});
+    CHECK(kept_stems(lib).empty());
+    spit(tmp / "go", "");
+    CHECK(w.wait(a) == 0);
+    CHECK(w.wait(b) == 0);
+    CHECK(kept_stems(lib) == std::vector<std::string>{"held"});
+    CHECK(installer.list(lib, "host").empty());
+}
+
+TEST_CASE("the last holder's release keeps the package; the next process reuses it, with the shared files of a fresh install") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path base = lib / "static_kernel/host";
+    const fs::path pkg = make_package(tmp.path(), "reuse", {{digest_of(1), "Add", "kernels/add.so", "add\n"},
+                                                            {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
+    skc::RunPackageInstaller installer;
+    Workers w;
+    const pid_t a = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-a").string()}, tmp / "a.out");
+    CHECK(wait_installed(tmp / "a.out") == extracted_line);
+    const std::set<std::string> fresh = installed_state(lib, "reuse");
+    spit(tmp / "go-a", "");
+    CHECK(w.wait(a) == 0);
+
+    // Uninstalled: out of config.ini, the index and list(), but kept with its identity.
+    CHECK_FALSE(fs::exists(base / "reuse"));
+    CHECK_FALSE(fs::exists(base / ".holders/reuse"));
+    CHECK(config_stems(lib).empty());
+    CHECK(index_packages(lib).empty());
+    CHECK(installer.list(lib, "host").empty());
+    CHECK(slurp(base / "uninstall.sh").find("reuse") == std::string::npos);
+    CHECK(kept_stems(lib) == std::vector<std::string>{"reuse"});
+    CHECK(identity_field(base / ".kept/reuse", "checksum") == skc::detail::hash_bytes(slurp(pkg)).hex());
+    CHECK(identity_field(base / ".kept/reuse", "package_bytes") == std::to_string(fs::file_size(pkg)));
+
+    const pid_t b = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-b").string()}, tmp / "b.out");
+    CHECK(wait_installed(tmp / "b.out") == reused_line);
+    CHECK(installed_state(lib, "reuse") == fresh);
+    CHECK(kept_stems(lib).empty());
+    const auto listed = installer.list(lib, "host");
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].holders.size() == 1);
+    CHECK(listed[0].holders[0].rfind(std::to_string(b) + "-", 0) == 0);
+    spit(tmp / "go-b", "");
+    CHECK(w.wait(b) == 0);
+    CHECK(kept_stems(lib) == std::vector<std::string>{"reuse"});
+    CHECK(config_stems(lib).empty());
+}
+
+TEST_CASE("a package with the same stem and another checksum is extracted, not reused") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path v1 = make_simple(tmp / "v1", "same", 1);
+    const fs::path v2 = make_package(tmp / "v2", "same", {{digest_of(2), "Mul", "kernels/same.so", "another kernel\n"}});
+    skc::RunPackageInstaller installer;
+    installer.install(v1, lib, {}).release();
+    REQUIRE(kept_stems(lib) == std::vector<std::string>{"same"});
+    {
+        skc::Installation inst = installer.install(v2, lib, {});
+        CHECK(inst.extracted());
+        CHECK_FALSE(inst.reused());
+        CHECK(slurp(inst.folder() / "kernels/same.so") == "another kernel\n");
+        CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(2), "same"}});
+        CHECK(kept_stems(lib).empty());  // the other package's extraction is gone
+    }
+    SUBCASE("the checksum the host gives decides") {
+        skc::InstallOptions opt;
+        opt.checksum = skc::detail::hash_bytes(slurp(v2));  // as the cache entry records it
+        skc::Installation same = installer.install(v2, lib, opt);
+        CHECK(same.reused());
+        CHECK_FALSE(same.extracted());
+        same.release();
+        opt.checksum = skc::detail::hash_bytes("another package");
+        skc::Installation other = installer.install(v2, lib, opt);
+        CHECK(other.extracted());
+        CHECK_FALSE(other.reused());
+    }
+    SUBCASE("computed from the file when not given") {
+        skc::Installation again = installer.install(v2, lib, {});
+        CHECK(again.reused());
+        CHECK(slurp(again.folder() / "kernels/same.so") == "another kernel\n");
+    }
+}
+
+TEST_CASE("kept extractions beyond the keep limit go, least recently released first; with 0 nothing is kept") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path kept = lib / "static_kernel/host/.kept";
+    // Same-length stems and contents: every extraction has the same size.
+    const fs::path a = make_simple(tmp.path(), "lru_a", 1), b = make_simple(tmp.path(), "lru_b", 2),
+                   c = make_simple(tmp.path(), "lru_c", 3), d = make_simple(tmp.path(), "lru_d", 4);
+    skc::RunPackageInstaller installer;
+    installer.install(a, lib, {}).release();
+    installer.install(b, lib, {}).release();
+    CHECK(kept_stems(lib) == std::vector<std::string>{"lru_a", "lru_b"});
+    const std::uint64_t size = std::stoull(identity_field(kept / "lru_a", "extracted_bytes"));
+    CHECK(size > 0);
+    CHECK(identity_field(kept / "lru_b", "extracted_bytes") == std::to_string(size));
+
+    // Room for two: releasing a third evicts the least recently released.
+    skc::Installation hc = installer.install(c, lib, keep(2 * size));
+    CHECK(kept_stems(lib) == std::vector<std::string>{"lru_a", "lru_b"});
+    hc.release();
+    CHECK(kept_stems(lib) == std::vector<std::string>{"lru_b", "lru_c"});
+    // A reuse makes b the most recently released: d's release evicts c.
+    skc::Installation hb = installer.install(b, lib, keep(2 * size));
+    CHECK(hb.reused());
+    hb.release();
+    installer.install(d, lib, keep(2 * size)).release();
+    CHECK(kept_stems(lib) == std::vector<std::string>{"lru_b", "lru_d"});
+    // The limit recorded by the latest install also applies to cleanups without options.
+    CHECK(slurp(kept / ".limit") == std::to_string(2 * size) + "\n");
+    {
+        skc::InstallOptions persistent = keep(2 * size);
+        persistent.persistent = true;
+        installer.install(a, lib, persistent);
+        CHECK(installer.uninstall(lib, "lru_a", "host", true));
+        CHECK(kept_stems(lib) == std::vector<std::string>{"lru_a", "lru_d"});
+    }
+    // A package larger than the limit is not kept.
+    installer.install(c, lib, keep(size - 1)).release();
+    CHECK(kept_stems(lib).empty());
+
+    // 0: the install evicts everything kept, writes no identity, and its package is deleted at release.
+    installer.install(a, lib, {}).release();
+    REQUIRE(kept_stems(lib) == std::vector<std::string>{"lru_a"});
+    skc::Installation h0 = installer.install(b, lib, keep(0));
+    CHECK(kept_stems(lib).empty());
+    CHECK_FALSE(fs::exists(h0.folder() / ".skc-identity"));
+    h0.release();
+    CHECK(kept_stems(lib).empty());
+    CHECK_FALSE(fs::exists(h0.folder()));
+    CHECK(config_stems(lib).empty());
+}
+
+TEST_CASE("a damaged kept extraction is not reused: the package is extracted again, without an error") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path kept = lib / "static_kernel/host/.kept/dmg";
+    const fs::path pkg = make_package(tmp.path(), "dmg", {{digest_of(1), "Add", "kernels/a.so", "a kernel\n"},
+                                                          {digest_of(2), "Mul", "kernels/b.so", "b kernel\n"}});
+    skc::RunPackageInstaller installer;
+    installer.install(pkg, lib, {}).release();
+    REQUIRE(fs::is_directory(kept));
+    SUBCASE("index removed") { fs::remove(kept / "binary_info_config.json"); }
+    SUBCASE("kernel file removed") { fs::remove(kept / "kernels/b.so"); }
+    SUBCASE("kernel file cut short") { spit(kept / "kernels/a.so", "a"); }
+    SUBCASE("index rewritten to name a file outside kernels/") {
+        spit(kept / "binary_info_config.json",
+             R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "dev0", "kernels": [)"
+             R"({"digest": ")" + digest_of(1) + R"(", "op_type": "Add", "file": "kernels/../../x.so", "symbol": "s"}]})");
+    }
+    SUBCASE("identity removed") { fs::remove(kept / ".skc-identity"); }
+    SUBCASE("identity garbled") { spit(kept / ".skc-identity", "checksum 0\n"); }
+    skc::Installation inst = installer.install(pkg, lib, {});
+    CHECK(inst.extracted());
+    CHECK_FALSE(inst.reused());
+    CHECK(slurp(inst.folder() / "kernels/a.so") == "a kernel\n");
+    CHECK(slurp(inst.folder() / "kernels/b.so") == "b kernel\n");
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(1), "dmg"}, {digest_of(2), "dmg"}});
+    CHECK(kept_stems(lib).empty());
+}
+
+TEST_CASE("a SIGKILLed holder's package is kept by the next cleanup, not deleted and not left installed") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "killed", 8);
+    skc::RunPackageInstaller installer;
+    Workers w;
+    const pid_t p = w.spawn({lib.string(), pkg.string(), "wait"}, tmp / "k.out");
+    CHECK(wait_installed(tmp / "k.out") == extracted_line);
+    ::kill(p, SIGKILL);
+    CHECK(w.wait(p) == 128 + SIGKILL);
+    CHECK(holder_count(lib, "killed") == 1);
+    CHECK(installer.cleanup(lib, "host") == 1);
+    CHECK(kept_stems(lib) == std::vector<std::string>{"killed"});
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/killed"));
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/.holders/killed"));
+    CHECK(config_stems(lib).empty());
+    CHECK(index_packages(lib).empty());
+    skc::Installation inst = installer.install(pkg, lib, {});
+    CHECK(inst.reused());
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(8), "killed"}});
+}
+
+TEST_CASE("leftovers of killed processes around the kept extractions are cleaned up") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path base = lib / "static_kernel/host";
+    const fs::path pkg = make_simple(tmp.path(), "left", 9);
+    skc::RunPackageInstaller installer;
+    installer.install(pkg, lib, {}).release();
+    // Killed between moving a kept package back in and publishing: a package folder with an
+    // identity that config.ini does not list goes back to .kept.
+    fs::rename(base / ".kept/left", base / "left");
+    CHECK(installer.cleanup(lib, "host") == 0);
+    CHECK(kept_stems(lib) == std::vector<std::string>{"left"});
+    CHECK_FALSE(fs::exists(base / "left"));
+    CHECK(installer.list(lib, "host").empty());
+    // Killed while removing a kept package, while writing the limit; a folder without an identity.
+    const std::string dead = "999999999";
+    fs::create_directories(base / (".removing-old-" + dead) / "kernels");
+    spit(base / ".kept" / (".tmp." + dead + ".limit"), "12");
+    fs::create_directories(base / ".kept/stray/kernels");
+    skc::Installation inst = installer.install(pkg, lib, keep(skc::default_keep_bytes - 1));  // a new limit: .kept is checked
+    CHECK(inst.reused());
+    CHECK_FALSE(fs::exists(base / (".removing-old-" + dead)));
+    CHECK_FALSE(fs::exists(base / ".kept" / (".tmp." + dead + ".limit")));
+    CHECK_FALSE(fs::exists(base / ".kept/stray"));
+    CHECK(slurp(base / ".kept/.limit") == std::to_string(skc::default_keep_bytes - 1) + "\n");
+}
+
+TEST_CASE("the top-level uninstall.sh also removes the kept extractions") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path base = lib / "static_kernel/host";
+    skc::RunPackageInstaller installer;
+    installer.install(make_simple(tmp.path(), "gone", 1), lib, {}).release();
+    skc::InstallOptions persistent;
+    persistent.persistent = true;
+    installer.install(make_simple(tmp.path(), "here", 2), lib, persistent);
+    REQUIRE(kept_stems(lib) == std::vector<std::string>{"gone"});
+    CHECK(run({"/bin/sh", (base / "uninstall.sh").string()}, tmp / "uninstall.log") == 0);
+    CHECK_FALSE(fs::exists(base / ".kept"));
+    CHECK_FALSE(fs::exists(base / "here"));
+    CHECK_FALSE(fs::exists(base / "config.ini"));
+}
+
 // ---- several threads of one process ------------------------------------------------------------
 
 TEST_CASE("8 threads install one package at once: one extraction, 8 holders; 8 threads releasing remove it once") {
@@ -440,6 +735,51 @@ TEST_CASE("8 threads install one package at once: one extraction, 8 holders; 8 t
     CHECK(index_packages(lib).empty());
 }
 
+TEST_CASE("8 threads install a kept package at once: one reuses it, the others hold it; releasing keeps it again") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path pkg = make_simple(tmp.path(), "kept_together", 13);
+    skc::RunPackageInstaller installer;
+    installer.install(pkg, lib, {}).release();
+    REQUIRE(fs::is_directory(lib / "static_kernel/host/.kept/kept_together"));
+    constexpr std::size_t n = 8;
+    std::vector<skc::Installation> handles(n);
+    std::vector<std::string> errors(n);
+    std::atomic<bool> go{false};
+    auto in_threads = [&](auto&& work) {
+        go = false;
+        std::vector<std::thread> threads;
+        for (std::size_t t = 0; t < n; ++t)
+            threads.emplace_back([&, t] {
+                while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+                try {
+                    work(t);
+                } catch (const std::exception& e) {
+                    errors[t] = e.what();
+                }
+            });
+        go.store(true, std::memory_order_release);
+        for (auto& th : threads) th.join();
+    };
+    in_threads([&](std::size_t t) { handles[t] = installer.install(pkg, lib, {}); });
+    for (const std::string& e : errors) CHECK(e.empty());
+    int reused = 0, extracted = 0;
+    for (const skc::Installation& h : handles) {
+        reused += h.reused() ? 1 : 0;
+        extracted += h.extracted() ? 1 : 0;
+    }
+    CHECK(reused == 1);
+    CHECK(extracted == 0);
+    CHECK(holder_count(lib, "kept_together") == n);
+    CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(13), "kept_together"}});
+    CHECK_FALSE(fs::exists(lib / "static_kernel/host/.kept/kept_together"));
+    in_threads([&](std::size_t t) { handles[t].release(); });
+    for (const std::string& e : errors) CHECK(e.empty());
+    CHECK(fs::is_directory(lib / "static_kernel/host/.kept/kept_together"));
+    CHECK(config_stems(lib).empty());
+    CHECK(installer.list(lib, "host").empty());
+}
+
 TEST_CASE("4 threads install and release different packages at once: each is listed while held, none after") {
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
@@ -456,7 +796,8 @@ TEST_CASE("4 threads install and release different packages at once: each is lis
             try {
                 for (int round = 0; round < 3; ++round) {  // the others install and release meanwhile
                     skc::Installation h = installer.install(pkgs[static_cast<std::size_t>(t)], lib, {});
-                    if (!h.extracted()) ++failures;  // nobody else holds this package
+                    // Nobody else holds this package: extracted the first time, then reused from .kept.
+                    if (h.extracted() != (round == 0) || h.reused() != (round != 0)) ++failures;
                     ++installed;
                     const auto idx = index_packages(lib);
                     const auto it = idx.find(digest_of(200 + t));
