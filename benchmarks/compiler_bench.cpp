@@ -1,15 +1,19 @@
 // benchmarks/compiler_bench.cpp: what StaticKernelCompiler costs around the kernel compiler.
 //
-//   BM_Hit_Orchestration/<n>  compile(ops) of n distinct ops whose package the cache holds, without an
-//                             op library (no install): the run folder, the op info folders (`<pid>_debug`,
-//                             `<pid>`, `<pid>_opcompile`: up to 3 files per op), selection (reads
-//                             `<pid>_opcompile` back, writes `<pid>_opcompile_selected`), the key and
-//                             the cache hit (per-key lock, entry, package checksum once per process).
-//                             Counters: the average time of each stage, in ms.
+//   BM_Hit_Orchestration/<n>  compile(recorder) of an OpRecorder session of n distinct ops whose package
+//                             the cache holds, without an op library (no install), from the end of
+//                             recording: the run folder, the plan of the op info folders and of the
+//                             selection (in memory; the folders are written by a background thread,
+//                             waited for outside the timing), the key and the cache hit (per-key
+//                             lock, entry, package checksum once per process). Counters: the
+//                             average time of each stage, in ms.
 //   BM_Floor_WriteOpInfo/<n>  writing the n op info files once into one folder with skc::write_op_info:
-//                             the least any implementation of SPEC's file interface does per call (the
-//                             original writes `<pid>_debug` and `<pid>` too). The ratio of the two is
-//                             the orchestration's cost in units of "writing the op info once".
+//                             what the hit's critical path used to contain three times over.
+//   BM_SkcCompile_Hit/returned/<n>  `skc compile --ops DIR` on a hit, in process: read and parse the
+//                             n files, compile() (the critical path);
+//   BM_SkcCompile_Hit/written/<n>   the same until the op info folders are written (flush()), as
+//                             when the process exits;
+//   BM_Floor_ParseOpInfo/<n>  their floor: reading and parsing the n files once (read_op_info_dir).
 //   BM_EndToEnd/compile       the example op info files (examples/op_info) through the whole flow with
 //                             ProcessInvoker running the real host_op_compiler, in a fresh base each
 //                             iteration, installed into an op library: the first run of a job.
@@ -27,6 +31,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <filesystem>
 #include <string>
@@ -46,22 +51,30 @@ using skc_bench::options_for;
 using skc_bench::placeholder_compiler;
 using skc_bench::settings_for;
 
+/// The placeholder compiler's package is no run package: nothing installs it, so nothing checks it.
+using PlaceholderCompiler = skc::StaticKernelCompiler<skc::FunctionInvoker<Fn>, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
+
 std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
 
 void BM_Hit_Orchestration(benchmark::State& state) {
     const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));
     Scratch s;
-    skc::StaticKernelCompiler<skc::FunctionInvoker<Fn>> compiler(skc::FunctionInvoker<Fn>(placeholder_compiler()),
-                                                                  options_for(s.dir), settings_for({}));
+    PlaceholderCompiler compiler(skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir), settings_for({}));
     skc::process_compiled().clear();
     fs::remove_all(compiler.compile(ops).run_dir);  // the miss that fills the cache
     std::map<std::string, double> stage_ms;
     for (auto _ : state) {
+        state.PauseTiming();
         skc::process_compiled().clear();  // as a new process: nothing compiled yet
-        const skc::CompileReport r = compiler.compile(ops);
+        std::optional<skc::OpRecorder<>> recorder(std::in_place);
+        for (const skc::OpRecord& r : ops) recorder->record(r);
+        state.ResumeTiming();
+        const skc::CompileReport r = compiler.compile(*recorder);  // from the end of recording
         state.PauseTiming();
         if (r.outcome != skc::CompileOutcome::hit) state.SkipWithError("expected a cache hit");
         for (const auto& [name, t] : r.stages) stage_ms[name] += static_cast<double>(t.count()) / 1e6;
+        compiler.flush();  // the op info folders, written meanwhile in the background
+        recorder.reset();
         fs::remove_all(r.run_dir);
         state.ResumeTiming();
     }
@@ -69,7 +82,7 @@ void BM_Hit_Orchestration(benchmark::State& state) {
         state.counters[name + "_ms"] = benchmark::Counter(ms / static_cast<double>(state.iterations()));
     state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_Hit_Orchestration)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Hit_Orchestration)->Arg(10)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Floor_WriteOpInfo(benchmark::State& state) {
     const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));
@@ -84,7 +97,61 @@ void BM_Floor_WriteOpInfo(benchmark::State& state) {
     }
     state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_Floor_WriteOpInfo)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Floor_WriteOpInfo)->Arg(10)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// A folder of n op info files, as `skc compile --ops` gets it.
+fs::path op_info_folder(const Scratch& s, std::size_t n) {
+    const fs::path dir = s.dir / ("ops-" + std::to_string(n));
+    if (!fs::exists(dir)) {
+        fs::create_directories(dir);
+        for (const skc::OpRecord& r : distinct_ops(n)) skc::write_op_info(dir, r, skc::WriteOptions{false, false});
+    }
+    return dir;
+}
+
+/// What `skc compile --ops DIR` does on a hit, in process: read and parse the folder, then
+/// compile(); `written` adds the wait for the op info folders (the compiler's destruction at exit).
+void BM_SkcCompile_Hit(benchmark::State& state, bool written) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    Scratch s;
+    const fs::path dir = op_info_folder(s, n);
+    using Compiler = PlaceholderCompiler;
+    {
+        Compiler warm(skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir), settings_for({}));
+        std::vector<skc::OpRecord> ops;
+        for (skc::LoadedOp& op : skc::read_op_info_dir(dir).ops) ops.push_back(std::move(op.record));
+        skc::process_compiled().clear();
+        fs::remove_all(warm.compile(std::move(ops)).run_dir);  // the miss that fills the cache
+    }
+    for (auto _ : state) {
+        state.PauseTiming();
+        skc::process_compiled().clear();
+        std::optional<Compiler> compiler(std::in_place, skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir),
+                                         settings_for({}));
+        state.ResumeTiming();
+        std::vector<skc::OpRecord> ops;
+        for (skc::LoadedOp& op : skc::read_op_info_dir(dir).ops) ops.push_back(std::move(op.record));
+        const skc::CompileReport r = compiler->compile(std::move(ops));
+        if (written) compiler->flush();
+        state.PauseTiming();
+        if (r.outcome != skc::CompileOutcome::hit) state.SkipWithError("expected a cache hit");
+        compiler.reset();
+        fs::remove_all(r.run_dir);
+        state.ResumeTiming();
+    }
+    state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK_CAPTURE(BM_SkcCompile_Hit, returned, false)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SkcCompile_Hit, written, true)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// The floor of the two above: reading and parsing the folder once.
+void BM_Floor_ParseOpInfo(benchmark::State& state) {
+    Scratch s;
+    const fs::path dir = op_info_folder(s, static_cast<std::size_t>(state.range(0)));
+    for (auto _ : state) benchmark::DoNotOptimize(skc::read_op_info_dir(dir));
+    state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Floor_ParseOpInfo)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_EndToEnd(benchmark::State& state, bool hit) {
     std::vector<skc::OpRecord> ops;

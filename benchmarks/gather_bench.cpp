@@ -61,6 +61,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <type_traits>
 #include <vector>
 
 #include <fcntl.h>
@@ -296,10 +297,14 @@ void remove_run_dirs(const RoundResult& r) {
     ::sync();
 }
 
+/// The placeholder compiler's package is no run package: nothing installs it (the hit cases have no
+/// op library), so nothing checks it; the real compiler's is installed.
 template <class Invoker>
-using SingleCompiler = skc::StaticKernelCompiler<Invoker>;
+using InstallFor = std::conditional_t<std::is_same_v<Invoker, skc::ProcessInvoker>, skc::RunPackageInstaller, skc::NoInstall>;
 template <class Invoker>
-using GatherCompiler = skc::StaticKernelCompiler<Invoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
+using SingleCompiler = skc::StaticKernelCompiler<Invoker, skc::FilesystemStorage, skc::FileLock, InstallFor<Invoker>>;
+template <class Invoker>
+using GatherCompiler = skc::StaticKernelCompiler<Invoker, skc::FilesystemStorage, skc::FileLock, InstallFor<Invoker>,
                                                  skc::NoReselect, skc::LocalFsGather>;
 
 /// One rank: builds its compiler (a new process has compiled nothing), waits for the release,
@@ -308,7 +313,7 @@ template <class Compiler, class Invoker, class... Gather>
 void rank_compile(Invoker invoker, const skc::Options& options, const std::vector<skc::OpRecord>& ops, Gate& gate,
                   Gather... gather) {
     skc::process_compiled().clear();
-    Compiler c(std::move(invoker), options, settings_for(), skc::RunPackageInstaller(), skc::NoReselect(),
+    Compiler c(std::move(invoker), options, settings_for(), InstallFor<Invoker>(), skc::NoReselect(),
                std::move(gather)...);
     gate.start();
     const skc::CompileReport r = c.compile(ops);

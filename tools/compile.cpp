@@ -585,7 +585,7 @@ int run_compile(Args args) {
                                       skc::RunPackageInstaller, skc::NoReselect, decltype(gather)>
                 compiler(skc::ProcessInvoker(*p.get("--compiler")), o, settings, skc::RunPackageInstaller(), skc::NoReselect(),
                          std::move(gather));
-            const skc::CompileReport r = compiler.compile(ops);
+            const skc::CompileReport r = compiler.compile(std::move(ops));
             interruption::set("printing the report: the compile and install are complete");
             if (display) display->finish();
             if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");

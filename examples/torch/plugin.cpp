@@ -193,6 +193,8 @@ struct TableReselect {
 struct AnyCompiler {
     virtual ~AnyCompiler() = default;
     virtual skc::CompileReport compile(Recorder& r) = 0;
+    /// Waits for the op info folders its compile() writes in the background.
+    virtual void flush_files() = 0;
 };
 
 template <class Gather>
@@ -212,6 +214,7 @@ struct CompilerOf final : AnyCompiler {
         }
         return report;
     }
+    void flush_files() override { compiler.flush(); }
     skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
                               TableReselect, Gather>
         compiler;
@@ -231,7 +234,12 @@ struct Decision {
 class Plugin {
 public:
     static Plugin& get() {
-        static auto* p = new Plugin;  // never destroyed: kernels may run while the process exits
+        static auto* p = [] {
+            auto* plugin = new Plugin;  // never destroyed: kernels may run while the process exits
+            // but the op info folders that compile() writes in the background are finished first
+            std::atexit(+[] { Plugin::get().flush_files(); });
+            return plugin;
+        }();
         return *p;
     }
 
@@ -363,6 +371,18 @@ public:
         retire(std::move(rec));
         compilers_.push_back(std::move(compiler));  // its installs last as long as it does
         return skc::dump_json(report.to_value());
+    }
+
+    /// Finishes the op info folders of every compile() (at exit); a failure is a warning.
+    void flush_files() noexcept {
+        std::lock_guard lock(mu_);
+        for (const auto& c : compilers_) {
+            try {
+                c->flush_files();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "skc_torch: warning: the op info folders are incomplete: %s\n", e.what());
+            }
+        }
     }
 
     void disable() {

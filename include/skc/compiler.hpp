@@ -420,36 +420,61 @@ public:
     StaticKernelCompiler(const StaticKernelCompiler&) = delete;
     StaticKernelCompiler& operator=(const StaticKernelCompiler&) = delete;
 
-    /// Ends `recorder`'s session and runs the whole flow on what it recorded.
+    /// Waits for the op info folders still being written (flush()); an error in writing them is
+    /// logged, since a destructor cannot throw it.
+    ~StaticKernelCompiler() {
+        try {
+            writer_.wait();
+        } catch (const std::exception& e) {
+            try {
+                log(LogLevel::warning, std::string("the op info folders of the last compile are incomplete: ") + e.what());
+            } catch (...) {
+            }
+        }
+    }
+
+    /// Ends `recorder`'s session and runs the whole flow on what it recorded. The run folder's op
+    /// info folders are written in the background (session_files.hpp): complete before the kernel
+    /// compiler starts, and by the return of flush() or the compiler's destruction.
     template <class Recorder>
-        requires requires(Recorder& r, const RunLayout& run) { { r.stop(run) } -> std::same_as<RecordingResult>; }
+        requires requires(Recorder& r) { { r.take() } -> std::same_as<std::vector<RecordedOp>>; }
     CompileReport compile(Recorder& recorder) {
         CompileReport rep;
         detail::StageClock clock(rep);
         const RunLayout run = layout_.create_run();
         clock.lap("layout");
-        const RecordingResult rec = recorder.stop(run);
+        auto ops = std::make_shared<std::vector<RecordedOp>>(recorder.take());
         clock.lap("record");
-        finish(run, rec, rep, clock);
+        finish(run, std::move(ops), rep, clock);
         return rep;
     }
 
     /// Runs the whole flow on `ops` as if a recording session had recorded them in this order
-    /// (`skc compile` on a folder of op info files).
-    CompileReport compile(const std::vector<OpRecord>& ops) {
+    /// (`skc compile` on a folder of op info files); repeated contents count once. The op info
+    /// folders are written as with a recorder.
+    CompileReport compile(std::vector<OpRecord> ops) {
         CompileReport rep;
         detail::StageClock clock(rep);
         const RunLayout run = layout_.create_run();
         clock.lap("layout");
-        std::vector<const OpRecord*> records;
+        auto recorded = std::make_shared<std::vector<RecordedOp>>();
+        recorded->reserve(ops.size());
         std::unordered_set<Digest, DigestHash> seen;
-        for (const OpRecord& r : ops)
-            if (seen.insert(digest(r)).second) records.push_back(&r);
-        const RecordingResult rec = write_session(run, records, targets_, support_);
+        for (OpRecord& r : ops) {
+            validate(r);
+            const Digest d = digest(r);
+            if (!seen.insert(d).second) continue;
+            const bool target = targets_.is_target(r.op_type), supported = support_.supports(r.op_type);
+            recorded->push_back(RecordedOp{d, std::move(r), target, supported});
+        }
         clock.lap("record");
-        finish(run, rec, rep, clock);
+        finish(run, std::move(recorded), rep, clock);
         return rep;
     }
+
+    /// Blocks until the op info folders of every compile() so far are written; throws what failed
+    /// writing them (a full disk, say), once.
+    void flush() { writer_.wait(); }
 
     [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
     [[nodiscard]] const Options& options() const noexcept { return options_; }
@@ -464,38 +489,42 @@ public:
     [[nodiscard]] const std::vector<Installation>& installations() const noexcept { return installs_; }
 
 private:
-    void finish(const RunLayout& run, const RecordingResult& rec, CompileReport& rep, detail::StageClock& clock) {
+    void finish(const RunLayout& run, std::shared_ptr<const std::vector<RecordedOp>> ops, CompileReport& rep,
+                detail::StageClock& clock) {
         rep.run_dir = run.dir();
-        rep.recorded = rec.recorded;
-        rep.targets = rec.targets;
-        rep.supported = rec.supported;
         rep.local_rank = gather_.local_rank();
         rep.local_world_size = gather_.local_world_size();
         const bool many = rep.local_world_size > 1;
 
-        // A rank whose selection fails still takes part in the gather and the barriers (SPEC
-        // section 10) with nothing selected, and reports its error afterwards.
-        Selection sel;
+        // Steps 2 to 5 decided in memory; the folders are written in the background. A rank whose
+        // plan fails still takes part in the gather and the barriers (SPEC section 10) with nothing
+        // selected, and reports its error afterwards.
+        std::shared_ptr<const SessionPlan> plan;
         std::exception_ptr select_error;
         try {
-            sel = select_for_compile(run, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()},
-                                     process_compiled(), support_);
+            plan = std::make_shared<const SessionPlan>(plan_session(
+                run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()}, process_compiled(), support_));
+            writer_.submit(plan);
         } catch (...) {
             if (!many) throw;
             select_error = std::current_exception();
-            sel = Selection{};
+            plan = std::make_shared<const SessionPlan>(SessionPlan{run, std::make_shared<const std::vector<RecordedOp>>(), {}, {}, {}, {}, false, false});
         }
-        rep.selected = sel.ops.size();
-        rep.blacklisted = sel.count(Verdict::blacklisted);
-        rep.already_compiled = sel.count(Verdict::already_compiled);
-        rep.unsupported = sel.count(Verdict::unsupported);
-        rep.duplicates = sel.count(Verdict::duplicate);
+        rep.recorded = plan->recorded.recorded;
+        rep.targets = plan->recorded.targets;
+        rep.supported = plan->recorded.supported;
+        rep.selected = plan->selected.size();
+        rep.blacklisted = plan->count(Verdict::blacklisted);
+        rep.already_compiled = plan->count(Verdict::already_compiled);
+        rep.unsupported = plan->count(Verdict::unsupported);
+        rep.duplicates = plan->count(Verdict::duplicate);
         clock.lap("select");
 
         std::unique_ptr<Pin> pin;  // a cache hit stays pinned until every rank has reselected
-        const GatherRequest req{layout_, run, sel.ops, sel.compile_dir,
+        const GatherRequest req{layout_, run, plan->selected, plan->compile_dir(),
                                 std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
-                                    std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout)};
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout),
+                                [this] { writer_.wait(); }, [this] { writer_.start(); }};
         bool led = false;
         if (many)
             report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},
@@ -514,9 +543,10 @@ private:
                 share(shared, led, rep, clock);
             });
         if (many) clock.lap("gather");
+        writer_.start();  // past the critical path: now the op info folders
         if (select_error) std::rethrow_exception(select_error);
         // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
-        process_compiled().mark(sel.ops);
+        process_compiled().mark(plan->selected);
         log(LogLevel::info, rep.summary());
     }
 
@@ -545,6 +575,9 @@ private:
         std::chrono::nanoseconds compile_time{0};
         auto run_compiler = [&]() -> std::filesystem::path {
             explain_miss_in_log(key);
+            // The compiler reads the op info files: this process's, then the other ranks' linked in.
+            writer_.wait();
+            if (set.materialize) set.materialize();
             CompileRequest req;
             req.json_dir = set.dir;
             req.device = settings_.device;
@@ -765,6 +798,7 @@ private:
     std::unique_ptr<Cache> cache_;
     std::filesystem::path cache_root_;  // the cache folder, when the cache is on disk (explains misses)
     std::vector<Installation> installs_;  // destroyed first: released before the cache goes
+    FileWriter writer_;                   // the op info folders, written in the background
 };
 
 /// A configuration with everything in the process: the cache in memory, process-local locks and no

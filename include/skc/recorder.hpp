@@ -4,7 +4,8 @@
 // process-wide session and throws Error(session_active) when another holds it (this is the
 // conflict with a profiler that records op arguments from step 0: that profiler holds the session,
 // and skc says so instead of silently recording nothing). stop() ends the session and writes what
-// it recorded; discard() ends it without writing; the destructor releases the session too if
+// it recorded; take() ends it and hands the records over (StaticKernelCompiler writes the folders
+// itself, off its critical path); discard() ends it without writing; the destructor releases the session too if
 // neither was called.
 //
 // record() may be called from many threads at once. Each call hashes the record outside any lock,
@@ -31,6 +32,7 @@
 #include "op_record.hpp"
 #include "op_set.hpp"
 #include "select.hpp"
+#include "session_files.hpp"
 
 namespace skc {
 
@@ -47,13 +49,6 @@ inline std::atomic<bool>& recording_session_flag() noexcept {
 inline bool recording_session_active() noexcept {
     return detail::recording_session_flag().load(std::memory_order_acquire);
 }
-
-/// What stop() wrote.
-struct RecordingResult {
-    std::size_t recorded = 0;   // distinct ops (files in `<pid>_debug`)
-    std::size_t targets = 0;    // files in `<pid>`
-    std::size_t supported = 0;  // files in `<pid>_opcompile`
-};
 
 /// Writes the op info folders of a finished recording into `run` (SPEC section 6, step 2):
 /// `<pid>_debug` every record, `<pid>` the targets, `<pid>_opcompile` the supported ones (without
@@ -147,17 +142,31 @@ public:
     /// `run`. Throws Error(no_session) when already stopped. Ops recorded by other threads while
     /// stop() runs are refused with Error(no_session), never half-written.
     RecordingResult stop(const RunLayout& run) {
-        {
-            // Taking every shard lock orders stop() after any record() in progress.
-            std::array<std::unique_lock<std::mutex>, shard_count> locks;
-            for (std::size_t i = 0; i < shard_count; ++i) locks[i] = std::unique_lock(shards_[i].mu);
-            if (!active_.exchange(false, std::memory_order_acq_rel))
-                throw Error(Errc::no_session, "the recording session was already stopped");
-        }
-        release();
+        end_session();
         std::vector<const OpRecord*> records;
         for (const Item* it : ordered()) records.push_back(&it->record);
         return write_session(run, records, targets_, support_);
+    }
+
+    /// Ends the session (as stop()) and hands over what it recorded, in the order first seen, with
+    /// the Targets and Support policies' verdicts, without writing anything: the compiler writes
+    /// the op info folders itself, off its critical path (session_files.hpp). Throws
+    /// Error(no_session) when already stopped.
+    std::vector<RecordedOp> take() {
+        end_session();
+        std::vector<Item*> items;
+        for (Shard& sh : shards_)
+            for (Item& it : sh.items) items.push_back(&it);
+        std::sort(items.begin(), items.end(), [](const Item* a, const Item* b) { return a->seq < b->seq; });
+        std::vector<RecordedOp> out;
+        out.reserve(items.size());
+        for (Item* it : items) {
+            const bool target = targets_.is_target(it->record.op_type);
+            const bool supported = support_.supports(it->record.op_type);
+            out.push_back(RecordedOp{it->digest, std::move(it->record), target, supported});
+        }
+        for (Shard& sh : shards_) sh.items.clear();
+        return out;
     }
 
     /// Ends the session without writing anything: what was recorded is dropped, the process may
@@ -206,6 +215,18 @@ private:
         }
         std::sort(all.begin(), all.end(), [](const Item* a, const Item* b) { return a->seq < b->seq; });
         return all;
+    }
+
+    /// Ends the session; throws Error(no_session) when already ended. Taking every shard lock orders
+    /// this after any record() in progress; later ones are refused.
+    void end_session() {
+        {
+            std::array<std::unique_lock<std::mutex>, shard_count> locks;
+            for (std::size_t i = 0; i < shard_count; ++i) locks[i] = std::unique_lock(shards_[i].mu);
+            if (!active_.exchange(false, std::memory_order_acq_rel))
+                throw Error(Errc::no_session, "the recording session was already stopped");
+        }
+        release();
     }
 
     /// Gives the process-wide session back, once.

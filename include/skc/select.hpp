@@ -92,6 +92,12 @@ private:
 static_assert(TargetPolicy<DefaultTargets> && TargetPolicy<OpTypeList>);
 static_assert(SupportPolicy<DefaultSupport> && SupportPolicy<OpTypeList>);
 
+/// A selected op: its content digest and its op info file name in the compile folder.
+struct SelectedOp {
+    Digest digest;
+    std::string name;
+};
+
 /// Digests of the ops compiled so far; thread-safe. The process keeps one (process_compiled()),
 /// so an op compiled once is not compiled again by the same process.
 class CompiledSet {
@@ -99,6 +105,10 @@ public:
     void mark(const OpSet& ops) {
         std::lock_guard lock(mu_);
         for (const OpSet::Entry& e : ops) done_.insert(e.digest);
+    }
+    void mark(const std::vector<SelectedOp>& ops) {
+        std::lock_guard lock(mu_);
+        for (const SelectedOp& e : ops) done_.insert(e.digest);
     }
     [[nodiscard]] bool contains(const Digest& d) const {
         std::lock_guard lock(mu_);
@@ -162,6 +172,24 @@ inline bool is_blacklisted(std::string_view file_name, const std::vector<std::st
     return false;
 }
 
+/// The verdict for each file in turn (name order): the support policy first, then the blacklist,
+/// then the already-compiled filter, then duplicates of an earlier file.
+template <class Support>
+struct SelectionJudge {
+    const SelectOptions& opt;
+    const CompiledSet& already;
+    const Support& support;
+    std::unordered_set<Digest, DigestHash> seen;
+
+    Verdict operator()(std::string_view file_name, std::string_view op_type, const Digest& d) {
+        if (!support.supports(op_type)) return Verdict::unsupported;
+        if (is_blacklisted(file_name, opt.blacklist)) return Verdict::blacklisted;
+        if (already.contains(d)) return Verdict::already_compiled;
+        if (!seen.insert(d).second) return Verdict::duplicate;
+        return Verdict::selected;
+    }
+};
+
 }  // namespace detail
 
 /// Decides, file by file and without touching the disk, what selection does with `ops` (in their
@@ -172,13 +200,10 @@ std::vector<Decision> plan_selection(const std::vector<LoadedOp>& ops, const Sel
                                      const CompiledSet& already = process_compiled(), const Support& support = {}) {
     std::vector<Decision> out;
     out.reserve(ops.size());
-    std::unordered_set<Digest, DigestHash> seen;
+    detail::SelectionJudge<Support> judge{opt, already, support, {}};
     for (const LoadedOp& op : ops) {
         Decision d{op.path.filename().string(), digest(op.record), Verdict::selected};
-        if (!support.supports(op.record.op_type)) d.verdict = Verdict::unsupported;
-        else if (detail::is_blacklisted(d.name, opt.blacklist)) d.verdict = Verdict::blacklisted;
-        else if (already.contains(d.digest)) d.verdict = Verdict::already_compiled;
-        else if (!seen.insert(d.digest).second) d.verdict = Verdict::duplicate;
+        d.verdict = judge(d.name, op.record.op_type, d.digest);
         out.push_back(std::move(d));
     }
     return out;

@@ -14,6 +14,7 @@
 #include "options.hpp"
 #include "layout.hpp"
 #include "select.hpp"
+#include "session_files.hpp"
 #include "recorder.hpp"
 #include "log.hpp"
 #include "policy/lock.hpp"

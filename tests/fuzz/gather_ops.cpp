@@ -8,7 +8,8 @@
 // Properties:
 //   - an op list that is not in the format is refused with skc::Error (corrupt), and one in the
 //     format is refused only when one of its op files can neither be linked nor read (an
-//     skc::Error of the file reader); every refusal is published to the followers as an outcome
+//     skc::Error of the file reader, or the timeout of the wait for a file that is not there);
+//     every refusal is published to the followers as an outcome
 //     file holding its code;
 //   - an accepted list gathers each distinct digest once, in the order of the list, each under a
 //     distinct plain name (its own, or its own with `_<n>` before `.json`), holding its file's
@@ -133,11 +134,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::write_file(round / ("b2." + nonce), "");
 
     const Reference ref = reference(text);
-    const skc::OpSet none;
-    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1)};
+    const std::vector<skc::SelectedOp> none;
+    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}};
     std::optional<skc::GatheredSet> gathered;
     std::optional<skc::Value> shared;
     const auto lead = [&](const skc::GatheredSet& set) {
+        if (set.materialize) set.materialize();  // as on a miss: the folder is written
         gathered = set;
         return skc::Value(skc::Object{{"ops", skc::Value(static_cast<std::int64_t>(set.digests.size()))}});
     };

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -137,8 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::write_file(round / ("b2." + nonce), "");
 
     const Expected want = expected(text);
-    const skc::OpSet none;
-    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1)};
+    const std::vector<skc::SelectedOp> none;
+    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}};
     bool led = false;
     std::optional<skc::Value> shared;
     const auto lead = [&](const skc::GatheredSet&) {

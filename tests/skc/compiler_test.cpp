@@ -7,14 +7,21 @@
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_set>
+#include <utility>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -431,7 +438,7 @@ struct LeaderGather {
     skc::Value coordinate(const skc::GatherRequest& r, const skc::LeadFn& lead, const skc::ShareFn& share) {
         skc::GatheredSet set;
         set.dir = r.compile_dir;
-        for (const skc::OpSet::Entry& e : r.selected) {
+        for (const skc::SelectedOp& e : r.selected) {
             set.digests.push_back(e.digest);
             set.names.push_back(e.name);
         }
@@ -583,4 +590,220 @@ TEST_CASE("progress: with several ranks, the wait for the other ranks or for the
         CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
         CHECK(shown(seen) == std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12", "installing"});
     }
+}
+
+// ---- the op info folders, off the critical path ---------------------------------------------------
+
+namespace {
+
+/// The op info folders of run folder `dir`: folder suffix -> sorted (name without its counter, bytes).
+using Folders = std::map<std::string, std::vector<std::pair<std::string, std::string>>>;
+
+Folders op_info_folders(const fs::path& dir) {
+    Folders out;
+    const std::string pid = std::to_string(::getpid());
+    for (const std::string suffix : {"", "_debug", "_opcompile", "_opcompile_selected", "_opcompile_blacklist"}) {
+        const fs::path f = dir / (pid + suffix);
+        if (!fs::is_directory(f)) continue;
+        auto& files = out[suffix.empty() ? "<pid>" : suffix];
+        for (const auto& e : fs::directory_iterator(f)) {
+            std::string name = e.path().filename().string();
+            const std::size_t cut = name.find_last_of('_');
+            REQUIRE(cut != std::string::npos);
+            files.emplace_back(name.substr(0, cut) + "_#.json", slurp(e.path()));
+        }
+        std::sort(files.begin(), files.end());
+    }
+    return out;
+}
+
+/// The example ops, two with bin_type/bin_info (their `<pid>` and `_debug` files differ from the
+/// others), and one repeated.
+std::vector<skc::OpRecord> ops_with_bin_fields() {
+    std::vector<skc::OpRecord> ops = example_ops();
+    ops[0].bin_type = 0;
+    ops[0].bin_info = skc::Value(skc::Object{{"file", skc::Value("kernel_0.o")}});
+    ops[3].bin_type = 1;
+    ops.push_back(ops[5]);
+    return ops;
+}
+
+/// What the one-file-at-a-time writers make of `ops`: write_session, then select_for_compile.
+Folders reference_folders(const fs::path& base, const std::vector<skc::OpRecord>& ops, const skc::SelectOptions& opt) {
+    const skc::RunLayout run(base / "reference", static_cast<long>(::getpid()));
+    fs::create_directories(run.dir());
+    std::vector<const skc::OpRecord*> records;
+    std::unordered_set<skc::Digest, skc::DigestHash> seen;
+    for (const skc::OpRecord& r : ops)
+        if (seen.insert(skc::digest(r)).second) records.push_back(&r);
+    (void)skc::write_session(run, records);
+    const skc::CompiledSet none;
+    (void)skc::select_for_compile(run, opt, none);
+    return op_info_folders(run.dir());
+}
+
+/// `n` distinct MatMulV2 ops.
+std::vector<skc::OpRecord> many_ops(std::size_t n) {
+    const skc::OpRecord base = skc::read_op_info(skc_test::example_ops_dir() / "MatMulV2_float_ND_32_64_0.json");
+    std::vector<skc::OpRecord> out;
+    for (std::size_t i = 0; i < n; ++i) {
+        skc::OpRecord r = base;
+        std::get<skc::TensorDesc>(r.inputs[0]).shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("op info folders: after a miss and after a hit, byte for byte what the one-file writers make") {
+    for (const bool model_cache : {false, true}) {
+        for (const std::vector<std::string>& blacklist : {std::vector<std::string>{}, std::vector<std::string>{"MatMulV2", "_2_16_"}}) {
+            CAPTURE(model_cache);
+            CAPTURE(blacklist.size());
+            TempDir tmp;
+            PackingCompiler pc;
+            skc::Options o = options_for(tmp / "base");
+            o.op_blacklist = blacklist;
+            if (model_cache) {
+                o.model_compile_cache = true;
+                o.model_compile_cache_dir = (tmp / "model").string();
+                fs::create_directories(tmp / "model");
+            }
+            fs::create_directories(tmp / "base");
+            const std::vector<skc::OpRecord> ops = ops_with_bin_fields();
+            const Folders want = reference_folders(tmp.path(), ops, skc::SelectOptions{blacklist, o.use_model_cache_dir()});
+            CHECK(want.count("_opcompile_blacklist") == (blacklist.empty() ? 0u : 1u));
+            CHECK(want.count("_opcompile_selected") == (model_cache && blacklist.empty() ? 0u : 1u));
+            skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall> compiler(pc.invoker(), o,
+                                                                                                       settings_for({}));
+            for (const skc::CompileOutcome expected : {skc::CompileOutcome::compiled, skc::CompileOutcome::hit}) {
+                skc::process_compiled().clear();
+                const skc::CompileReport r = compiler.compile(ops);
+                CHECK(r.outcome == expected);
+                CHECK(r.recorded == want.at("_debug").size());
+                compiler.flush();  // from here the folders are complete
+                CHECK(op_info_folders(r.run_dir) == want);
+            }
+            CHECK(pc.calls == 1);
+        }
+    }
+}
+
+TEST_CASE("op info folders: complete when the compiler starts, and when the compiler object goes") {
+    TempDir tmp;
+    std::size_t files_seen = 0;
+    PackingCompiler pc;
+    pc.before = [&](const skc::CompileRequest& r) {
+        for ([[maybe_unused]] const auto& e : fs::directory_iterator(r.json_dir)) ++files_seen;
+    };
+    fs::path run_dir;
+    {
+        FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+        skc::process_compiled().clear();
+        run_dir = compiler.compile(many_ops(500)).run_dir;
+    }
+    CHECK(files_seen == 500);
+    const std::string pid = std::to_string(::getpid());
+    for (const std::string suffix : {"_debug", "_opcompile", "_opcompile_selected"})
+        CHECK(skc::read_op_info_dir(run_dir / (pid + suffix)).ops.size() == 500);
+    // A hit: the compiler's destruction waits for the folders.
+    {
+        FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+        skc::process_compiled().clear();
+        const skc::CompileReport r = compiler.compile(many_ops(500));
+        CHECK(r.outcome == skc::CompileOutcome::hit);
+        run_dir = r.run_dir;
+    }
+    for (const std::string suffix : {"", "_debug", "_opcompile", "_opcompile_selected"})
+        CHECK(skc::read_op_info_dir(run_dir / (pid + suffix)).ops.size() == 500);
+}
+
+TEST_CASE("op info folders: a process killed while they are written leaves only whole files") {
+    TempDir tmp;
+    PackingCompiler pc;
+    const std::vector<skc::OpRecord> ops = many_ops(3000);
+    {
+        FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+        skc::process_compiled().clear();
+        fs::remove_all(compiler.compile(ops).run_dir);  // the miss; the child hits
+    }
+    const fs::path outputs = tmp / "static_kernel_compile_outputs";
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        try {
+            FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+            skc::process_compiled().clear();
+            const skc::CompileReport r = compiler.compile(ops);
+            if (r.outcome != skc::CompileOutcome::hit) ::_exit(4);
+            // Killed once the writing is under way, long before it ends.
+            const fs::path debug = r.run_dir / (std::to_string(::getpid()) + "_debug");
+            for (;;) {
+                std::error_code ec;
+                std::size_t n = 0;
+                for (fs::directory_iterator it(debug, ec), end; !ec && it != end; it.increment(ec)) ++n;
+                if (n >= 100) ::kill(::getpid(), SIGKILL);
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+            }
+        } catch (...) {
+        }
+        ::_exit(3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+    std::size_t whole = 0, runs = 0;
+    for (const auto& run : fs::directory_iterator(outputs)) {
+        if (run.path().filename().string().rfind("ts", 0) != 0) continue;
+        ++runs;
+        for (const auto& e : fs::recursive_directory_iterator(run.path())) {
+            const std::string name = e.path().filename().string();
+            if (!e.is_regular_file() || name.front() == '.') continue;  // a hidden temporary is no op info file
+            CAPTURE(e.path());
+            CHECK_NOTHROW((void)skc::read_op_info(e.path()));
+            ++whole;
+        }
+    }
+    CHECK(runs == 1);
+    CHECK(whole > 0);
+    CHECK(whole < 4 * ops.size());  // killed part-way: the folders were not complete
+}
+
+TEST_CASE("op info folders: a child forked while they are written neither waits for nor writes the parent's") {
+    TempDir tmp;
+    PackingCompiler pc;
+    const std::vector<skc::OpRecord> ops = many_ops(2000);
+    FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+    skc::process_compiled().clear();
+    (void)compiler.compile(ops);  // the miss
+    compiler.flush();
+    skc::process_compiled().clear();
+    const skc::CompileReport hit = compiler.compile(ops);  // its folders are being written now
+    REQUIRE(hit.outcome == skc::CompileOutcome::hit);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::alarm(60);  // a deadlock ends the child instead of the test
+        int status = 0;
+        try {
+            compiler.flush();  // nothing of its own to wait for
+            skc::process_compiled().clear();
+            const skc::CompileReport mine = compiler.compile(many_ops(10));  // its own, written by its own thread
+            compiler.flush();
+            std::size_t n = 0;
+            for ([[maybe_unused]] const auto& e : fs::directory_iterator(mine.run_dir / (std::to_string(::getpid()) + "_debug"))) ++n;
+            status = n == 10 ? 0 : 5;
+        } catch (...) {
+            status = 6;
+        }
+        ::_exit(status);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    compiler.flush();
+    CHECK(skc::read_op_info_dir(hit.run_dir / (std::to_string(::getpid()) + "_debug")).ops.size() == 2000);
 }

@@ -14,8 +14,8 @@
 //     file's bytes. The bytes, not a re-serialised record: the union then holds exactly the files
 //     each rank selected (what it would have compiled alone, what LocalFsGather links), nothing is
 //     parsed twice, and no follower folder needs to be visible to the leader;
-//   - the leader builds the union into `req.run.gathered()` with detail::OpUnion (dedup by content
-//     digest, `_1`, `_2` for clashing names), runs `lead` once per node and sends every follower the
+//   - the leader decides the union with detail::OpUnion (dedup by content digest, `_1`, `_2` for
+//     clashing names; `req.run.gathered()` is written only on a miss), runs `lead` once per node and sends every follower the
 //     outcome (detail::ok_outcome / detail::error_outcome as JSON text); a follower raises an error
 //     outcome with detail::result_or_throw;
 //   - two barriers around `share`, each a status message from every follower to the leader and a
@@ -361,7 +361,8 @@ private:
     void send_ops(const GatherRequest& req, int tag) {
         std::string text(k_ops_magic);
         try {
-            for (const OpSet::Entry& e : req.selected) {
+            if (req.await_files) req.await_files();
+            for (const SelectedOp& e : req.selected) {
                 const std::string content = read_file(req.compile_dir / e.name, ReadLimits{}.max_file_bytes);
                 text += e.digest.hex();
                 text += ' ' + std::to_string(e.name.size()) + ' ' + std::to_string(content.size()) + '\n';
@@ -451,7 +452,7 @@ private:
         try {
             const std::map<int, std::string> ops = await_ops(base + k_ops);
             detail::OpUnion u(req.run.gathered());
-            for (const OpSet::Entry& e : req.selected) u.add(e.digest, e.name, req.compile_dir / e.name);
+            for (const SelectedOp& e : req.selected) u.add(e.digest, e.name, req.compile_dir / e.name);
             for (const auto& [k, m] : ops) add_ops(u, k, m);
             const GatheredSet set = u.take(static_cast<std::size_t>(local_size_));
             own = true;

@@ -24,11 +24,17 @@
 //     that is how a rendezvous left by a crashed job is told from the current one (its claims are
 //     free), and how a rank that dies is noticed (its claim goes free) without trusting pids;
 //   - publishes `r<rank>.<nonce>.ops`: its compile folder and one line per op (digest, file name);
-//   - on the leader: the gathered folder is filled by hard links to the ranks' own files (a copy
-//     when a link is impossible), names made unique by `_1`, `_2` suffixes, and the outcome is
-//     published as `outcome.<leader nonce>.json` together with every rank's nonce;
+//   - on the leader: the union is decided in memory (names made unique by `_1`, `_2` suffixes);
+//     only when the key misses is the gathered folder filled, by hard links to the ranks' own files
+//     (a copy when a link is impossible). Ranks write their op info files only after the exchange
+//     (GatherRequest::start_files), so on a miss the leader first creates `files-needed`, which
+//     makes the waiting followers start, and waits (bounded) for each file. The outcome is published as `outcome.<leader nonce>.json` together with every
+//     rank's nonce;
 //   - passes the barriers by creating `b1.<nonce>` and `b2.<nonce>`, or `fail.<nonce>` with the
 //     message when its `share` failed.
+// Waits sleep on inotify events of the rendezvous folder (a rank's file appearing wakes the waiter
+// at once), looking again at least every 20 ms for ranks that died (a released lock makes no
+// event), or poll with a growing pause where inotify is unavailable.
 // Every wait is bounded: arrival and barriers by `timeout`, the leader's outcome by `timeout` plus
 // the leader's budget. A rank that sees a live claim with another LOCAL_WORLD_SIZE leaves a note,
 // `mismatch.<nonce>`, so that every rank of the job fails with that message. After a successful
@@ -58,6 +64,8 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +75,7 @@
 #include "../layout.hpp"
 #include "../op_info_io.hpp"
 #include "../op_set.hpp"
+#include "../session_files.hpp"
 #include "../value.hpp"
 
 namespace skc {
@@ -75,9 +84,16 @@ namespace skc {
 struct GatherRequest {
     const Layout& layout;                     // the base: LocalFsGather's rendezvous lives under it
     const RunLayout& run;                     // this rank's run folder (the leader's holds `_gathered`)
-    const OpSet& selected;                    // this rank's selected ops; names are their file names
+    const std::vector<SelectedOp>& selected;  // this rank's selected ops, named by their file names
     std::filesystem::path compile_dir;        // the folder holding them; empty when none were selected
     std::chrono::nanoseconds lead_budget{0};  // how long the leader's compile and install may take
+    /// Blocks until compile_dir holds every selected file (the host writes them in the background,
+    /// session_files.hpp) and throws what failed the writing; empty when they are written already.
+    /// A policy that reads the files itself calls it first.
+    std::function<void()> await_files;
+    /// Starts writing them and returns at once: a follower whose leader needs its files (a miss).
+    /// The host otherwise starts only once the exchange is over, to keep the disk free for it.
+    std::function<void()> start_files;
 };
 
 /// The union of a node's (or job's) selected ops, ready to compile.
@@ -86,6 +102,10 @@ struct GatheredSet {
     std::vector<Digest> digests;  // content digests, distinct
     std::vector<std::string> names;  // their op info file names in `dir`, in the same order
     std::size_t ranks = 1;        // ranks whose ops it holds
+    /// Fills `dir` (links or writes every op's file, waiting for files that ranks still write);
+    /// empty when `dir` needs nothing more than the host's own files. The host calls it only on a
+    /// miss, before the compiler, and only within `lead`: a cache hit writes and links nothing.
+    std::function<void()> materialize;
 };
 
 using LeadFn = std::function<Value(const GatheredSet&)>;
@@ -105,7 +125,7 @@ struct SingleRank {
         if (!r.selected.empty()) set.dir = r.compile_dir;
         set.digests.reserve(r.selected.size());
         set.names.reserve(r.selected.size());
-        for (const OpSet::Entry& e : r.selected) {
+        for (const SelectedOp& e : r.selected) {
             set.digests.push_back(e.digest);
             set.names.push_back(e.name);
         }
@@ -133,6 +153,56 @@ struct Backoff {
                              : std::chrono::milliseconds(20);
         d = std::min<std::chrono::microseconds>(d * 2, cap);
     }
+};
+
+/// Sleeps until an entry of a folder is created or renamed into it (inotify), or
+/// at most 20 ms (what inotify cannot see: a lock released by a process that died); polls with
+/// Backoff where inotify is unavailable. Created before the first look at the folder, so that no
+/// change between a look and the sleep is missed.
+class DirWatch {
+public:
+    DirWatch() = default;
+    explicit DirWatch(const std::filesystem::path& dir) : fd_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+        // Every rank's file gets its name by creation, link() or rename(): nothing else need wake.
+        constexpr std::uint32_t events = IN_CREATE | IN_MOVED_TO | IN_ONLYDIR;
+        if (fd_ >= 0 && ::inotify_add_watch(fd_, dir.c_str(), events) < 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+    }
+    DirWatch(DirWatch&& o) noexcept : fd_(std::exchange(o.fd_, -1)), backoff_(o.backoff_) {}
+    DirWatch& operator=(DirWatch&& o) noexcept {
+        if (this != &o) {
+            if (fd_ >= 0) ::close(fd_);
+            fd_ = std::exchange(o.fd_, -1);
+            backoff_ = o.backoff_;
+        }
+        return *this;
+    }
+    DirWatch(const DirWatch&) = delete;
+    DirWatch& operator=(const DirWatch&) = delete;
+    ~DirWatch() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+
+    void wait(std::chrono::steady_clock::time_point deadline) {
+        if (fd_ < 0) {
+            backoff_();
+            return;
+        }
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto ms = std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, 20);
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(ms)) > 0) {
+            alignas(inotify_event) char buf[4096];
+            while (::read(fd_, buf, sizeof buf) > 0) {
+            }
+        }
+    }
+
+private:
+    int fd_ = -1;
+    Backoff backoff_;
 };
 
 /// An op info file name read from another process's file: one plain path component (not empty,
@@ -172,40 +242,41 @@ inline std::string path_component(std::string_view s) {
 }
 
 /// Merges ranks' selected ops into one folder: first occurrence of a content wins, a name already
-/// taken by other content gets `_1`, `_2`, ... before `.json`.
+/// taken by other content gets `_1`, `_2`, ... before `.json`. The union is decided in memory; the
+/// folder is written only by the set's materialize() (a cache hit never needs it).
 class OpUnion {
 public:
+    /// Waits until a rank's file exists (it may still be written in the background) or throws;
+    /// `from` is the value given to add().
+    using AwaitSource = std::function<void(const std::filesystem::path& source, std::size_t from)>;
+
     explicit OpUnion(std::filesystem::path dir) : dir_(std::move(dir)) {}
 
     /// Adds the op with content digest `d`, named `name`, whose file is `source` (linked when
-    /// possible) or whose text is `text` (written when `source` is empty or cannot be linked).
-    void add(const Digest& d, const std::string& name, const std::filesystem::path& source, std::string_view text = {}) {
+    /// possible) or whose text is `text` (written when `source` is empty or cannot be linked);
+    /// `from` tells the AwaitSource whose file it is.
+    void add(const Digest& d, const std::string& name, const std::filesystem::path& source, std::string_view text = {},
+             std::size_t from = 0) {
         if (!is_plain_file_name(name))
             throw Error(Errc::unsafe_path, "gathered op " + quote(name) + " is not a plain file name", ErrorContext{dir_.string(), {}, {}});
+        if (source.empty() && text.empty())
+            throw Error(Errc::invalid_argument, "gathered op " + quote(name) + " has neither a file nor content");
         if (!seen_.insert(d).second) return;
-        if (!created_) {
-            make_dir(dir_);
-            created_ = true;
-        }
         const std::string unique = unique_name(name);
-        bool linked = false;
-        if (!source.empty()) linked = ::link(source.c_str(), (dir_ / unique).c_str()) == 0;
-        if (!linked) {
-            std::string content(text);
-            if (content.empty()) {
-                if (source.empty())
-                    throw Error(Errc::invalid_argument, "gathered op " + quote(name) + " has neither a file nor content");
-                content = read_file(source, ReadLimits{}.max_file_bytes);
-            }
-            write_new_file(dir_, unique, content, false);
-        }
+        pending_.push_back(Pending{unique, source, std::string(text), from});
         digests_.push_back(d);
         names_out_.push_back(unique);
     }
 
-    [[nodiscard]] GatheredSet take(std::size_t ranks) {
+    /// The gathered set; its materialize() fills the folder, calling `await` (when given) before
+    /// linking each rank's file.
+    [[nodiscard]] GatheredSet take(std::size_t ranks, AwaitSource await = {}) {
         GatheredSet g;
-        if (!digests_.empty()) g.dir = dir_;
+        if (!digests_.empty()) {
+            g.dir = dir_;
+            g.materialize = [dir = dir_, pending = std::make_shared<std::vector<Pending>>(std::move(pending_)),
+                             await = std::move(await)] { write_all(dir, *pending, await); };
+        }
         g.digests = std::move(digests_);
         g.names = std::move(names_out_);
         g.ranks = ranks;
@@ -213,6 +284,26 @@ public:
     }
 
 private:
+    struct Pending {
+        std::string name;              // unique in the folder
+        std::filesystem::path source;  // a rank's file, or empty
+        std::string text;              // the content when there is no file
+        std::size_t from = 0;
+    };
+
+    static void write_all(const std::filesystem::path& dir, const std::vector<Pending>& pending, const AwaitSource& await) {
+        make_dir(dir);
+        for (const Pending& p : pending) {
+            const std::filesystem::path to = dir / p.name;
+            if (!p.source.empty()) {
+                if (await) await(p.source, p.from);
+                if (::link(p.source.c_str(), to.c_str()) == 0) continue;
+                if (errno == EEXIST) throw_errno("cannot publish", to, errno);  // materialized twice
+            }
+            write_new_file(dir, p.name, p.text.empty() ? read_file(p.source, ReadLimits{}.max_file_bytes) : p.text, false);
+        }
+    }
+
     std::string unique_name(const std::string& name) {
         if (names_.insert(name).second) return name;
         const std::string stem = name.size() > 5 && name.ends_with(".json") ? name.substr(0, name.size() - 5) : name;
@@ -223,7 +314,7 @@ private:
     }
 
     std::filesystem::path dir_;
-    bool created_ = false;
+    std::vector<Pending> pending_;
     std::unordered_set<Digest, DigestHash> seen_;
     std::unordered_set<std::string> names_;
     std::vector<Digest> digests_;
@@ -383,7 +474,7 @@ public:
         // The leader throws its own error after publishing it; a follower throws its view of it.
         const Value result = ranks_.local_rank == 0
                                  ? r.lead(req, lead)
-                                 : detail::result_or_throw(r.await_outcome(req.lead_budget), "local rank 0 (the leader)");
+                                 : detail::result_or_throw(r.await_outcome(req), "local rank 0 (the leader)");
         r.barrier("b1");
         try {
             share(result);
@@ -421,6 +512,7 @@ private:
             if (ec)
                 throw Error(Errc::io_error, "cannot create the rendezvous folder: " + ec.message(),
                             ErrorContext{dir_.string(), {}, {}});
+            watch_ = detail::DirWatch(dir_);
             nonce_ = make_nonce();
             const std::filesystem::path tmp = dir_ / (".claim." + nonce_);
             fd_ = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -455,7 +547,7 @@ private:
             std::string text = "skc-gather/1\n" + std::to_string(g_.ranks_.local_world_size) + "\n" +
                                req.compile_dir.string() + "\n";
             text.reserve(text.size() + req.selected.size() * 80);
-            for (const OpSet::Entry& e : req.selected) {
+            for (const SelectedOp& e : req.selected) {
                 if (e.name.empty() || e.name.find('\n') != std::string::npos || e.name.find('/') != std::string::npos)
                     throw Error(Errc::invalid_argument, "a selected op has no plain file name: " + detail::quote(e.name));
                 text += e.digest.hex();
@@ -476,7 +568,9 @@ private:
                 members_ = all;
                 detail::OpUnion u(req.run.gathered());
                 for (const auto& [rank, nonce] : all) read_ops_into(u, rank, nonce);
-                GatheredSet set = u.take(all.size());
+                GatheredSet set = u.take(all.size(), [this](const std::filesystem::path& source, std::size_t rank) {
+                    await_source(source, rank);
+                });
                 own_error = true;
                 result = lead(set);
             } catch (const Error& e) {
@@ -493,15 +587,22 @@ private:
         }
 
         /// A follower: wait for the leader's outcome and learn who takes part.
-        Value await_outcome(std::chrono::nanoseconds lead_budget) {
+        Value await_outcome(const GatherRequest& req) {
             const auto start = clock::now();
-            const auto deadline = start + g_.timeout_ + lead_budget;
+            const auto deadline = start + g_.timeout_ + req.lead_budget;
+            bool writing = false;  // this rank's op info files (the leader asks for them on a miss)
             const auto arrival_deadline = start + g_.timeout_;
             std::optional<Claim> leader;
-            detail::Backoff wait;
+            auto looked = clock::time_point{};
             for (;;) {
-                const std::vector<Claim> claims = scan();
-                check_sizes(claims);
+                // The full look (every claim, every note) until the leader is known, then at least
+                // every 20 ms; an event in between only needs the outcome file checked.
+                std::vector<Claim> claims;
+                if (!leader || clock::now() - looked >= std::chrono::milliseconds(20)) {
+                    claims = scan();
+                    check_sizes(claims);
+                    looked = clock::now();
+                }
                 if (!leader) {
                     for (const Claim& c : claims)
                         if (c.rank == 0 && c.held) leader = c;
@@ -510,6 +611,10 @@ private:
                                     "local rank " + std::to_string(g_.ranks_.local_rank) +
                                         ": local rank 0 (the leader) did not arrive within " + detail::seconds_text(g_.timeout_),
                                     ErrorContext{dir_.string(), {}, {}});
+                }
+                if (!writing && exists(dir_ / "files-needed")) {
+                    if (req.start_files) req.start_files();
+                    writing = true;
                 }
                 if (leader) {
                     const std::filesystem::path outcome_file = dir_ / ("outcome." + leader->nonce + ".json");
@@ -548,7 +653,7 @@ private:
                                     ": local rank 0 (the leader) published no outcome within " +
                                     detail::seconds_text(deadline - start),
                                 ErrorContext{dir_.string(), {}, {}});
-                wait();
+                watch_.wait(leader ? deadline : arrival_deadline);
             }
         }
 
@@ -556,7 +661,6 @@ private:
         void barrier(const std::string& name) {
             touch(dir_ / (name + "." + nonce_));
             const auto deadline = clock::now() + g_.timeout_;
-            detail::Backoff wait;
             for (;;) {
                 std::vector<std::size_t> missing;
                 for (const auto& [rank, nonce] : members_) {
@@ -589,7 +693,7 @@ private:
                                     " did not reach the " + (name == "b1" ? "first" : "second") + " barrier within " +
                                     detail::seconds_text(g_.timeout_),
                                 ErrorContext{dir_.string(), {}, {}});
-                wait();
+                watch_.wait(deadline);
             }
         }
 
@@ -602,25 +706,16 @@ private:
             }
         }
 
-        /// Ends the round: followers release their claim; the leader waits (bounded) for every rank
-        /// in the folder to go, then removes it after a success. After a failure the folder stays:
-        /// a rank that comes late finds the note or outcome that explains it; its claims are free,
-        /// so a later job ignores it.
+        /// Ends the round: releases this rank's claim and, after a success, the last rank out (the
+        /// one that then sees no live claim) removes the folder; nobody waits for the others to go.
+        /// After a failure the folder stays: a rank that comes late finds the note or outcome that
+        /// explains it; its claims are free, so a later job ignores it.
         void leave(bool remove = true) {
-            if (g_.ranks_.local_rank != 0) return;
-            const auto deadline = clock::now() + g_.timeout_;
-            detail::Backoff wait;
-            bool any = true;
-            while (any) {
-                any = false;
-                for (const Claim& c : scan())  // every live claim, also of ranks this one never met
-                    if (c.held && c.nonce != nonce_) any = true;
-                if (!any || clock::now() >= deadline) break;
-                wait();
-            }
             ::close(fd_);
             fd_ = -1;
-            if (any || !remove) return;  // a rank still in it: it stays (ignored once that rank is gone)
+            if (!remove) return;
+            for (const Claim& c : scan())  // every live claim, also of ranks this one never met
+                if (c.held) return;        // still in use: its last rank removes it
             std::error_code ec;
             std::filesystem::remove_all(dir_, ec);
             // The host and run id folders too, once empty (rmdir fails on a folder still in use).
@@ -730,7 +825,6 @@ private:
             const std::size_t n = g_.ranks_.local_world_size;
             const auto deadline = clock::now() + g_.timeout_;
             std::map<std::size_t, Claim> seen;  // ranks seen alive, by the claim they were seen with
-            detail::Backoff wait;
             for (;;) {
                 const std::vector<Claim> claims = scan();
                 check_sizes(claims);
@@ -768,7 +862,7 @@ private:
                                     detail::list_ranks(missing) + " of " + std::to_string(n) + " did not arrive within " +
                                     detail::seconds_text(g_.timeout_) + " (run id " + detail::quote(g_.ranks_.run_id) + ")",
                                 ErrorContext{dir_.string(), {}, {}});
-                wait();
+                watch_.wait(deadline);
             }
         }
 
@@ -799,7 +893,38 @@ private:
                 const std::string name(l->substr(33));
                 if (!detail::is_plain_file_name(name))
                     throw bad("op file name " + detail::quote(name) + " is not a plain file name");
-                u.add(*d, name, src / name);
+                u.add(*d, name, src / name, {}, rank);
+            }
+        }
+
+        /// On a miss, before linking rank `rank`'s file `source`: the rank writes its op info files in
+        /// the background, so wait (bounded) until it is there, or the rank is gone.
+        void await_source(const std::filesystem::path& source, std::size_t rank) {
+            if (!files_needed_) {  // the followers write their files only when asked (a miss)
+                touch(dir_ / "files-needed");
+                files_needed_ = true;
+            }
+            // A symbolic link is there too (it is linked as it is, never followed).
+            const auto exists = [](const std::filesystem::path& p) {
+                return ::faccessat(AT_FDCWD, p.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+            };
+            if (exists(source)) return;
+            const auto it = members_.find(rank);
+            const Claim c{rank, g_.ranks_.local_world_size, it == members_.end() ? std::string() : it->second, true};
+            const auto deadline = clock::now() + g_.timeout_;
+            detail::Backoff wait;
+            while (!exists(source)) {
+                if (!is_held(c) && !exists(source))
+                    throw Error(Errc::peer_failed,
+                                "local rank " + std::to_string(rank) + " (pid " + pid_of(c) +
+                                    ") ended before writing its op info file",
+                                ErrorContext{source.string(), {}, {}});
+                if (clock::now() >= deadline)
+                    throw Error(Errc::timeout,
+                                "local rank " + std::to_string(rank) + " did not write its op info file within " +
+                                    detail::seconds_text(g_.timeout_),
+                                ErrorContext{source.string(), {}, {}});
+                wait();
             }
         }
 
@@ -835,6 +960,8 @@ private:
         std::filesystem::path dir_;
         std::string nonce_;
         int fd_ = -1;
+        detail::DirWatch watch_;
+        bool files_needed_ = false;
         std::map<std::size_t, std::string> members_;  // rank -> nonce of everyone taking part
     };
 

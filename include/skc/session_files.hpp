@@ -1,0 +1,315 @@
+// skc/session_files.hpp: a run's op info folders, decided in memory and written off the critical path.
+//
+// plan_session() decides everything SPEC section 6 steps 2 to 5 write into a run folder, from the
+// records in memory: each op's file names (the process-wide counter, in the order write_session()
+// has always used), and the selection's verdict for each file of `<pid>_opcompile`, in name order
+// (select.hpp's plan, so `skc ops inspect`, select_for_compile() and the compiler agree). Nothing
+// is read back from the disk: the cache key comes from the digests the records already have.
+//
+// write_planned_files() then writes the folders: each record is serialised once per content (with
+// and without bin_type/bin_info; once when it has neither), written to its first name through a
+// temporary and link(), and linked to its other names (`<pid>` and `<pid>_debug` share a content,
+// as do `<pid>_opcompile`, `_selected` and `_blacklist`). The files are byte for byte what the
+// one-file-at-a-time writers (write_op_info, select_for_compile) produce; a crash at any point
+// leaves whole files or none under every `.json` name.
+//
+// FileWriter runs write_planned_files() on a thread of its own, so that a cache hit does not wait
+// for files nobody reads on the hit path. Plans wait in its queue until start(): the compiler starts
+// it once its compile() has passed the critical path (or when the folders are needed), so that the
+// writing does not compete with the lookup and the ranks' exchange for the disk. wait() starts it,
+// blocks until everything submitted is written and throws the first error (a full disk, say) once.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "detail/hash.hpp"
+#include "error.hpp"
+#include "layout.hpp"
+#include "op_info_io.hpp"
+#include "op_record.hpp"
+#include "select.hpp"
+
+namespace skc {
+
+/// One distinct op of a finished recording: its content digest (OpRecord's digest()), its record,
+/// and where it goes (the Targets and Support policies' verdicts).
+struct RecordedOp {
+    Digest digest;
+    OpRecord record;
+    bool target = false;     // also written to `<pid>`
+    bool supported = true;   // also written to `<pid>_opcompile`
+};
+
+/// What a recording wrote (or, planned, will write).
+struct RecordingResult {
+    std::size_t recorded = 0;   // distinct ops (files in `<pid>_debug`)
+    std::size_t targets = 0;    // files in `<pid>`
+    std::size_t supported = 0;  // files in `<pid>_opcompile`
+};
+
+/// A run folder's op info files, decided in memory (see the header comment).
+struct SessionPlan {
+    struct Files {
+        std::string debug;       // in `<pid>_debug`
+        std::string target;      // in `<pid>`; empty when not a target
+        std::string opcompile;   // in `<pid>_opcompile` (and `_selected`, `_blacklist`); empty when unsupported
+        bool blacklisted = false;  // also linked into `<pid>_opcompile_blacklist`
+        bool selected = false;     // selected for compiling
+    };
+
+    RunLayout run;
+    std::shared_ptr<const std::vector<RecordedOp>> ops;  // shared with the writer
+    std::vector<Files> files;                            // one per op, same order
+    RecordingResult recorded;
+    std::vector<Decision> decisions;    // one per file of `<pid>_opcompile`, in name order
+    std::vector<SelectedOp> selected;   // in name order
+    bool write_selected = false;        // `_selected` holds the selected files (else `<pid>_opcompile` is compiled)
+    bool blacklist_folder = false;      // some file is blacklisted
+
+    /// The folder the compiler gets: `_selected`, or `<pid>_opcompile` with the model cache when
+    /// nothing was filtered; empty when nothing is selected.
+    [[nodiscard]] std::filesystem::path compile_dir() const {
+        if (selected.empty()) return {};
+        return write_selected ? run.selected() : run.opcompile();
+    }
+    /// How many files got verdict `v`.
+    [[nodiscard]] std::size_t count(Verdict v) const noexcept {
+        std::size_t n = 0;
+        for (const Decision& d : decisions) n += d.verdict == v;
+        return n;
+    }
+};
+
+/// Plans the op info folders of `ops` (distinct, in the order first seen) in run folder `run`, and
+/// the selection on them (SPEC steps 2 to 5), without touching the disk. Names take values of the
+/// process-wide counter. Throws Error (invalid record or name) before anything is decided.
+template <SupportPolicy Support = DefaultSupport>
+SessionPlan plan_session(const RunLayout& run, std::shared_ptr<const std::vector<RecordedOp>> ops, const SelectOptions& opt,
+                         const CompiledSet& already = process_compiled(), const Support& support = {}) {
+    SessionPlan p{run, std::move(ops), {}, {}, {}, {}, false, false};
+    const std::vector<RecordedOp>& v = *p.ops;
+    p.files.resize(v.size());
+    std::vector<std::size_t> compilable;  // ops with a `<pid>_opcompile` file
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        // The same counter order as write_session: debug, then target, then opcompile, op by op.
+        const std::string stem = op_info_stem(v[i].record);
+        auto name = [&] { return stem + "_" + std::to_string(next_op_info_counter()) + ".json"; };
+        SessionPlan::Files& f = p.files[i];
+        f.debug = name();
+        ++p.recorded.recorded;
+        if (v[i].target) {
+            f.target = name();
+            ++p.recorded.targets;
+        }
+        if (v[i].supported) {
+            f.opcompile = name();
+            ++p.recorded.supported;
+            compilable.push_back(i);
+        }
+    }
+    // Selection reads `<pid>_opcompile` in file name order.
+    std::sort(compilable.begin(), compilable.end(),
+              [&](std::size_t a, std::size_t b) { return p.files[a].opcompile < p.files[b].opcompile; });
+    detail::SelectionJudge<Support> judge{opt, already, support, {}};
+    bool filtered = false;
+    p.decisions.reserve(compilable.size());
+    for (std::size_t i : compilable) {
+        SessionPlan::Files& f = p.files[i];
+        const Verdict verdict = judge(f.opcompile, v[i].record.op_type, v[i].digest);
+        p.decisions.push_back(Decision{f.opcompile, v[i].digest, verdict});
+        f.blacklisted = verdict == Verdict::blacklisted;
+        p.blacklist_folder = p.blacklist_folder || f.blacklisted;
+        f.selected = verdict == Verdict::selected;
+        if (f.selected) p.selected.push_back(SelectedOp{v[i].digest, f.opcompile});
+        else filtered = true;
+    }
+    p.write_selected = !p.selected.empty() && !(opt.model_cache && !filtered);
+    return p;
+}
+
+namespace detail {
+
+/// Writes `text` to `dir/names[0]` (a temporary linked to its name) and links it to the other
+/// names; `dirs[i]` is the folder of `names[i]`.
+inline void write_linked(const std::vector<const std::filesystem::path*>& dirs, const std::vector<const std::string*>& names,
+                         const std::string& text) {
+    write_new_file(*dirs[0], *names[0], text, false);
+    const std::filesystem::path first = *dirs[0] / *names[0];
+    for (std::size_t i = 1; i < names.size(); ++i) {
+        const std::filesystem::path to = *dirs[i] / *names[i];
+        if (::link(first.c_str(), to.c_str()) != 0) {
+            const int err = errno;
+            if (err == EEXIST) throw_errno("cannot publish", to, err);  // never replaced
+            write_new_file(*dirs[i], *names[i], text, false);           // a file system without hard links
+        }
+    }
+}
+
+}  // namespace detail
+
+/// Writes the planned folders (see the header comment). Throws Error on the first failure; the
+/// files written until then stay whole.
+inline void write_planned_files(const SessionPlan& p) {
+    const std::filesystem::path debug = p.run.debug(), targets = p.run.targets(), opcompile = p.run.opcompile(),
+                                selected = p.run.selected(), blacklisted = p.run.blacklisted();
+    detail::make_dir(debug);
+    detail::make_dir(targets);
+    detail::make_dir(opcompile);
+    if (p.blacklist_folder) detail::make_dir(blacklisted);
+    if (p.write_selected) detail::make_dir(selected);
+    std::vector<const std::filesystem::path*> dirs;
+    std::vector<const std::string*> names;
+    for (std::size_t i = 0; i < p.files.size(); ++i) {
+        const OpRecord& r = (*p.ops)[i].record;
+        const SessionPlan::Files& f = p.files[i];
+        dirs.clear();
+        names.clear();
+        auto add = [&](const std::filesystem::path& d, const std::string& n) {
+            dirs.push_back(&d);
+            names.push_back(&n);
+        };
+        add(debug, f.debug);
+        if (!f.target.empty()) add(targets, f.target);
+        const bool bin = r.bin_type.has_value() || r.bin_info.has_value();
+        if (bin) {  // the two contents differ: `<pid>` and `_debug` keep the bin fields
+            detail::write_linked(dirs, names, dump_json(to_value(r, ToValueOptions{true})) + "\n");
+            dirs.clear();
+            names.clear();
+        }
+        if (!f.opcompile.empty()) {
+            add(opcompile, f.opcompile);
+            if (f.blacklisted) add(blacklisted, f.opcompile);
+            if (f.selected && p.write_selected) add(selected, f.opcompile);
+        }
+        if (!names.empty()) detail::write_linked(dirs, names, dump_json(to_value(r, ToValueOptions{false})) + "\n");
+    }
+}
+
+/// Writes submitted plans on a thread of its own, in submission order, from start() on (see the
+/// header comment). The thread starts with the first start() and ends with the writer.
+///
+/// A child made by fork() (a data loader's worker, say) has no such thread: the parent writes what
+/// was queued, and the child's writer starts afresh, empty, at its first use.
+class FileWriter {
+public:
+    FileWriter() = default;
+    FileWriter(const FileWriter&) = delete;
+    FileWriter& operator=(const FileWriter&) = delete;
+    /// Finishes what was submitted (an error is dropped: call wait() to see it).
+    ~FileWriter() {
+        if (::getpid() != owner_) {  // forked: the thread is the parent's
+            if (thread_.joinable()) thread_.detach();
+            return;
+        }
+        start();
+        {
+            std::lock_guard lock(mu_);
+            stop_ = true;
+        }
+        work_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+
+    /// Queues `plan`; it is written from start() on.
+    void submit(std::shared_ptr<const SessionPlan> plan) {
+        adopt_after_fork();
+        {
+            std::lock_guard lock(mu_);
+            queue_.push_back(std::move(plan));
+        }
+        work_.notify_all();
+    }
+
+    /// Lets the thread write what is queued and what comes later; returns at once.
+    void start() {
+        adopt_after_fork();
+        {
+            std::lock_guard lock(mu_);
+            if (started_) return;
+            started_ = true;
+            thread_ = std::thread([this] { run(); });
+        }
+        work_.notify_all();
+    }
+
+    /// Starts the writing and blocks until every submitted plan is written; then throws the first
+    /// error since the last wait(), if any.
+    void wait() {
+        start();  // (adopts the writer after a fork)
+        std::unique_lock lock(mu_);
+        idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+    /// True while plans are waiting or being written.
+    [[nodiscard]] bool pending() const {
+        std::lock_guard lock(mu_);
+        return !queue_.empty() || busy_;
+    }
+
+private:
+    /// In a child of fork(): drops the parent's queue and thread, and the state of its locks (the
+    /// forking thread was the only one copied; the writer thread may have held them).
+    void adopt_after_fork() {
+        if (::getpid() == owner_) return;
+        if (thread_.joinable()) thread_.detach();
+        std::destroy_at(&mu_);  // never destroyed or waited on by a thread of this process
+        std::construct_at(&mu_);
+        std::destroy_at(&work_);
+        std::construct_at(&work_);
+        std::destroy_at(&idle_);
+        std::construct_at(&idle_);
+        queue_.clear();
+        busy_ = started_ = stop_ = false;
+        error_ = nullptr;
+        owner_ = ::getpid();
+    }
+
+    void run() {
+        std::unique_lock lock(mu_);
+        for (;;) {
+            work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+            if (queue_.empty()) return;  // stopping, nothing left
+            std::shared_ptr<const SessionPlan> plan = std::move(queue_.front());
+            queue_.pop_front();
+            busy_ = true;
+            lock.unlock();
+            std::exception_ptr failed;
+            try {
+                write_planned_files(*plan);
+            } catch (...) {
+                failed = std::current_exception();
+            }
+            plan.reset();
+            lock.lock();
+            if (failed && !error_) error_ = failed;
+            busy_ = false;
+            if (queue_.empty()) idle_.notify_all();
+        }
+    }
+
+    mutable std::mutex mu_;
+    std::condition_variable work_, idle_;
+    std::deque<std::shared_ptr<const SessionPlan>> queue_;
+    bool busy_ = false;
+    bool started_ = false;
+    bool stop_ = false;
+    std::exception_ptr error_;
+    std::thread thread_;
+    pid_t owner_ = ::getpid();
+};
+
+}  // namespace skc
