@@ -167,6 +167,7 @@ struct CompileReport {
     std::size_t local_world_size = 1;  // ranks on the node
     std::size_t gathered = 0;          // ops the node compiled or looked up: the union of its ranks' selections
     bool extracted = false;            // this rank extracted the package (the node's one install)
+    bool reused = false;               // this rank installed an extraction kept from an earlier holder
 
     /// Time per stage, in flow order: layout, record, select, [gather], key, cache, compile, install,
     /// reselect. A skipped compile ends after select; install and reselect are absent when nothing
@@ -205,6 +206,7 @@ struct CompileReport {
                             {"package", Value(package.string())},
                             {"installed", Value(installed)},
                             {"extracted", Value(extracted)},
+                            {"reused", Value(reused)},
                             {"local_rank", Value(local_rank)},
                             {"local_world_size", Value(local_world_size)},
                             {"counts", Value(std::move(counts))},
@@ -667,7 +669,9 @@ private:
         report(CompileProgress{CompileProgress::Phase::installing, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
         std::optional<Installation> inst;
         try {
-            inst.emplace(installer_.install(rep.package, settings_.op_library, install_options()));
+            InstallOptions io = install_options();
+            if (out.hit) io.checksum = out.hit->entry.checksum;  // the installer need not hash the package
+            inst.emplace(installer_.install(rep.package, settings_.op_library, io));
         } catch (const Error& e) {
             if (!retry_damaged || !out.hit) throw;
             std::optional<std::string> fault = package_fault(rep.package);
@@ -689,6 +693,7 @@ private:
         }
         rep.installed = inst->stem();
         rep.extracted = inst->extracted();
+        rep.reused = inst->reused();
         installs_.push_back(std::move(*inst));
         clock.lap("install");
         return true;
@@ -723,6 +728,7 @@ private:
                 Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
                 rep.installed = inst.stem();
                 rep.extracted = inst.extracted();
+                rep.reused = inst.reused();
                 installs_.push_back(std::move(inst));
                 clock.lap("install");
             }
@@ -737,8 +743,13 @@ private:
         io.backend = settings_.backend;
         io.persistent = settings_.persistent_install;
         io.timeout = settings_.install_timeout;
+        // Extractions are kept for the next process within the cache's size limit; packages without
+        // a cache have fresh names every time, so keeping one would never pay.
+        io.keep_bytes = !cache_ ? 0 : settings_.cache.limits.max_bytes != 0 ? settings_.cache.limits.max_bytes
+                                                                            : default_cache_limits.max_bytes;
         return io;
     }
+
 
     /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages
     /// that keep no files (MemoryStorage).
