@@ -16,7 +16,8 @@
 // FileWriter runs write_planned_files() on a thread of its own, so that a cache hit does not wait
 // for files nobody reads on the hit path. Plans wait in its queue until start(): the compiler starts
 // it once its compile() has passed the critical path (or when the folders are needed), so that the
-// writing does not compete with the lookup and the ranks' exchange for the disk. wait() starts it,
+// writing does not compete with the lookup and the ranks' exchange for the disk, and its thread runs
+// at the lowest priority (nice 19), so that it yields the CPU to them. wait() starts it,
 // blocks until everything submitted is written and throws the first error (a full disk, say) once.
 #pragma once
 
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "detail/hash.hpp"
@@ -279,6 +281,10 @@ private:
     }
 
     void run() {
+        // Background work: the lowest priority (Linux nice 19 for this thread only), so that the
+        // writing yields the CPU to the process's and the node's critical work (the other ranks'
+        // exchange, the model) and runs at full speed when nothing else wants the CPU.
+        ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
         std::unique_lock lock(mu_);
         for (;;) {
             work_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -452,7 +452,7 @@ private:
         try {
             const std::map<int, std::string> ops = await_ops(base + k_ops);
             detail::OpUnion u(req.run.gathered());
-            for (const SelectedOp& e : req.selected) u.add(e.digest, e.name, req.compile_dir / e.name);
+            for (const SelectedOp& e : req.selected) u.add(e.digest, e.name, (req.compile_dir / e.name).string());
             for (const auto& [k, m] : ops) add_ops(u, k, m);
             const GatheredSet set = u.take(static_cast<std::size_t>(local_size_));
             own = true;

@@ -255,7 +255,7 @@ public:
     /// Adds the op with content digest `d`, named `name`, whose file is `source` (linked when
     /// possible) or whose text is `text` (written when `source` is empty or cannot be linked);
     /// `from` tells the AwaitSource whose file it is.
-    void add(const Digest& d, const std::string& name, const std::filesystem::path& source, std::string_view text = {},
+    void add(const Digest& d, const std::string& name, const std::string& source, std::string_view text = {},
              std::size_t from = 0) {
         if (!is_plain_file_name(name))
             throw Error(Errc::unsafe_path, "gathered op " + quote(name) + " is not a plain file name", ErrorContext{dir_.string(), {}, {}});
@@ -285,8 +285,8 @@ public:
 
 private:
     struct Pending {
-        std::string name;              // unique in the folder
-        std::filesystem::path source;  // a rank's file, or empty
+        std::string name;    // unique in the folder
+        std::string source;  // a rank's file, or empty (a string: a path per op would cost more than the rest)
         std::string text;              // the content when there is no file
         std::size_t from = 0;
     };
@@ -296,11 +296,12 @@ private:
         for (const Pending& p : pending) {
             const std::filesystem::path to = dir / p.name;
             if (!p.source.empty()) {
-                if (await) await(p.source, p.from);
+                if (await) await(std::filesystem::path(p.source), p.from);
                 if (::link(p.source.c_str(), to.c_str()) == 0) continue;
                 if (errno == EEXIST) throw_errno("cannot publish", to, errno);  // materialized twice
             }
-            write_new_file(dir, p.name, p.text.empty() ? read_file(p.source, ReadLimits{}.max_file_bytes) : p.text, false);
+            write_new_file(dir, p.name, p.text.empty() ? read_file(std::filesystem::path(p.source), ReadLimits{}.max_file_bytes) : p.text,
+                           false);
         }
     }
 
@@ -886,14 +887,14 @@ private:
             if (!line()) throw bad("no world size");
             const std::optional<std::string_view> dir = line();
             if (!dir) throw bad("no folder");
-            const std::filesystem::path src{std::string(*dir)};
+            const std::string src = std::string(*dir) + "/";
             while (const std::optional<std::string_view> l = line()) {
                 const std::optional<Digest> d = Digest::from_hex(l->substr(0, 32));
                 if (!d || l->size() < 34 || (*l)[32] != ' ') throw bad("bad line " + detail::quote(std::string(*l)));
                 const std::string name(l->substr(33));
                 if (!detail::is_plain_file_name(name))
                     throw bad("op file name " + detail::quote(name) + " is not a plain file name");
-                u.add(*d, name, src / name, {}, rank);
+                u.add(*d, name, src + name, {}, rank);
             }
         }
 
