@@ -133,12 +133,14 @@ struct Target {
     [[nodiscard]] std::string shown_path(std::string_view rest) const { return shown + "/" + std::string(rest); }
 };
 
-/// Opens a namespace as skc::open_cache does, without creating anything. Messages go nowhere: the
-/// commands report what they find themselves.
-std::unique_ptr<FsCache> open_namespace(const Target& t, const std::string& stem) {
+/// Opens a namespace as skc::open_cache does, without creating anything (`mode` read-only: not even
+/// a lock file). Messages go nowhere: the commands report what they find themselves.
+std::unique_ptr<FsCache> open_namespace(const Target& t, const std::string& stem, skc::CacheMode mode = skc::CacheMode::read_write) {
     skc::CacheConfig config;
     config.log = skc::null_log();
-    return std::make_unique<FsCache>(skc::FilesystemStorage(t.dir / stem), skc::FileLock(t.dir), std::move(config),
+    config.mode = mode;
+    const skc::LockAccess access = mode == skc::CacheMode::read_only ? skc::LockAccess::read_only : skc::LockAccess::read_write;
+    return std::make_unique<FsCache>(skc::FilesystemStorage(t.dir / stem), skc::FileLock(t.dir, access), std::move(config),
                                      skc::CacheLockNames{stem + "/keys/", stem});
 }
 
@@ -289,7 +291,8 @@ int cache_stats(const Target& t, const CacheOptions& o) {
     std::vector<NamespaceStats> all;
     NamespaceStats total;
     for (const std::string& stem : t.namespaces) {
-        const std::unique_ptr<FsCache> cache = open_namespace(t, stem);
+        // Read-only: `stats` and the statistics log not folded into it yet, without writing anything.
+        const std::unique_ptr<FsCache> cache = open_namespace(t, stem, skc::CacheMode::read_only);
         NamespaceStats s;
         s.name = stem;
         s.stats = cache->persisted_stats();

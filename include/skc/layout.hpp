@@ -25,6 +25,7 @@
 #include <string_view>
 #include <system_error>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -203,35 +204,58 @@ inline void make_cache_dir(const std::filesystem::path& p) {
                     ErrorContext{p.string(), {}, {}});
 }
 
+/// Refuses cache folder `root`/`sub` (`sub` empty: the cache folder itself) with status `st` when
+/// every user may write it, or its group without it being set up as group-shared (`group_matters`).
+inline void judge_cache_folder(const struct stat& st, const std::filesystem::path& root, std::string_view sub, bool group_matters) {
+    if (!S_ISDIR(st.st_mode)) return;
+    const bool world = (st.st_mode & S_IWOTH) != 0;
+    if (!world && !(group_matters && (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_ISGID) == 0)) return;
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    const std::string dir = sub.empty() ? root.string() : (root / std::string(sub)).string();
+    if (world)
+        throw Error(Errc::unsafe_path,
+                    std::string("the cache folder is writable by every user (mode ") + mode +
+                        "); its packages are executed when installed, so it is not used: chmod o-w it (and see "
+                        "docs/cache.md, \"Sharing a cache\")",
+                    ErrorContext{dir, {}, {}});
+    throw Error(Errc::unsafe_path,
+                std::string("the cache folder is writable by its group but not set up as group-shared (mode ") + mode +
+                    "); its packages are executed when installed: chmod g-w it, or share it with the group on "
+                    "purpose: chmod g+s it and use umask 002 (docs/cache.md, \"Sharing a cache\")",
+                ErrorContext{dir, {}, {}});
+}
+
 }  // namespace detail
 
 /// Packages in a cache are executed when installed, so a cache that other users may write is
 /// refused: the cache folder `root` and its namespace folder `root/stem` must not be writable by
 /// everyone, nor by their group unless the cache is group-shared (the folder is setgid, as ccache
-/// documents: `chmod g+s`, and `umask 002` for its users); the folders below must not be writable
-/// by everyone. Folders that do not exist yet are not judged.
-inline void check_cache_trust(const std::filesystem::path& root, const std::string& stem) {
-    const auto judge = [](const std::filesystem::path& dir, bool group_matters) {
-        struct stat st {};
-        if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-        char mode[8];
-        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        if ((st.st_mode & S_IWOTH) != 0)
-            throw Error(Errc::unsafe_path,
-                        std::string("the cache folder is writable by every user (mode ") + mode +
-                            "); its packages are executed when installed, so it is not used: chmod o-w it (and see "
-                            "docs/cache.md, \"Sharing a cache\")",
-                        ErrorContext{dir.string(), {}, {}});
-        if (group_matters && (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_ISGID) == 0)
-            throw Error(Errc::unsafe_path,
-                        std::string("the cache folder is writable by its group but not set up as group-shared (mode ") +
-                            mode + "); its packages are executed when installed: chmod g-w it, or share it with the "
-                            "group on purpose: chmod g+s it and use umask 002 (docs/cache.md, \"Sharing a cache\")",
-                        ErrorContext{dir.string(), {}, {}});
-    };
-    judge(root, true);
-    judge(root / stem, true);
-    for (const char* sub : {"entries", "packages", "oplists", "keys"}) judge(root / stem / sub, false);
+/// documents: `chmod g+s`, and `umask 002` for its users). Folders that do not exist yet are not
+/// judged. They are judged through the cache folder's descriptor `root_fd` (O_PATH, -1 when it is
+/// not there), which the cache opened anyway, so that no path is walked twice; `root` names it in
+/// messages. Returns whether the namespace folder exists.
+inline bool check_cache_trust(int root_fd, const std::filesystem::path& root, const std::string& stem) {
+    struct stat st {};
+    if (root_fd < 0) return false;
+    if (::fstat(root_fd, &st) == 0) detail::judge_cache_folder(st, root, {}, true);
+    if (::fstatat(root_fd, stem.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return false;
+    detail::judge_cache_folder(st, root, stem, true);
+    return true;
+}
+
+/// The same for the folders below namespace `stem` (entries/, packages/, oplists/, keys/): they
+/// must not be writable by everyone. The cache judges them before it first stores or uses a package
+/// (IndexCache::verify, publish), not on every open.
+inline void check_cache_subfolders_trust(int root_fd, const std::filesystem::path& root, const std::string& stem) {
+    if (root_fd < 0) return;
+    struct stat st {};
+    std::string sub = stem + "/";
+    for (const char* name : {"entries", "packages", "oplists", "keys"}) {
+        sub.resize(stem.size() + 1);
+        sub += name;
+        if (::fstatat(root_fd, sub.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) detail::judge_cache_folder(st, root, sub, false);
+    }
 }
 
 /// The folders and files of one compile attempt: `ts<timestamp>_pid<pid>_outputs/`.
@@ -264,7 +288,7 @@ public:
 
     [[nodiscard]] const std::filesystem::path& base() const noexcept { return base_; }
     [[nodiscard]] std::filesystem::path outputs() const { return base_ / "static_kernel_compile_outputs"; }
-    [[nodiscard]] std::filesystem::path cache_dir() const { return outputs() / "static_kernel_cache"; }
+    [[nodiscard]] std::filesystem::path cache_dir() const { return base_ / "static_kernel_compile_outputs/static_kernel_cache"; }
     /// `CANN-<version>_<device>` with spaces turned into '-'.
     /// The longest cache namespace name (the stem): what the cache writes beside and below it
     /// (`<stem>.json`, temporaries `.tmp.<pid>.<n>.<name>`) must stay under 255 bytes.

@@ -3,7 +3,7 @@
 // and kills some of them at the worst moments. Not a doctest program.
 //
 //   cache_worker --base DIR --mode MODE [--keys N] [--key I] [--seconds S] [--log FILE]
-//                [--compile-ms MS] [--seed N] [--wait-ms MS] [--max-entries N]
+//                [--compile-ms MS] [--seed N] [--wait-ms MS] [--max-entries N] [--hits N]
 //                [--crash-at POINT] [--crash-delay-ms MS] [--signal FILE] [--ready FILE] [--go FILE]
 //                [--pause-locks N --pause-dir DIR]
 //
@@ -15,6 +15,9 @@
 //                  the key's exclusive lock is held until the process is killed
 //   hold-pin       lookup() of key I (it must be present), keep the hit (the shared pin), create
 //                  --signal and sleep forever
+//   hits           once --go exists: open the cache, lookup() key I (it must be present) N times
+//                  (--hits; each hit checked, the first verified too), destroy the cache (which
+//                  saves the statistics) and print how long that took
 // Crash points (the worker kills itself with SIGKILL; the library has no test hooks)
 //   during-compile        inside compile, after creating --signal and sleeping --crash-delay-ms
 //   during-package-write  the storage wrote half of the package's temporary file, not renamed
@@ -28,8 +31,9 @@
 // derived from the key's hex alone, so a hit can be checked byte for byte. Every compile appends
 // "compile <keyhex> <pid>\n" to --log with one write() on an O_APPEND descriptor.
 //
-// Output: compile-once prints "key=<hex> lock_wait_ms=<n> result=<CacheResult text>"; every mode
-// that ends prints "summary hits=.. waits=.. compiles=.. lookup_hits=.. lookup_misses=.. iterations=..".
+// Output: compile-once prints "key=<hex> lock_wait_ms=<n> result=<CacheResult text>"; every other
+// mode that ends prints "summary hits=.. waits=.. compiles=.. lookup_hits=.. lookup_misses=.. iterations=..",
+// except hits: "summary lookup_hits=.. iterations=.. close_us=.." (close: the cache's destruction).
 // Exit status: 0 success, 2 usage, 3 wrong or torn data seen, 4 skc::Error (code and message on
 // stdout as "error <code> <message>"), 5 another failure.
 #include <skc/policy/cache.hpp>
@@ -131,6 +135,7 @@ struct Args {
     fs::path go_file;
     int pause_locks = 0;
     fs::path pause_dir;
+    std::uint64_t hits = 1;
 };
 
 std::uint64_t to_u64(const std::string& s, const std::string& flag) {
@@ -163,10 +168,11 @@ Args parse(int argc, char** argv) {
         else if (flag == "--go") a.go_file = v;
         else if (flag == "--pause-locks") a.pause_locks = static_cast<int>(to_u64(v, flag));
         else if (flag == "--pause-dir") a.pause_dir = v;
+        else if (flag == "--hits") a.hits = to_u64(v, flag);
         else die(2, "unknown option " + flag);
     }
     if (a.base.empty() || a.mode.empty()) die(2, "--base and --mode are required");
-    if (a.mode != "mixed" && a.mode != "compile-once" && a.mode != "hold-lock" && a.mode != "hold-pin")
+    if (a.mode != "mixed" && a.mode != "compile-once" && a.mode != "hold-lock" && a.mode != "hold-pin" && a.mode != "hits")
         die(2, "unknown mode " + a.mode);
     if (!a.crash_at.empty() && a.crash_at != "during-compile" && a.crash_at != "during-package-write" &&
         a.crash_at != "during-entry-write")
@@ -202,6 +208,9 @@ public:
     bool remove(std::string_view name) { return fs_.remove(name); }
     [[nodiscard]] std::optional<skc::ObjectInfo> stat(std::string_view name) const { return fs_.stat(name); }
     void touch(std::string_view name) { fs_.touch(name); }
+    void touch(std::string_view name, std::int64_t mtime_ns) { fs_.touch(name, mtime_ns); }
+    std::uint64_t append(std::string_view name, std::string_view data) { return fs_.append(name, data); }
+    std::optional<skc::TakenObject> take(std::string_view name, std::string_view to) { return fs_.take(name, to); }
     [[nodiscard]] std::vector<std::string> list(std::string_view folder) const { return fs_.list(folder); }
     bool read_chunks(std::string_view name, const skc::ChunkFn& fn) const { return fs_.read_chunks(name, fn); }
     [[nodiscard]] std::optional<fs::path> local_path(std::string_view name) const { return fs_.local_path(name); }
@@ -223,7 +232,7 @@ private:
     CrashPoint at_;
 };
 
-static_assert(skc::Storage<CrashingStorage>);
+static_assert(skc::Storage<CrashingStorage> && skc::StorageTraits<CrashingStorage>::appends);
 
 // ---- a lock policy that stops before waiting for a key -------------------------------------------------
 
@@ -324,11 +333,40 @@ public:
             die(3, std::string(how) + ": the entry of " + hex + " records size " + std::to_string(h.entry.size));
     }
 
-    template <class Cache>
-    int run(Cache& cache) {
+    /// Creates --ready, then waits until --go exists.
+    void ready_and_wait() const {
         if (!args_.ready_file.empty()) create_file(args_.ready_file);
         if (!args_.go_file.empty())
             while (!fs::exists(args_.go_file)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+
+    /// hits: a process that opens the cache, hits one key --hits times and exits.
+    int run_hits(const skc::Layout& layout, const skc::CacheConfig& cfg) {
+        ready_and_wait();
+        auto cache = skc::open_cache(layout, "8.0", "dev", cfg);
+        for (std::uint64_t n = 0; n < args_.hits; ++n) {
+            auto h = cache->lookup(keys_[args_.key]);
+            if (!h) die(5, "hits: key " + std::to_string(args_.key) + " is not in the cache");
+            if (n == 0) {
+                if (!cache->verify(*h)) die(3, "hits: the package of key " + std::to_string(args_.key) + " fails verify");
+                check_hit(*h, args_.key, "hits");
+            }
+            ++counts_.lookup_hits;
+            ++counts_.iterations;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        cache.reset();
+        const auto close_us =
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("summary lookup_hits=%llu iterations=%llu close_us=%lld\n",
+                    static_cast<unsigned long long>(counts_.lookup_hits), static_cast<unsigned long long>(counts_.iterations),
+                    static_cast<long long>(close_us));
+        return 0;
+    }
+
+    template <class Cache>
+    int run(Cache& cache) {
+        ready_and_wait();
 
         if (args_.mode == "mixed") run_mixed(cache);
         else if (args_.mode == "hold-pin") {
@@ -414,6 +452,7 @@ int run(const Args& args) {
     cfg.limits.max_entries = args.max_entries;
     const skc::Layout layout(args.base);
     Worker w(args);
+    if (args.mode == "hits") return w.run_hits(layout, cfg);
     // open_cache creates the folders and the manifest; the crashing variant then uses the same
     // storage root, lock folder and lock names as open_cache, so that it shares the cache.
     auto cache = skc::open_cache(layout, "8.0", "dev", cfg);

@@ -27,11 +27,17 @@
 //   faults        an entry that fails its checksum, names a missing, resized, replaced or symlinked
 //                 package, or whose package fails the full checksum, is a miss: counted as corrupt,
 //                 logged, removed. Nothing else is touched.
-//   eviction      least recently used first, by the entries' modification times (hits touch them when
-//                 the cache flushes, not on the lookup path); only after a publish or by prune(); an
-//                 entry whose key lock cannot be taken at once is in use and skipped.
-//   statistics    counted in the process, merged into the `stats` object by flush() (and on
-//                 destruction) under the namespace lock.
+//   eviction      least recently used first, by the entries' modification times and the later uses
+//                 the statistics log records (a fold sets those as the entries' times); only after a
+//                 publish or by prune(); an entry whose key lock cannot be taken at once is in use and
+//                 skipped.
+//   statistics    counted in the process; flush() (and destruction) appends one line with the counts
+//                 and the entries hit to the log `stats.log`: one write, no fsync, no namespace lock.
+//                 Folds merge the log into `stats` off the lookup path (publish, prune, clear,
+//                 zero_stats, fold_stats, and the appender that finds the log over 1 MiB); readers
+//                 add what is not folded yet. A fold that dies at any step loses and doubles nothing.
+//   opening       one descriptor of the cache folder (locks and objects are opened relative to it),
+//                 the cache and namespace folders judged; nothing else read or written.
 //
 // NoCache is `disable_static_kernel_compile_cache`: every call compiles, nothing is read or written.
 #pragma once
@@ -46,6 +52,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -174,6 +181,7 @@ inline std::string escape_line(std::string_view s) {
 }
 
 inline std::string unescape_line(std::string_view s) {
+    if (s.find('\\') == std::string_view::npos) return std::string(s);
     std::string out;
     for (std::size_t i = 0; i < s.size(); ++i) {
         if (s[i] == '\\' && i + 1 < s.size()) {
@@ -376,11 +384,46 @@ struct CacheStats {
     }
     friend bool operator==(const CacheStats&, const CacheStats&) = default;
 
+    /// Calls `f(name, counter)` for each counter, in the order encode() writes them (`s` is a
+    /// CacheStats, const or not).
+    template <class Self, class F>
+    static void visit(Self& s, F&& f) {
+        f(std::string_view("hits"), s.hits);
+        f(std::string_view("misses"), s.misses);
+        f(std::string_view("corrupt"), s.corrupt);
+        f(std::string_view("evictions"), s.evictions);
+        f(std::string_view("compiles"), s.compiles);
+        f(std::string_view("waits"), s.waits);
+        f(std::string_view("lock_wait_ns"), s.lock_wait_ns);
+        f(std::string_view("compile_time_saved_ns"), s.compile_time_saved_ns);
+    }
+
+    /// Sets counter `name` from its text `value`; false when `value` is not a number of its type.
+    /// A name that is no counter is left alone (true): a later version may add counters.
+    bool set(std::string_view name, std::string_view value) {
+        bool ok = true;
+        visit(*this, [&](std::string_view n, auto& counter) {
+            if (n != name) return;
+            if constexpr (std::is_signed_v<std::remove_reference_t<decltype(counter)>>) {
+                std::int64_t v = 0;
+                if ((ok = detail::parse_i64(value, v))) counter = v;
+            } else {
+                std::uint64_t v = 0;
+                if ((ok = detail::parse_u64(value, v))) counter = v;
+            }
+        });
+        return ok;
+    }
+
     [[nodiscard]] std::string encode() const {
-        return "hits " + std::to_string(hits) + "\nmisses " + std::to_string(misses) + "\ncorrupt " +
-               std::to_string(corrupt) + "\nevictions " + std::to_string(evictions) + "\ncompiles " +
-               std::to_string(compiles) + "\nwaits " + std::to_string(waits) + "\nlock_wait_ns " +
-               std::to_string(lock_wait_ns) + "\ncompile_time_saved_ns " + std::to_string(compile_time_saved_ns) + "\n";
+        std::string out;
+        visit(*this, [&](std::string_view name, auto counter) {
+            out += name;
+            out += ' ';
+            out += std::to_string(counter);
+            out += '\n';
+        });
+        return out;
     }
     /// Reads what encode() wrote; unreadable lines count as zero (statistics are not worth failing for).
     static CacheStats decode(std::string_view t) {
@@ -392,25 +435,159 @@ struct CacheStats {
             const std::string_view line = t.substr(pos, nl - pos);
             pos = nl + 1;
             const std::size_t sp = line.find(' ');
-            if (sp == std::string_view::npos) continue;
-            const std::string_view n = line.substr(0, sp), v = line.substr(sp + 1);
-            std::uint64_t u = 0;
-            std::int64_t i = 0;
-            if (n == "hits" && detail::parse_u64(v, u)) s.hits = u;
-            else if (n == "misses" && detail::parse_u64(v, u)) s.misses = u;
-            else if (n == "corrupt" && detail::parse_u64(v, u)) s.corrupt = u;
-            else if (n == "evictions" && detail::parse_u64(v, u)) s.evictions = u;
-            else if (n == "compiles" && detail::parse_u64(v, u)) s.compiles = u;
-            else if (n == "waits" && detail::parse_u64(v, u)) s.waits = u;
-            else if (n == "lock_wait_ns" && detail::parse_i64(v, i)) s.lock_wait_ns = i;
-            else if (n == "compile_time_saved_ns" && detail::parse_i64(v, i)) s.compile_time_saved_ns = i;
+            if (sp != std::string_view::npos) s.set(line.substr(0, sp), line.substr(sp + 1));
         }
         return s;
     }
 };
 
-/// Size limits; 0 means no limit. (open_cache fills in a limit the caller leaves at 0 from the
-/// environment, the cache folder or the default: effective_cache_limits.)
+namespace detail {
+
+/// The statistics log of a namespace: each process appends one line with its counts when it
+/// flushes, and folds merge the log into `stats` off the lookup path. A fold renames the log to
+/// `stats.log.<pid>.<ns>` first (taken_stats_log), so that the appends after it start a new log.
+inline constexpr std::string_view stats_log = "stats.log";
+inline constexpr std::string_view taken_stats_log = "stats.log.";
+/// An appender that finds the log this long folds it (if no other process is folding): a fold
+/// fsyncs `stats`, so it is rare, and reading this much takes milliseconds.
+inline constexpr std::uint64_t stats_log_fold_bytes = 1024 * 1024;
+
+/// One line of the statistics log: a process's counts, and the entries it hit, at a time.
+struct StatsLogLine {
+    CacheStats counts;
+    std::vector<std::string_view> used;  // keys of the entries hit (in the text parsed)
+    std::int64_t at_ns = 0;              // when they were last used (ns since the epoch)
+};
+
+/// A line of the statistics log: `skc-stats`, the counters that are not zero as name-value pairs,
+/// `used <key>` for each entry hit and `at <ns>`, then `check` with the hash of what precedes it. It
+/// starts with a line feed as well as ending with one: a line a writer left unfinished (the disk
+/// filled) ends there, is no whole line (for_each_stats_log_line) and cannot spoil the next one.
+inline std::string stats_log_line(const CacheStats& s, const std::vector<std::array<char, 32>>& used, std::int64_t at_ns) {
+    std::string body = "skc-stats";
+    body.reserve(96 + 38 * used.size());
+    CacheStats::visit(s, [&](std::string_view name, auto counter) {
+        if (counter == 0) return;
+        body += ' ';
+        body += name;
+        body += ' ';
+        body += std::to_string(counter);
+    });
+    for (const auto& key : used) {
+        body += " used ";
+        body.append(key.data(), key.size());
+    }
+    if (!used.empty()) {
+        body += " at ";
+        body += std::to_string(at_ns);
+    }
+    const std::string check = hash_bytes(body).hex();
+    std::string line;
+    line.reserve(body.size() + check.size() + 9);
+    line += '\n';
+    line += body;
+    line += " check ";
+    line += check;
+    line += '\n';
+    return line;
+}
+
+/// Reads a line of the log (without its line feeds) into `l`; false for anything else. The keys
+/// it names are views of `line`.
+inline bool parse_stats_log_line(std::string_view line, StatsLogLine& l) {
+    const std::size_t at = line.rfind(" check ");
+    Digest check;
+    if (at == std::string_view::npos || !parse_hex_digest(line.substr(at + 7), check) ||
+        hash_bytes(line.substr(0, at)) != check)
+        return false;
+    std::string_view rest = line.substr(0, at);
+    if (rest.substr(0, 9) != "skc-stats") return false;
+    rest.remove_prefix(9);
+    l.counts = CacheStats{};
+    l.used.clear();  // keeps its capacity: a fold reads thousands of lines
+    l.at_ns = 0;
+    while (!rest.empty()) {  // " <name> <value>" pairs
+        const std::size_t name_end = rest.find(' ', 1);
+        if (rest.front() != ' ' || name_end == std::string_view::npos) return false;
+        const std::string_view name = rest.substr(1, name_end - 1);
+        rest.remove_prefix(name_end + 1);
+        const std::string_view value = rest.substr(0, rest.find(' '));
+        rest.remove_prefix(value.size());
+        Digest key;
+        if (name == "used") {
+            if (!parse_hex_digest(value, key)) return false;
+            l.used.push_back(value);
+        } else if (name == "at") {
+            if (!parse_i64(value, l.at_ns)) return false;
+        } else if (!l.counts.set(name, value)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/// The whole lines of log text `log` from byte `from` on, each given to `fn`. A line is whole when
+/// it passes its check and its line feed is its own: the log ends there, or the next line starts
+/// (with its own line feed). A line a writer wrote only part of (the disk filled) fails, even when
+/// only its last line feed is missing and the next line's first one follows: so the writer may
+/// append its counts again. A final line without its line feed is skipped too (being written).
+template <class Fn>
+void for_each_stats_log_line(std::string_view log, std::uint64_t from, Fn&& fn) {
+    if (from >= log.size()) return;
+    log.remove_prefix(from);
+    StatsLogLine line;
+    for (std::size_t pos = 0;;) {
+        const std::size_t nl = log.find('\n', pos);
+        if (nl == std::string_view::npos) break;
+        const bool own_line_feed = nl + 1 == log.size() || log[nl + 1] == '\n';
+        if (nl > pos && own_line_feed && parse_stats_log_line(log.substr(pos, nl - pos), line)) fn(line);
+        pos = nl + 1;
+    }
+}
+
+/// The sum of the counts of log text `log` from byte `from` on.
+inline CacheStats sum_stats_log(std::string_view log, std::uint64_t from = 0) {
+    CacheStats s;
+    for_each_stats_log_line(log, from, [&](const StatsLogLine& l) { s += l.counts; });
+    return s;
+}
+
+/// The logs the fold that wrote `stats` took, as it recorded them there (`folded <name> <bytes>`):
+/// each name with how many of its bytes `stats` already counts.
+inline std::map<std::string, std::uint64_t, std::less<>> folded_stats_logs(std::string_view stats) {
+    std::map<std::string, std::uint64_t, std::less<>> out;
+    for (std::size_t pos = 0; pos < stats.size();) {
+        std::size_t nl = stats.find('\n', pos);
+        if (nl == std::string_view::npos) nl = stats.size();
+        const std::string_view line = stats.substr(pos, nl - pos);
+        pos = nl + 1;
+        if (line.substr(0, 7) != "folded ") continue;
+        const std::size_t sp = line.find(' ', 7);
+        std::uint64_t bytes = 0;
+        if (sp == std::string_view::npos || !parse_u64(line.substr(sp + 1), bytes)) continue;
+        out[std::string(line.substr(7, sp - 7))] = bytes;
+    }
+    return out;
+}
+
+/// The manifest `<stem>.json` beside a namespace folder: where its entries and packages are.
+inline std::string cache_manifest(std::string_view stem) {
+    std::string quoted;  // the stem as a JSON string body
+    for (char c : stem) {
+        if (c == '"' || c == '\\') quoted += '\\';
+        if (static_cast<unsigned char>(c) < 0x20) continue;
+        quoted += c;
+    }
+    return "{\n    \"format\": \"skc-cache\",\n    \"version\": 1,\n    \"entries\": \"" + quoted +
+           "/entries\",\n    \"packages\": \"" + quoted +
+           "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
+}
+
+}  // namespace detail
+
+/// Size limits; 0 means no limit. (A cache open_cache returns fills in a limit the caller leaves
+/// at 0 from the environment, the cache folder or the default when it applies them:
+/// effective_cache_limits.)
 struct CacheLimits {
     std::uint64_t max_bytes = 0;
     std::uint64_t max_entries = 0;
@@ -488,6 +665,23 @@ struct EffectiveLimits {
     LimitSource entries_from = LimitSource::default_value;
 };
 
+namespace detail {
+
+/// The size limit in the environment's `SKC_CACHE_MAX_SIZE` (as --max-size takes it), nullopt when
+/// it is not set; a bad value is an Error naming the variable.
+inline std::optional<std::uint64_t> env_cache_max_size() {
+    const char* env = std::getenv("SKC_CACHE_MAX_SIZE");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    const std::optional<std::uint64_t> n = parse_size(env);
+    if (!n)
+        throw Error(Errc::invalid_option,
+                    "value " + quote(env, 64) + " is not a size: expected bytes with an optional suffix K, M, G "
+                    "or T, e.g. 10G (0: no limit)", ErrorContext{{}, {}, "SKC_CACHE_MAX_SIZE"});
+    return n;
+}
+
+}  // namespace detail
+
 /// The limits a process applies to cache folder `root`: a field the caller sets (non-zero) wins;
 /// else the size in the environment's `SKC_CACHE_MAX_SIZE` (as --max-size takes it; a bad value is
 /// an Error naming the variable); else what the folder stores (`skc cache config`); else the
@@ -497,13 +691,8 @@ inline EffectiveLimits effective_cache_limits(const CacheLimits& given, const st
     const StoredLimits stored = read_cache_limits(root);
     if (given.max_bytes != 0) {
         e.limits.max_bytes = given.max_bytes, e.size_from = LimitSource::caller;
-    } else if (const char* env = std::getenv("SKC_CACHE_MAX_SIZE"); env != nullptr && *env != '\0') {
-        const std::optional<std::uint64_t> n = parse_size(env);
-        if (!n)
-            throw Error(Errc::invalid_option,
-                        "value " + detail::quote(env, 64) + " is not a size: expected bytes with an optional suffix K, M, G "
-                        "or T, e.g. 10G (0: no limit)", ErrorContext{{}, {}, "SKC_CACHE_MAX_SIZE"});
-        e.limits.max_bytes = *n, e.size_from = LimitSource::environment;
+    } else if (const std::optional<std::uint64_t> env = detail::env_cache_max_size()) {
+        e.limits.max_bytes = *env, e.size_from = LimitSource::environment;
     } else if (stored.max_bytes) {
         e.limits.max_bytes = *stored.max_bytes, e.size_from = LimitSource::cache_folder;
     } else {
@@ -615,7 +804,17 @@ public:
     }
 
     [[nodiscard]] S& storage() noexcept { return storage_; }
+    [[nodiscard]] L& locks() noexcept { return locks_; }
     [[nodiscard]] const CacheConfig& config() const noexcept { return config_; }
+
+    /// The cache folder `root` this namespace `stem` is in (open_cache sets it): the limits the
+    /// caller left at 0 are filled in from there when they are applied (effective_cache_limits), a
+    /// publish writes the namespace's manifest `<root>/<stem>.json` when it is missing or differs,
+    /// and the folders below the namespace are judged (check_cache_subfolders_trust) before this
+    /// cache first stores or verifies a package. None of it is done when the cache is opened.
+    void set_cache_folder(const std::filesystem::path& root, std::string stem) {
+        folder_ = CacheFolder{root.native(), std::move(stem)};
+    }
 
     /// The entry for `key` with its package's size checked, pinned; nullopt on a
     /// miss (also when another process holds the key's exclusive lock: it is compiling it).
@@ -641,6 +840,7 @@ public:
     /// comment). On a mismatch the entry is removed, counted as corrupt and false returned: the
     /// caller treats it as a miss.
     bool verify(Hit& hit) {
+        judge_subfolders();
         const std::optional<ObjectInfo> info = storage_.stat(hit.entry.package);
         const std::string local = info ? std::to_string(info->identity) : std::string();
         const std::string memo = hit.entry.key + "/" + local;
@@ -735,7 +935,7 @@ public:
         // Pinned as a reader; empty only if another process removed the entry in the instant between
         // (compiled_package is the same package and stays usable).
         out.hit = lookup_pinned(hex, /*wait=*/true, LockClock::now() + config_.wait_timeout);
-        evict_over_limits(config_.limits, std::nullopt, hex);
+        evict_over_limits(limits_in_effect(), std::nullopt, hex);
         return out;
     }
 
@@ -747,19 +947,27 @@ public:
         if (!ex.owns()) throw Error(Errc::timeout, "cannot take the lock of cache key " + key.hex());
         CacheEntry e = publish_locked(key, package, compile_time);
         ex = Guard{};
-        evict_over_limits(config_.limits, std::nullopt, key.hex());
+        evict_over_limits(limits_in_effect(), std::nullopt, key.hex());
         return e;
     }
 
     /// Every readable entry, oldest use first. Unreadable ones are skipped (verify_all reports them).
+    /// A use is the entry's modification time, or a later one the statistics log records and no
+    /// fold applied yet (unless the entry changed after it, as a fold would decide).
     std::vector<CacheEntry> entries() {
         std::vector<CacheEntry> out;
+        std::map<std::string, std::int64_t, std::less<>> used;
+        if constexpr (StorageTraits<S>::appends) used = logged_uses();
         for (const std::string& name : storage_.list("entries")) {
             const std::optional<std::string> text = storage_.read(name);
             if (!text) continue;
             std::optional<CacheEntry> e = detail::decode_entry(*text);
             if (!e || "entries/" + e->key != name) continue;
-            if (const auto info = storage_.stat(name)) e->last_used_ns = info->mtime_ns;
+            if (const auto info = storage_.stat(name)) {
+                e->last_used_ns = info->mtime_ns;
+                if (const auto it = used.find(e->key); it != used.end() && it->second > info->ctime_ns)
+                    e->last_used_ns = std::max(e->last_used_ns, it->second);
+            }
             out.push_back(std::move(*e));
         }
         std::sort(out.begin(), out.end(),
@@ -781,6 +989,7 @@ public:
     /// apply_limits() after a batch.
     bool import_entry(const CacheEntry& e, const std::filesystem::path& package, std::string_view op_list = {}) {
         refuse_if_read_only("import entries");
+        judge_subfolders();
         Guard ex = locks_.lock_until(key_lock(e.key), LockMode::exclusive, LockClock::now() + config_.wait_timeout);
         if (!ex.owns()) throw Error(Errc::timeout, "cannot take the lock of cache key " + e.key);
         if (const Loaded l = load_entry(e.key, /*with_components=*/false); l.entry && l.entry->checksum == e.checksum)
@@ -795,11 +1004,12 @@ public:
         }
         if (!op_list.empty()) storage_.write("oplists/" + e.key, std::string(op_list));
         storage_.write("entries/" + e.key, detail::encode_entry(stored));
+        write_manifest();
         return true;
     }
 
     /// Applies the configured limits now (as after a publish), least recently used first.
-    PruneReport apply_limits() { return evict_over_limits(config_.limits, std::nullopt, {}); }
+    PruneReport apply_limits() { return evict_over_limits(limits_in_effect(), std::nullopt, {}); }
 
     /// Removes entry `hex` whose package its user found unusable although its checksum matches (it was
     /// stored damaged: `reason` says how), so that the next get_or_compile() compiles it again. Waits
@@ -865,7 +1075,8 @@ public:
         refuse_if_read_only("reset the statistics");
         Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
         if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to reset the statistics");
-        storage_.write("stats", CacheStats{}.encode());
+        if constexpr (StorageTraits<S>::appends) fold_locked(/*zero=*/true);
+        else storage_.write("stats", CacheStats{}.encode());
         std::lock_guard lock(mu_);
         flushed_ = CacheStats{};
         stats_ = CacheStats{};
@@ -877,43 +1088,81 @@ public:
         return total_copy();
     }
 
-    /// The counters of every process that flushed, plus this one's unflushed ones.
+    /// The counters of every process that flushed (`stats` and the log not folded into it yet),
+    /// plus this one's unflushed ones. Reads only, under a shared namespace lock so that a fold in
+    /// progress is seen whole (read-write: the lock file is created if there is none yet).
     [[nodiscard]] CacheStats persisted_stats() const {
         CacheStats s;
-        if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
+        {
+            Guard g;
+            try {
+                g = locks_.lock_until(names_.namespace_lock, LockMode::shared, LockClock::now() + std::chrono::seconds(30));
+            } catch (const Error&) {  // a lock file this process may not create: read without it
+            }
+            s = stored_stats();
+        }
         std::lock_guard lock(mu_);
         s += stats_;
         return s;
     }
 
-    /// Merges this process's counters into the stored statistics and marks this process's hits as
-    /// recently used. Called by the destructor; cheap when there is nothing new.
+    /// Merges the statistics log into `stats` now, waiting for the namespace lock (publishes,
+    /// prune, clear and zero_stats fold too, and an appender that finds the log long).
+    void fold_stats() {
+        if constexpr (StorageTraits<S>::appends) {
+            refuse_if_read_only("fold the statistics");
+            Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+            if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to fold the statistics");
+            fold_locked(/*zero=*/false);
+        }
+    }
+
+    /// Saves this process's counters and marks its hits as used now. Called by the destructor;
+    /// cheap when there is nothing new. Both go to the statistics log in one append, without the
+    /// namespace lock or an fsync; a fold applies the use times to the entries (storages without
+    /// appends touch the entries and merge the counters into `stats` under the namespace lock).
     void flush() {
         CacheStats delta;
         std::vector<std::array<char, 32>> touched;
         {
             std::lock_guard lock(mu_);
-            delta = stats_;
+            delta = std::exchange(stats_, CacheStats{});  // what other threads count meanwhile stays for later
             touched.swap(touched_);
             if (config_.mode == CacheMode::read_only) {  // counted in this process only
                 flushed_ += delta;
-                stats_ = CacheStats{};
                 return;
             }
         }
         std::sort(touched.begin(), touched.end());
         touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-        for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
-        if (delta == CacheStats{}) return;
-        Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
-        if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to save statistics");
-        CacheStats s;
-        if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
-        s += delta;
-        storage_.write("stats", s.encode());
-        std::lock_guard lock(mu_);
-        flushed_ += delta;
-        stats_ = CacheStats{};
+        std::uint64_t log_bytes = 0;
+        try {
+            if constexpr (StorageTraits<S>::appends) {
+                if (delta == CacheStats{} && touched.empty()) return;
+                const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch()).count();
+                log_bytes = storage_.append(detail::stats_log, detail::stats_log_line(delta, touched, now_ns));
+            } else {
+                for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
+                if (delta == CacheStats{}) return;
+                Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+                if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to save statistics");
+                CacheStats s;
+                if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
+                s += delta;
+                storage_.write("stats", s.encode());
+            }
+        } catch (...) {
+            std::lock_guard lock(mu_);
+            stats_ += delta;  // not saved: the next flush tries again
+            touched_.insert(touched_.end(), touched.begin(), touched.end());
+            throw;
+        }
+        {
+            std::lock_guard lock(mu_);
+            flushed_ += delta;
+        }
+        if (log_bytes >= detail::stats_log_fold_bytes) fold_quietly();
     }
 
 private:
@@ -954,6 +1203,116 @@ private:
     void add_wait(std::chrono::nanoseconds d) {
         std::lock_guard lock(mu_);
         stats_.lock_wait_ns += d.count();
+    }
+
+    /// What `stats` and the statistics log hold (the caller holds the namespace lock, or accepts
+    /// a fold in progress): `stats`, plus the logs, less the bytes of taken logs `stats` counts.
+    CacheStats stored_stats() const {
+        const std::optional<std::string> text = storage_.read("stats");
+        CacheStats s = text ? CacheStats::decode(*text) : CacheStats{};
+        if constexpr (StorageTraits<S>::appends) {
+            const auto folded = detail::folded_stats_logs(text ? std::string_view(*text) : std::string_view());
+            for (const std::string& name : storage_.list("")) {
+                if (name != detail::stats_log && name.rfind(detail::taken_stats_log, 0) != 0) continue;
+                const auto counted = folded.find(name);
+                if (const std::optional<std::string> log = storage_.read(name))
+                    s += detail::sum_stats_log(*log, counted == folded.end() ? 0 : counted->second);
+            }
+        }
+        return s;
+    }
+
+    /// Under the namespace lock: adds the statistics log to `stats` and applies the use times it
+    /// records to the entries (with `zero`, resets `stats` instead of adding). The log is taken
+    /// (renamed to a name of its own: later appends start a new log), the use times are applied,
+    /// `stats` is written with the sum and, for each log taken, its name and how many of its bytes
+    /// the sum counts, and only then are the taken logs removed. A fold that dies after the rename
+    /// leaves a taken log that the next fold adds; one that dies after writing `stats` leaves logs
+    /// that `stats` names, of which the next fold adds only the bytes beyond those recorded (an
+    /// appender that opened the log before it was taken may have added a line after the fold
+    /// died). No count is lost or counted twice; a use time applied twice is the same time.
+    void fold_locked(bool zero) {
+        const std::optional<std::string> text = storage_.read("stats");
+        CacheStats sum = text && !zero ? CacheStats::decode(*text) : CacheStats{};
+        const auto folded = detail::folded_stats_logs(text ? std::string_view(*text) : std::string_view());
+        std::vector<std::pair<std::string, TakenObject>> taken;
+        for (const std::string& name : storage_.list(""))
+            if (name.rfind(detail::taken_stats_log, 0) == 0)
+                if (std::optional<TakenObject> t = storage_.take(name, {})) taken.emplace_back(name, std::move(*t));
+        const std::string name = std::string(detail::taken_stats_log) + std::to_string(::getpid()) + "." +
+                                 std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+        if (std::optional<TakenObject> t = storage_.take(detail::stats_log, name)) taken.emplace_back(name, std::move(*t));
+        if (taken.empty() && !zero) return;
+        std::map<std::string, std::int64_t, std::less<>> used;
+        std::string records;
+        for (const auto& [log_name, log_object] : taken) {
+            const auto counted = folded.find(log_name);
+            detail::for_each_stats_log_line(log_object.data(), counted == folded.end() ? 0 : counted->second,
+                                            [&](const detail::StatsLogLine& l) {
+                                                if (!zero) sum += l.counts;
+                                                for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
+                                            });
+            records += "folded " + log_name + " " + std::to_string(log_object.data().size()) + "\n";
+        }
+        for (const auto& [key, at_ns] : used) storage_.touch("entries/" + key, at_ns);
+        storage_.write("stats", sum.encode() + records);
+        for (const auto& taken_log : taken) storage_.remove(taken_log.first);
+    }
+
+    /// Keeps the latest use of `key`.
+    static void note_use(std::map<std::string, std::int64_t, std::less<>>& used, std::string_view key, std::int64_t at_ns) {
+        const auto it = used.find(key);
+        if (it == used.end()) used.emplace(std::string(key), at_ns);
+        else it->second = std::max(it->second, at_ns);
+    }
+
+    /// The last use of each entry the statistics log records (not folded yet).
+    std::map<std::string, std::int64_t, std::less<>> logged_uses() const {
+        std::map<std::string, std::int64_t, std::less<>> used;
+        for (const std::string& name : storage_.list("")) {
+            if (name != detail::stats_log && name.rfind(detail::taken_stats_log, 0) != 0) continue;
+            if (const std::optional<std::string> log = storage_.read(name))
+                detail::for_each_stats_log_line(*log, 0, [&](const detail::StatsLogLine& l) {
+                    for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
+                });
+        }
+        return used;
+    }
+
+    /// Folds the statistics log unless another process holds the namespace lock (it is folding, or
+    /// zeroing); a failure is logged, never thrown: statistics are not worth failing a publish for.
+    void fold_quietly() {
+        if constexpr (StorageTraits<S>::appends) {
+            try {
+                Guard g = locks_.try_lock(names_.namespace_lock, LockMode::exclusive);
+                if (g.owns()) fold_locked(/*zero=*/false);
+            } catch (const std::exception& e) {
+                log(LogLevel::warning, std::string("the cache's statistics log was not folded: ") + e.what());
+            }
+        }
+    }
+
+    /// The limits to apply after a publish: the caller's, those of the cache folder filled in.
+    CacheLimits limits_in_effect() const {
+        return folder_ ? effective_cache_limits(config_.limits, folder_->root).limits : config_.limits;
+    }
+
+    /// Once per cache: refuses the folders below the namespace when every user may write them.
+    void judge_subfolders() {
+        if constexpr (requires { locks_.dir_fd(); }) {
+            if (!folder_ || subfolders_judged_.load(std::memory_order_acquire)) return;
+            check_cache_subfolders_trust(locks_.dir_fd(), folder_->root, folder_->stem);
+            subfolders_judged_.store(true, std::memory_order_release);
+        }
+    }
+
+    /// The namespace's manifest beside its folder, written when it is missing or differs.
+    void write_manifest() {
+        if (!folder_) return;
+        FilesystemStorage top(folder_->root);
+        const std::string name = folder_->stem + ".json";
+        const std::string manifest = detail::cache_manifest(folder_->stem);
+        if (top.read(name) != manifest) top.write(name, manifest);
     }
 
     CacheStats total_copy() const {
@@ -1070,6 +1429,7 @@ private:
     /// Package first, then the entry naming it: a crash in between leaves an orphan package that the
     /// next publish of the key overwrites, never an entry without its package.
     CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package, std::chrono::nanoseconds compile_time) {
+        judge_subfolders();
         const std::string hex = key.hex();
         CacheEntry e;
         e.key = hex;
@@ -1094,6 +1454,7 @@ private:
         if (!key.ops.empty()) storage_.write("oplists/" + hex, detail::encode_op_list(key.ops));
         else storage_.remove("oplists/" + hex);
         storage_.write("entries/" + hex, detail::encode_entry(e));
+        write_manifest();
         for (const auto& [name, value] : key.components) log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);
         return e;
     }
@@ -1103,6 +1464,7 @@ private:
     /// or an entry in use.
     PruneReport evict_over_limits(CacheLimits limits, std::optional<std::chrono::seconds> older_than, const std::string& keep) {
         refuse_if_read_only("remove entries");
+        fold_quietly();  // publishes, prune and clear fold the statistics log: off the lookup path
         PruneReport r;
         const bool clear_all = older_than && older_than->count() < 0;
         if (!clear_all && limits.max_bytes == 0 && limits.max_entries == 0 && !older_than) return r;
@@ -1141,10 +1503,17 @@ private:
         return r;
     }
 
+    struct CacheFolder {
+        std::string root;  // a path; kept as its text, which is cheaper to copy
+        std::string stem;
+    };
+
     S storage_;
-    L locks_;
+    mutable L locks_;  // persisted_stats() reads under a shared lock: locking changes nothing
     CacheConfig config_;
     CacheLockNames names_;
+    std::optional<CacheFolder> folder_;
+    std::atomic<bool> subfolders_judged_{false};
     mutable std::mutex mu_;
     CacheStats stats_;           // not yet flushed
     mutable CacheStats flushed_;  // flushed by this process
@@ -1183,32 +1552,30 @@ static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage,
 ///   <root>/CANN-<version>_<device>.lock   the namespace lock (statistics, pruning)
 ///   <root>/CANN-<version>_<device>/       entries/, packages/, keys/ (per-key locks), stats, verified/
 /// The namespace `stem` (`CANN-<version>_<device>`, as Layout::cache_stem makes it) of cache folder `root`.
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_namespace(const std::filesystem::path& root,
+/// Opening is cheap: the cache folder is opened once (locks and objects are opened relative to it),
+/// it and the namespace folder are judged (check_cache_trust), and created when missing (with the
+/// manifest). The folders below are created when first written and judged before a package is
+/// first stored or verified; the limits (`<root>/config`) are read when applied, and a publish
+/// rewrites a manifest that is missing or differs. Read-only creates nothing.
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_namespace(std::filesystem::path root,
                                                                                     const std::string& stem,
                                                                                     CacheConfig config = {}) {
-    if (config.mode == CacheMode::read_only) {  // opens what is there; creates nothing
-        check_cache_trust(root, stem);
-        return std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
-            FilesystemStorage(root / stem), FileLock(root, LockAccess::read_only), std::move(config),
-            CacheLockNames{stem + "/keys/", stem});
+    const bool read_only = config.mode == CacheMode::read_only;
+    // A bad SKC_CACHE_MAX_SIZE is an error now, not after a compile.
+    if (!read_only && config.limits.max_bytes == 0) (void)detail::env_cache_max_size();
+    FileLock locks(std::move(root), read_only ? LockAccess::read_only : LockAccess::read_write);  // a path is costly to copy
+    const std::filesystem::path& dir = locks.dir();
+    if (!read_only && locks.dir_fd() < 0) detail::make_cache_dir(dir);
+    if (!check_cache_trust(locks.dir_fd(), dir, stem) && !read_only) {
+        // A new namespace: its folder, and the manifest that names it a namespace (`skc cache`
+        // lists it before anything is stored).
+        detail::make_cache_dir(dir / stem);
+        FilesystemStorage(dir).write(stem + ".json", detail::cache_manifest(stem));
     }
-    detail::make_cache_dir(root);
-    detail::make_cache_dir(root / stem);
-    check_cache_trust(root, stem);
-    config.limits = effective_cache_limits(config.limits, root).limits;
-    auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
-        FilesystemStorage(root / stem), FileLock(root), std::move(config), CacheLockNames{stem + "/keys/", stem});
-    FilesystemStorage top(root);
-    std::string quoted;  // the stem as a JSON string body
-    for (char c : stem) {
-        if (c == '"' || c == '\\') quoted += '\\';
-        if (static_cast<unsigned char>(c) < 0x20) continue;
-        quoted += c;
-    }
-    const std::string manifest = "{\n    \"format\": \"skc-cache\",\n    \"version\": 1,\n    \"entries\": \"" + quoted +
-                                 "/entries\",\n    \"packages\": \"" + quoted +
-                                 "/packages\",\n    \"note\": \"one file per entry; list them with: skc cache ls\"\n}\n";
-    if (top.read(stem + ".json") != manifest) top.write(stem + ".json", manifest);
+    FilesystemStorage storage(locks.dir_handle(), stem);
+    auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(std::move(storage), std::move(locks), std::move(config),
+                                                                          CacheLockNames{stem + "/keys/", stem});
+    cache->set_cache_folder(cache->locks().dir(), stem);
     return cache;
 }
 
@@ -1240,9 +1607,9 @@ inline std::vector<std::string> cache_namespaces(const std::filesystem::path& ro
 }
 
 /// The namespace of toolchain `version` and `device` in cache folder `root`.
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const std::filesystem::path& root, std::string_view version,
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(std::filesystem::path root, std::string_view version,
                                                                           std::string_view device, CacheConfig config = {}) {
-    return open_cache_namespace(root, Layout::cache_stem(version, device), std::move(config));
+    return open_cache_namespace(std::move(root), Layout::cache_stem(version, device), std::move(config));
 }
 
 /// The same in the base's own cache folder (`layout.cache_dir()`).

@@ -123,11 +123,17 @@ public:
     };
 
     explicit FileLock(std::filesystem::path dir, LockAccess access = LockAccess::read_write)
-        : dir_(std::move(dir)), dir_fd_(dir_), access_(access) {}
+        : handle_(std::make_shared<const detail::DirHandle>(std::move(dir))), access_(access) {}
 
-    [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }
+    [[nodiscard]] const std::filesystem::path& dir() const noexcept { return handle_->path(); }
+    /// The lock folder's descriptor (O_PATH, opened on first use and kept), -1 when it does not
+    /// exist: for checks of the folder itself without another walk of its path.
+    [[nodiscard]] int dir_fd() const noexcept { return handle_->get(); }
+    /// The lock folder's handle, for a storage in a folder below it to open names relative to
+    /// (FilesystemStorage's second constructor): one descriptor for both.
+    [[nodiscard]] const std::shared_ptr<const detail::DirHandle>& dir_handle() const noexcept { return handle_; }
     [[nodiscard]] std::filesystem::path path_of(std::string_view name) const {
-        return dir_ / (std::string(name) + ".lock");
+        return dir() / (std::string(name) + ".lock");
     }
 
     Guard try_lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::min()); }
@@ -149,13 +155,13 @@ private:
             if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) return Guard::vacant();
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
-            return flock_until(fd, op, deadline, dir_) ? std::move(g) : Guard{};
+            return flock_until(fd, op, deadline, dir()) ? std::move(g) : Guard{};
         }
         for (;;) {
             int fd = open_relative(rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW);
             if (fd < 0 && errno == ENOENT) {
                 std::error_code ec;
-                const std::filesystem::path folder = (dir_ / rel).parent_path();
+                const std::filesystem::path folder = (dir() / rel).parent_path();
                 std::filesystem::create_directories(folder, ec);
                 // A folder that cannot be made (another user's cache): say so, not "no such file".
                 if (ec && (ec.value() == EACCES || ec.value() == EPERM || ec.value() == EROFS))
@@ -170,15 +176,15 @@ private:
             }
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
-            if (!flock_until(fd, op, deadline, dir_)) return Guard{};
+            if (!flock_until(fd, op, deadline, dir())) return Guard{};
             // An exclusive lock must be on the file that is at the path (not one removed or replaced
             // meanwhile), or two processes could hold one name. skc never removes lock files; a
             // shared lock on a removed file only weakens a reader's pin, so readers skip the check.
             if (mode == LockMode::shared) return g;
             struct stat held {}, now {};
-            const int dir = dir_fd_.get();
-            const int rc = dir >= 0 ? ::fstatat(dir, rel.c_str(), &now, AT_SYMLINK_NOFOLLOW)
-                                    : ::lstat((dir_ / rel).c_str(), &now);
+            const int dfd = handle_->get();
+            const int rc = dfd >= 0 ? ::fstatat(dfd, rel.c_str(), &now, AT_SYMLINK_NOFOLLOW)
+                                    : ::lstat((dir() / rel).c_str(), &now);
             if (::fstat(fd, &held) == 0 && rc == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev)
                 return g;
         }
@@ -196,10 +202,10 @@ private:
     /// exist yet, and again after it was removed and recreated.
     int open_relative(const std::string& rel, int flags) const {
         for (int attempt = 0;; ++attempt) {
-            const int dir = dir_fd_.get();
+            const int dfd = handle_->get();
             // 0666 less the umask: a group-shared cache (umask 002) gets lock files its group can lock.
-            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags, 0666) : ::open((dir_ / rel).c_str(), flags, 0666);
-            if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_fd_.stale()) return fd;
+            const int fd = dfd >= 0 ? ::openat(dfd, rel.c_str(), flags, 0666) : ::open((dir() / rel).c_str(), flags, 0666);
+            if (fd >= 0 || errno != ENOENT || dfd < 0 || attempt > 0 || !handle_->stale()) return fd;
         }
     }
 
@@ -221,8 +227,8 @@ private:
         }
     }
 
-    std::filesystem::path dir_;
-    detail::DirHandle dir_fd_;  // the lock folder, opened once: lock files are opened relative to it
+    // The lock folder, opened once: lock files are opened relative to it. Copies share it.
+    std::shared_ptr<const detail::DirHandle> handle_;
     LockAccess access_ = LockAccess::read_write;
 };
 

@@ -11,7 +11,15 @@
 //   list(folder)          the names directly in a folder
 //   read_chunks(name, fn) stream the content through fn (checksums of large packages)
 // A storage may also offer local_path(name), the object's file, for tools that need a real file
-// (an installer runs the package); StorageTraits supplies "none" for storages without it.
+// (an installer runs the package); StorageTraits supplies "none" for storages without it. And it
+// may offer an append log (the cache's statistics: many processes add a line each, one folds them):
+//   append(name, bytes)   add bytes at the end of an object in one piece, never interleaved with
+//                         another append; returns the object's size after it
+//   take(name, to)        wait for the appends in progress, rename the object to `to` and read it:
+//                         later appends go to a new object `name`, and none reaches the taken one
+//                         while the returned hold lives
+//   touch(name, time)     set the modification time to `time` unless it is later already, or the
+//                         object changed after `time` (its change time, ctime, is later)
 //
 // FilesystemStorage writes to a temporary file in the target folder, fsyncs it, renames it into
 // place and fsyncs the folder, and never follows a symlink (a package replaced by a symlink is seen
@@ -39,6 +47,7 @@
 #include <csignal>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,10 +62,41 @@ struct ObjectInfo {
     std::uint64_t identity = 0;  // changes whenever the object is replaced or modified in place
     std::int64_t mtime_ns = 0;   // modification time (the cache's last-use time)
     bool regular = true;         // false: a symlink, a folder or another non-file where an object was
+    std::int64_t ctime_ns = 0;   // change time: when it was last written, replaced or had its time set
     friend bool operator==(const ObjectInfo&, const ObjectInfo&) = default;
 };
 
 using ChunkFn = std::function<void(std::string_view)>;
+
+/// An object taken from its appenders (take()): its bytes, and a hold that keeps appends away from
+/// it until destroyed. Remove the object before letting go, or appenders that opened it before it
+/// was taken may still add to it.
+class TakenObject {
+public:
+    TakenObject(std::string data, int fd) noexcept : data_(std::move(data)), fd_(fd) {}
+    TakenObject(TakenObject&& o) noexcept : data_(std::move(o.data_)), fd_(std::exchange(o.fd_, -1)) {}
+    TakenObject& operator=(TakenObject&& o) noexcept {
+        if (this != &o) {
+            release();
+            data_ = std::move(o.data_);
+            fd_ = std::exchange(o.fd_, -1);
+        }
+        return *this;
+    }
+    TakenObject(const TakenObject&) = delete;
+    TakenObject& operator=(const TakenObject&) = delete;
+    ~TakenObject() { release(); }
+
+    [[nodiscard]] const std::string& data() const noexcept { return data_; }
+
+private:
+    void release() noexcept {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+    }
+    std::string data_;
+    int fd_ = -1;  // the locked file, where the storage has files
+};
 
 template <class S>
 concept Storage = requires(S& s, const S& cs, std::string_view name, std::string_view data,
@@ -82,6 +122,14 @@ struct StorageTraits {
         else
             return 0;
     }
+
+    /// Whether the storage offers an append log (append, take, and touch at a given time, which
+    /// a fold applies for the hits the log records).
+    static constexpr bool appends = requires(S& s, std::string_view n, std::int64_t t) {
+        { s.append(n, n) } -> std::same_as<std::uint64_t>;
+        { s.take(n, n) } -> std::same_as<std::optional<TakenObject>>;
+        { s.touch(n, t) } -> std::same_as<void>;
+    };
 
     /// The object's file, when the storage keeps objects as files; nullopt otherwise.
     static std::optional<std::filesystem::path> local_path(const S& s, std::string_view name) {
@@ -121,6 +169,7 @@ inline ObjectInfo info_of(const struct stat& st) {
     ObjectInfo i;
     i.size = static_cast<std::uint64_t>(st.st_size);
     i.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    i.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
     // Device, inode and change time: a replaced file has another inode, a file changed in place a
     // new ctime (which, unlike mtime, cannot be set back by a user).
     std::uint64_t id = static_cast<std::uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ULL;
@@ -137,12 +186,21 @@ inline ObjectInfo info_of(const struct stat& st) {
 /// Objects as files below a root folder.
 class FilesystemStorage {
 public:
-    explicit FilesystemStorage(std::filesystem::path root) : root_(std::move(root)), root_fd_(root_) {}
+    explicit FilesystemStorage(const std::filesystem::path& root)
+        : root_(root.native()), dir_(std::make_shared<const detail::DirHandle>(root)) {}
+    /// Objects in `folder` (a plain name) in the folder of `parent`: names are opened relative to
+    /// `parent`'s descriptor, so that a cache folder, its locks and a namespace in it share one
+    /// (FileLock::dir_handle()), and a fresh process opens one folder, not two.
+    FilesystemStorage(std::shared_ptr<const detail::DirHandle> parent, std::string_view folder)
+        : root_(parent->path().native() + "/" + std::string(folder)), dir_(std::move(parent)),
+          prefix_(std::string(folder) + "/") {
+        detail::check_object_name(folder);
+    }
 
-    [[nodiscard]] const std::filesystem::path& root() const noexcept { return root_; }
+    [[nodiscard]] std::filesystem::path root() const { return root_; }
     [[nodiscard]] std::optional<std::filesystem::path> local_path(std::string_view name) const {
         detail::check_object_name(name);
-        std::string p = root_.native();
+        std::string p = root_;
         p += '/';
         p += name;
         return std::filesystem::path(std::move(p));
@@ -152,8 +210,7 @@ public:
     /// relative to the root folder's descriptor: this is the hot path of a cache lookup.
     [[nodiscard]] std::optional<std::string> read(std::string_view name) const {
         detail::check_object_name(name);
-        const std::string rel(name);
-        int fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        int fd = open_relative(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == ENXIO) return std::nullopt;
             detail::storage_errno("cannot open", path(name), errno);
@@ -209,24 +266,126 @@ public:
 
     [[nodiscard]] std::optional<ObjectInfo> stat(std::string_view name) const {
         detail::check_object_name(name);
-        const std::string rel(name);
         struct stat st {};
-        if (stat_relative(rel, st) != 0) {
+        if (stat_relative(name, st) != 0) {
             if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
             detail::storage_errno("cannot stat", path(name), errno);
         }
         return detail::info_of(st);
     }
 
-    void touch(std::string_view name) {
-        const std::filesystem::path p = path(name);
-        if (::utimensat(AT_FDCWD, p.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT)
-            detail::storage_errno("cannot touch", p, errno);
+    void touch(std::string_view name) { set_mtime(name, nullptr); }
+
+    /// Sets the modification time to `mtime_ns` (ns since the epoch; when a hit used the object)
+    /// unless it is later already, or the object was changed after `mtime_ns` (its change time is
+    /// later: it was replaced, or its time was set since).
+    void touch(std::string_view name, std::int64_t mtime_ns) {
+        const std::optional<ObjectInfo> info = stat(name);
+        if (!info || info->mtime_ns >= mtime_ns || info->ctime_ns >= mtime_ns) return;
+        const struct timespec times[2] = {{0, UTIME_OMIT}, {mtime_ns / 1000000000, mtime_ns % 1000000000}};
+        set_mtime(name, times);
+    }
+
+    /// One write under a shared flock (take() waits for it with an exclusive one), on a descriptor
+    /// opened with O_APPEND, so that appends never interleave. The object is created with mode 0666
+    /// less the umask, as lock files are: every member of a group-shared cache can add to it. An
+    /// object that take() removed between the open and the flock is left for the new one.
+    std::uint64_t append(std::string_view name, std::string_view data) {
+        detail::check_object_name(name);
+        constexpr int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+        for (;;) {
+            int fd = open_relative(name, flags, 0666);
+            if (fd < 0 && errno == ENOENT) {  // its folder is missing
+                std::error_code ec;
+                std::filesystem::create_directories(path(name).parent_path(), ec);
+                fd = open_relative(name, flags, 0666);
+            }
+            if (fd < 0) {
+                const int err = errno;
+                detail::storage_errno("cannot open for appending", path(name), err);
+            }
+            struct stat st {};
+            int rc = 0;
+            while ((rc = ::flock(fd, LOCK_SH)) != 0 && errno == EINTR) {
+            }
+            if (rc != 0 || ::fstat(fd, &st) != 0) {
+                const int err = errno;
+                ::close(fd);
+                detail::storage_errno("cannot lock for appending", path(name), err);
+            }
+            if (st.st_nlink == 0) {  // taken and removed meanwhile
+                ::close(fd);
+                continue;
+            }
+            ssize_t w = 0;
+            while ((w = ::write(fd, data.data(), data.size())) < 0 && errno == EINTR) {
+            }
+            const int err = errno;
+            ::close(fd);
+            if (w < 0) detail::storage_errno("cannot append", path(name), err);
+            if (static_cast<std::size_t>(w) != data.size())
+                throw Error(Errc::io_error, "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
+                                                " bytes were written (is the disk full?)",
+                            ErrorContext{path(name).string(), {}, {}});
+            return static_cast<std::uint64_t>(st.st_size) + data.size();
+        }
+    }
+
+    /// Takes object `name` from its appenders: waits for the appends in progress (an exclusive
+    /// flock), renames it to `to` (unless `to` is empty) and reads it. nullopt when there is no
+    /// object `name`. The flock is held until the result is destroyed.
+    std::optional<TakenObject> take(std::string_view name, std::string_view to) {
+        detail::check_object_name(name);
+        if (!to.empty()) detail::check_object_name(to);
+        for (;;) {
+            const int fd = open_relative(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+            if (fd < 0) {
+                const int err = errno;
+                if (err == ENOENT || err == ENOTDIR) return std::nullopt;
+                detail::storage_errno("cannot open", path(name), err);
+            }
+            try {
+                struct stat st {};
+                int rc = 0;
+                while ((rc = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+                }
+                if (rc != 0 || ::fstat(fd, &st) != 0) {
+                    const int err = errno;
+                    detail::storage_errno("cannot lock", path(name), err);
+                }
+                if (st.st_nlink == 0) {  // another taker removed it meanwhile
+                    ::close(fd);
+                    continue;
+                }
+                if (!to.empty() && ::rename(path(name).c_str(), path(to).c_str()) != 0) {
+                    const int err = errno;
+                    detail::storage_errno("cannot rename", path(name), err);
+                }
+                std::string data;
+                if (S_ISREG(st.st_mode)) {  // anything else reads as empty
+                    char buf[1 << 16];
+                    for (;;) {
+                        const ssize_t n = ::read(fd, buf, sizeof buf);
+                        if (n < 0 && errno == EINTR) continue;
+                        if (n < 0) {
+                            const int err = errno;
+                            detail::storage_errno("cannot read", path(to.empty() ? name : to), err);
+                        }
+                        if (n == 0) break;
+                        data.append(buf, static_cast<std::size_t>(n));
+                    }
+                }
+                return TakenObject(std::move(data), fd);
+            } catch (...) {
+                ::close(fd);
+                throw;
+            }
+        }
     }
 
     [[nodiscard]] std::vector<std::string> list(std::string_view folder) const {
         std::vector<std::string> out;
-        const std::filesystem::path p = folder.empty() ? root_ : path(folder);
+        const std::filesystem::path p = folder.empty() ? root() : path(folder);
         DIR* d = ::opendir(p.c_str());
         if (d == nullptr) {
             if (errno == ENOENT || errno == ENOTDIR) return out;
@@ -248,7 +407,7 @@ public:
         std::uint64_t removed = 0;
         std::error_code ec;
         const auto now = std::filesystem::file_time_type::clock::now();
-        for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
+        for (auto it = std::filesystem::recursive_directory_iterator(root(), ec);
              !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
             const std::string name = it->path().filename().string();
             if (name.rfind(".tmp.", 0) != 0 || !it->is_regular_file(ec)) continue;
@@ -280,21 +439,42 @@ public:
     }
 
 private:
+    /// Object `name` relative to the folder descriptor.
+    [[nodiscard]] std::string relative(std::string_view name) const {
+        std::string at;
+        at.reserve(prefix_.size() + name.size());
+        at += prefix_;
+        at += name;
+        return at;
+    }
+
     /// openat() relative to the root's descriptor (the full path when the root does not exist yet);
     /// a miss in a root that was removed and recreated is retried on the new one.
-    int open_relative(const std::string& rel, int flags) const {
+    int open_relative(std::string_view name, int flags, mode_t mode = 0) const {
+        const std::string at = relative(name);
         for (int attempt = 0;; ++attempt) {
-            const int dir = root_fd_.get();
-            const int fd = dir >= 0 ? ::openat(dir, rel.c_str(), flags) : ::open((root_ / rel).c_str(), flags);
-            if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !root_fd_.stale()) return fd;
+            const int dir = dir_->get();
+            const int fd = dir >= 0 ? ::openat(dir, at.c_str(), flags, mode) : ::open(path(name).c_str(), flags, mode);
+            if (fd >= 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_->stale()) return fd;
         }
     }
-    int stat_relative(const std::string& rel, struct stat& st) const {
+    int stat_relative(std::string_view name, struct stat& st) const {
+        const std::string at = relative(name);
         for (int attempt = 0;; ++attempt) {
-            const int dir = root_fd_.get();
-            const int rc = dir >= 0 ? ::fstatat(dir, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW)
-                                    : ::lstat((root_ / rel).c_str(), &st);
-            if (rc == 0 || errno != ENOENT || dir < 0 || attempt > 0 || !root_fd_.stale()) return rc;
+            const int dir = dir_->get();
+            const int rc = dir >= 0 ? ::fstatat(dir, at.c_str(), &st, AT_SYMLINK_NOFOLLOW) : ::lstat(path(name).c_str(), &st);
+            if (rc == 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_->stale()) return rc;
+        }
+    }
+    /// utimensat relative to the folder's descriptor: `times` as it takes them (nullptr: now).
+    void set_mtime(std::string_view name, const struct timespec* times) {
+        detail::check_object_name(name);
+        const int dir = dir_->get();
+        const int rc = dir >= 0 ? ::utimensat(dir, relative(name).c_str(), times, AT_SYMLINK_NOFOLLOW)
+                                : ::utimensat(AT_FDCWD, path(name).c_str(), times, AT_SYMLINK_NOFOLLOW);
+        if (rc != 0 && errno != ENOENT) {
+            const int err = errno;
+            detail::storage_errno("cannot touch", path(name), err);
         }
     }
 
@@ -321,7 +501,10 @@ private:
 
     [[nodiscard]] std::filesystem::path path(std::string_view name) const {
         detail::check_object_name(name);
-        return root_ / std::filesystem::path(std::string(name));
+        std::string p = root_;
+        p += '/';
+        p += name;
+        return std::filesystem::path(std::move(p));
     }
 
     /// Temporary file in the target folder, filled by `fill`, fsync'd, renamed into place, folder
@@ -359,8 +542,11 @@ private:
         }
     }
 
-    std::filesystem::path root_;
-    detail::DirHandle root_fd_;  // the root, opened once: lookups open names relative to it
+    std::string root_;  // the root folder's path (a path object costs an allocation per component)
+    // The folder, opened once, that lookups open names relative to: the root, or its parent with
+    // prefix_ ("<root's name>/") before each name. Copies share it.
+    std::shared_ptr<const detail::DirHandle> dir_;
+    std::string prefix_;
 };
 
 /// Objects in memory, shared by copies of one instance; for tests and single-process caches.
@@ -369,6 +555,7 @@ class MemoryStorage {
         std::string data;
         std::uint64_t version;
         std::int64_t mtime_ns;
+        std::int64_t ctime_ns;
     };
     struct State {
         mutable std::mutex mu;
@@ -403,12 +590,19 @@ public:
         std::lock_guard lock(state_->mu);
         auto it = state_->objects.find(name);
         if (it == state_->objects.end()) return std::nullopt;
-        return ObjectInfo{it->second.data.size(), it->second.version, it->second.mtime_ns, true};
+        return ObjectInfo{it->second.data.size(), it->second.version, it->second.mtime_ns, true, it->second.ctime_ns};
     }
     void touch(std::string_view name) {
         std::lock_guard lock(state_->mu);
         auto it = state_->objects.find(name);
-        if (it != state_->objects.end()) it->second.mtime_ns = now_ns();
+        if (it != state_->objects.end()) it->second.mtime_ns = it->second.ctime_ns = now_ns();
+    }
+    void touch(std::string_view name, std::int64_t mtime_ns) {
+        std::lock_guard lock(state_->mu);
+        auto it = state_->objects.find(name);
+        if (it == state_->objects.end() || it->second.mtime_ns >= mtime_ns || it->second.ctime_ns >= mtime_ns) return;
+        it->second.mtime_ns = mtime_ns;
+        it->second.ctime_ns = now_ns();
     }
     [[nodiscard]] std::vector<std::string> list(std::string_view folder) const {
         std::lock_guard lock(state_->mu);
@@ -418,6 +612,31 @@ public:
             if (name.compare(0, prefix.size(), prefix) == 0 && name.find('/', prefix.size()) == std::string::npos)
                 out.push_back(name);
         return out;
+    }
+    std::uint64_t append(std::string_view name, std::string_view data) {
+        detail::check_object_name(name);
+        std::lock_guard lock(state_->mu);
+        auto it = state_->objects.find(name);
+        if (it == state_->objects.end()) it = state_->objects.emplace(std::string(name), Object{{}, 0, 0, 0}).first;
+        it->second.data.append(data);
+        it->second.version = state_->next_version++;
+        it->second.mtime_ns = it->second.ctime_ns = now_ns();
+        return it->second.data.size();
+    }
+    /// Appends and takes are atomic under the store's mutex: a taken object is out of reach at once.
+    std::optional<TakenObject> take(std::string_view name, std::string_view to) {
+        detail::check_object_name(name);
+        if (!to.empty()) detail::check_object_name(to);
+        std::lock_guard lock(state_->mu);
+        auto it = state_->objects.find(name);
+        if (it == state_->objects.end()) return std::nullopt;
+        TakenObject taken(it->second.data, -1);
+        if (!to.empty()) {
+            Object o = std::move(it->second);
+            state_->objects.erase(it);
+            state_->objects[std::string(to)] = std::move(o);
+        }
+        return taken;
     }
     bool read_chunks(std::string_view name, const ChunkFn& fn) const {
         std::optional<std::string> data = read(name);
@@ -440,12 +659,14 @@ private:
     void put(std::string_view name, std::string data) {
         detail::check_object_name(name);
         std::lock_guard lock(state_->mu);
-        state_->objects[std::string(name)] = Object{std::move(data), state_->next_version++, now_ns()};
+        const std::int64_t now = now_ns();
+        state_->objects[std::string(name)] = Object{std::move(data), state_->next_version++, now, now};
     }
 
     std::shared_ptr<State> state_;
 };
 
 static_assert(Storage<FilesystemStorage> && Storage<MemoryStorage>);
+static_assert(StorageTraits<FilesystemStorage>::appends && StorageTraits<MemoryStorage>::appends);
 
 }  // namespace skc

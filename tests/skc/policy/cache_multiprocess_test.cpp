@@ -10,12 +10,14 @@
 
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -26,6 +28,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -390,6 +393,108 @@ TEST_CASE("single flight: 8 processes asking for one key at once compile it once
     CHECK(v.checked == 1);
     CHECK(v.bad.empty());
     check_present(*cache, 0);
+    CHECK(no_children());
+}
+
+// ---- statistics of many processes ------------------------------------------------------------------
+
+namespace {
+
+/// Key 0 in the cache, published by this process.
+void publish_key0(Fixture& f) {
+    const fs::path pkg = f.out("package.run");
+    skc_test::spit(pkg, package_content(make_key(0).hex()));
+    f.open()->publish(make_key(0), pkg);
+}
+
+/// Starts `workers` processes (named `<prefix><n>`) that each open the cache, hit key 0 `hits`
+/// times and destroy the cache, all let go at once (they wait for a file that appears when every one
+/// is ready); waits for them. Returns the longest destruction (which saves the statistics), in µs.
+std::uint64_t run_hitters(Fixture& f, const std::string& prefix, std::size_t workers, std::uint64_t hits) {
+    std::vector<pid_t> pids;
+    const fs::path go = f.out(prefix + ".go");
+    for (std::size_t w = 0; w < workers; ++w) {
+        const std::string name = prefix + std::to_string(w);
+        std::vector<std::string> a = f.args("hits", 0);
+        a.insert(a.end(), {"--hits", std::to_string(hits), "--ready", f.out(name + ".ready").string(), "--go", go.string()});
+        pids.push_back(f.kids.spawn(a, f.out(name)));
+    }
+    for (std::size_t w = 0; w < workers; ++w)
+        REQUIRE(wait_for_file(f.out(prefix + std::to_string(w) + ".ready"), milliseconds(30000)));
+    skc_test::spit(go, "");
+    std::uint64_t longest = 0;
+    for (std::size_t w = 0; w < workers; ++w) {
+        const std::string name = prefix + std::to_string(w);
+        const int status = f.kids.wait(pids[w], milliseconds(60000));
+        INFO(name << " stdout: " << f.stdout_of(name) << " stderr: " << f.stderr_of(name));
+        REQUIRE(status == 0);
+        const auto s = summary(f.stdout_of(name));
+        CHECK(s.at("lookup_hits") == hits);
+        longest = std::max(longest, s.at("close_us"));
+    }
+    return longest;
+}
+
+}  // namespace
+
+TEST_CASE("16 processes hitting at once: every hit is counted once, and no process waits for another's fsync") {
+    Fixture f;
+    publish_key0(f);
+    const fs::path stats = f.cache_root / "stats";
+    skc_test::spit(stats, "hits 1000\n");  // what earlier processes saved
+    struct stat before {};
+    REQUIRE(::stat(stats.c_str(), &before) == 0);
+
+    const std::uint64_t longest = run_hitters(f, "hits", 16, 50);
+    MESSAGE("16 processes, 50 hits each: the longest destruction took " << longest << " µs");
+    // None rewrote `stats` (an fsync'd write under the namespace lock, for which processes closing at
+    // the same time used to wait in turn): each appended one line to the log.
+    struct stat after {};
+    REQUIRE(::stat(stats.c_str(), &after) == 0);
+    CHECK(after.st_ino == before.st_ino);
+    CHECK(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    const std::string log = skc_test::slurp(f.cache_root / "stats.log");
+    std::size_t lines = 0;
+    for (std::size_t at = 0; (at = log.find("\nskc-stats ", at)) != std::string::npos; ++at) ++lines;
+    CHECK(lines == 16);
+
+    auto cache = f.open();
+    CHECK(cache->persisted_stats().hits == 1000 + 16 * 50);
+    cache->fold_stats();
+    CHECK_FALSE(fs::exists(f.cache_root / "stats.log"));
+    CHECK(skc::CacheStats::decode(skc_test::slurp(stats)).hits == 1000 + 16 * 50);
+    CHECK(cache->persisted_stats().hits == 1000 + 16 * 50);
+    CHECK(no_children());
+}
+
+TEST_CASE("16 processes append while one of them folds the full log: no count lost or counted twice") {
+    Fixture f;
+    publish_key0(f);
+    const fs::path stats = f.cache_root / "stats";
+    std::uint64_t want = 0;
+    for (int round = 0; round < 3; ++round) {
+        // A log over the size at which an appender folds it: the first process to close folds it
+        // while the others append.
+        skc::CacheStats one;
+        one.hits = 1;
+        const std::string line = skc::detail::stats_log_line(one, {}, 0);
+        std::string big;
+        while (big.size() < skc::detail::stats_log_fold_bytes) big += line;
+        {
+            std::ofstream out(f.cache_root / "stats.log", std::ios::binary | std::ios::app);
+            out << big;
+        }
+        const std::uint64_t prefilled = big.size() / line.size();
+        run_hitters(f, "round" + std::to_string(round) + "-", 16, 20);
+        want += prefilled + 16 * 20;
+        CAPTURE(round);
+        CHECK(skc::CacheStats::decode(skc_test::slurp(stats)).hits >= want - 16 * 20);  // folded by a worker
+        CHECK(f.open()->persisted_stats().hits == want);
+    }
+    auto cache = f.open();
+    cache->fold_stats();
+    CHECK(cache->persisted_stats().hits == want);
+    CHECK(skc::CacheStats::decode(skc_test::slurp(stats)).hits == want);
     CHECK(no_children());
 }
 

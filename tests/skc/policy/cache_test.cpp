@@ -1,10 +1,12 @@
 // The CachePolicy law suite over every shipped configuration, and the faults a cache must survive.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -21,6 +23,20 @@
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+
+/// Statistics and name sets print as their text in failed checks.
+template <>
+struct doctest::StringMaker<skc::CacheStats> {
+    static doctest::String convert(const skc::CacheStats& s) { return ("\n" + s.encode()).c_str(); }
+};
+template <>
+struct doctest::StringMaker<std::set<std::string>> {
+    static doctest::String convert(const std::set<std::string>& v) {
+        std::string out = "{";
+        for (const std::string& n : v) out += (out.size() > 1 ? ", " : "") + n;
+        return (out + "}").c_str();
+    }
+};
 
 namespace {
 
@@ -859,6 +875,290 @@ TEST_CASE("cache_mode recache: compiles again and replaces the entry; zero_stats
     cache->zero_stats();
     CHECK(cache->persisted_stats() == skc::CacheStats{});
     CHECK(skc::CacheStats::decode(skc_test::slurp(root / "CANN-8.0_dev" / "stats")) == skc::CacheStats{});
+}
+
+// ---- statistics: the log, its folds, and a cheap open ---------------------------------------------------
+
+namespace {
+
+/// A cache folder holding key 1, and the files of its statistics.
+struct StatsFx {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    fs::path root = dir / "cache";
+    fs::path ns = root / "CANN-8.0_dev";
+    fs::path log = ns / "stats.log";
+    fs::path stats = ns / "stats";
+    skc::CacheKey k = key_of(1);
+
+    StatsFx() { open()->get_or_compile(k, [&] { return compiler(k); }); }
+    std::unique_ptr<skc::IndexCache<>> open() const {
+        return skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    }
+    /// A process that hits key 1 `n` times and exits.
+    void hit(int n) const {
+        auto c = open();
+        for (int i = 0; i < n; ++i) REQUIRE(c->lookup(k).has_value());
+    }
+    /// The names in the namespace folder that are statistics logs (the log and taken ones).
+    std::set<std::string> logs() const {
+        std::set<std::string> out;
+        for (const auto& e : fs::directory_iterator(ns))
+            if (e.path().filename().string().rfind("stats.log", 0) == 0) out.insert(e.path().filename().string());
+        return out;
+    }
+};
+
+/// A log line as a process that counted `hits` hits (and nothing else) appends it.
+std::string hits_line(std::uint64_t hits) {
+    skc::CacheStats s;
+    s.hits = hits;
+    return skc::detail::stats_log_line(s, {}, 0);
+}
+
+/// The counts the cases below compare (lock waits and saved compile times vary from run to run).
+std::string counts(const skc::CacheStats& s) {
+    return "hits " + std::to_string(s.hits) + ", misses " + std::to_string(s.misses) + ", compiles " + std::to_string(s.compiles);
+}
+std::string counts(std::uint64_t hits, std::uint64_t misses, std::uint64_t compiles) {
+    skc::CacheStats s;
+    s.hits = hits;
+    s.misses = misses;
+    s.compiles = compiles;
+    return counts(s);
+}
+
+}  // namespace
+
+TEST_CASE("statistics: a process appends one line to the log; `stats` is written by folds only") {
+    StatsFx f;
+    CHECK_FALSE(fs::exists(f.stats));  // the publish folded an empty log: nothing to write
+    CHECK(f.logs() == std::set<std::string>{"stats.log"});
+    f.hit(3);
+    f.hit(1);
+    CHECK_FALSE(fs::exists(f.stats));
+    const std::string text = skc_test::slurp(f.log);
+    CHECK(std::count(text.begin(), text.end(), '\n') == 6);  // three lines, each between two line feeds
+    CHECK(text.find("\nskc-stats hits 3 ") != std::string::npos);
+    CHECK(text.find(" used " + f.k.hex() + " at ") != std::string::npos);  // the use time of the LRU order
+    const skc::CacheStats before = f.open()->persisted_stats();
+    CHECK(counts(before) == counts(4, 1, 1));
+
+    auto cache = f.open();
+    cache->fold_stats();
+    CHECK(f.logs().empty());
+    const std::string stored = skc_test::slurp(f.stats);
+    CHECK(skc::CacheStats::decode(stored) == before);
+    CHECK(stored.find("\nfolded stats.log.") != std::string::npos);  // the log it took, by its new name
+    CHECK(cache->persisted_stats() == before);
+    cache->fold_stats();  // nothing new: nothing changes
+    CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == before);
+}
+
+TEST_CASE("statistics: a fold that died at any step loses no count and counts none twice") {
+    StatsFx f;
+    f.hit(2);
+    f.open()->fold_stats();
+    const skc::CacheStats base = skc::CacheStats::decode(skc_test::slurp(f.stats));
+    REQUIRE(counts(base) == counts(2, 1, 1));
+    skc::CacheStats want = base;
+
+    SUBCASE("after taking the log, before writing `stats`: the taken log is added by the next fold") {
+        skc_test::spit(f.ns / "stats.log.77.1", hits_line(5) + hits_line(7));
+        want.hits += 12;
+    }
+    SUBCASE("after writing `stats`, before removing the taken log: it is removed, not added again") {
+        const std::string taken = hits_line(5) + hits_line(7);
+        skc::CacheStats folded = base;
+        folded.hits += 12;
+        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
+        skc_test::spit(f.ns / "stats.log.77.1", taken);
+        want.hits += 12;
+    }
+    SUBCASE("the same, and an appender that had opened the log added a line after the fold died") {
+        const std::string taken = hits_line(5) + hits_line(7);
+        skc::CacheStats folded = base;
+        folded.hits += 12;
+        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
+        skc_test::spit(f.ns / "stats.log.77.1", taken + hits_line(100));
+        want.hits += 112;
+    }
+    SUBCASE("two taken logs, one counted and one not, and the current log") {
+        const std::string counted = hits_line(5);
+        skc::CacheStats folded = base;
+        folded.hits += 5;
+        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(counted.size()) + "\n");
+        skc_test::spit(f.ns / "stats.log.77.1", counted);
+        skc_test::spit(f.ns / "stats.log.78.1", hits_line(7));
+        skc_test::spit(f.log, hits_line(1));
+        want.hits += 13;
+    }
+    CHECK(f.open()->persisted_stats() == want);  // a reader sees the same as a fold makes
+    auto cache = f.open();
+    cache->fold_stats();
+    CHECK(f.logs().empty());
+    CHECK(cache->persisted_stats() == want);
+    CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == want);
+    cache->fold_stats();
+    CHECK(cache->persisted_stats() == want);
+    // A fold names only the logs it took: the names of earlier ones go with their files.
+    f.hit(1);
+    cache->fold_stats();
+    CHECK(skc_test::slurp(f.stats).find("stats.log.77.1") == std::string::npos);
+    CHECK(cache->persisted_stats().hits == want.hits + 1);
+}
+
+TEST_CASE("statistics: an unfinished last line, a torn line and garbage lines in the log are skipped") {
+    StatsFx f;
+    const std::string full = hits_line(50);
+    std::string tampered = hits_line(1);
+    const std::size_t hash_at = tampered.rfind(' ') + 1;
+    tampered[hash_at] = tampered[hash_at] == '0' ? '1' : '0';
+    const std::string unknown_body = "skc-stats hits 2 frobs 9";  // a counter a later version may add
+    const std::string bad_value_body = "skc-stats hits lots";
+    const auto checked = [](const std::string& body) {
+        return "\n" + body + " check " + skc::detail::hash_bytes(body).hex() + "\n";
+    };
+    skc_test::spit(f.log, hits_line(3) +
+                              full.substr(0, full.size() / 2) +  // written half before the disk filled
+                              hits_line(4) + "\ngarbage\n" + std::string("\n\0\xff\n", 4) + tampered +
+                              checked(unknown_body) + checked(bad_value_body) + "\nskc-stats hits 1\n" +
+                              full.substr(0, full.size() - 1));  // all but its line feed: unfinished
+    CHECK(counts(f.open()->persisted_stats()) == counts(3 + 4 + 2, 0, 0));
+    f.hit(1);  // its first line feed ends the unfinished line, which is still no whole line
+    CHECK(counts(f.open()->persisted_stats()) == counts(3 + 4 + 2 + 1, 0, 0));
+    auto cache = f.open();
+    cache->fold_stats();
+    CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(10, 0, 0));
+    CHECK(counts(cache->persisted_stats()) == counts(10, 0, 0));
+
+    skc::detail::StatsLogLine l;
+    CHECK(skc::detail::parse_stats_log_line("skc-stats check " + skc::detail::hash_bytes("skc-stats").hex(), l));
+    CHECK_FALSE(skc::detail::parse_stats_log_line("skc-stat check " + skc::detail::hash_bytes("skc-stat").hex(), l));
+    CHECK_FALSE(skc::detail::parse_stats_log_line("", l));
+}
+
+TEST_CASE("statistics: `stats` files written before the log are read, and a log adds to them") {
+    StatsFx f;
+    skc_test::spit(f.stats, "hits 40\nmisses 2\nlock_wait_ns -5\n");
+    f.hit(2);
+    const skc::CacheStats want = f.open()->persisted_stats();
+    CHECK(counts(want) == counts(42, 3, 1));
+    f.open()->fold_stats();
+    CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == want);
+}
+
+TEST_CASE("statistics: the appender that finds the log over 1 MiB folds it") {
+    StatsFx f;
+    std::string big;
+    std::uint64_t lines = 0;
+    while (big.size() < skc::detail::stats_log_fold_bytes) {
+        big += hits_line(1);
+        ++lines;
+    }
+    {
+        std::ofstream out(f.log, std::ios::binary | std::ios::app);
+        out << big;
+    }
+    f.hit(1);
+    CHECK(f.logs().empty());
+    CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(lines + 1, 1, 1));
+}
+
+TEST_CASE("statistics: zero_stats drops the log and taken logs too") {
+    StatsFx f;
+    f.hit(2);
+    skc_test::spit(f.ns / "stats.log.9.9", hits_line(4));
+    auto cache = f.open();
+    cache->zero_stats();
+    CHECK(f.logs().empty());
+    CHECK(cache->persisted_stats() == skc::CacheStats{});
+    f.hit(1);
+    CHECK(counts(f.open()->persisted_stats()) == counts(1, 0, 0));
+}
+
+TEST_CASE("use times: a hit's is in the log until a fold applies it; entries() and eviction order by it") {
+    StatsFx f;
+    std::vector<skc::CacheKey> keys;
+    {
+        auto c = f.open();
+        for (int i = 10; i < 14; ++i) {
+            keys.push_back(key_of(i));
+            c->get_or_compile(keys.back(), [&] { return f.compiler(keys.back()); });
+            std::this_thread::sleep_for(15ms);  // distinct modification times
+        }
+        c->prune(skc::CacheLimits{0, 4});  // removes key 1, the oldest
+    }
+    REQUIRE(f.open()->entries().size() == 4);
+    const fs::path oldest = f.ns / "entries" / keys[0].hex();
+    const auto before = fs::last_write_time(oldest);
+    {
+        auto c = f.open();
+        REQUIRE(c->lookup(keys[0]).has_value());
+    }  // the use of key 10 is logged; its entry file is not touched
+    CHECK(fs::last_write_time(oldest) == before);
+    auto cache = f.open();
+    const std::vector<skc::CacheEntry> order = cache->entries();
+    REQUIRE(order.size() == 4);
+    CHECK(order.back().key == keys[0].hex());  // the most recently used, by the log
+    const skc::PruneReport r = cache->prune(skc::CacheLimits{0, 2});  // folds first
+    CHECK(r.removed == 2);
+    CHECK(cache->lookup(keys[0]).has_value());
+    CHECK(cache->lookup(keys[3]).has_value());
+    CHECK_FALSE(cache->lookup(keys[1]).has_value());
+    CHECK_FALSE(cache->lookup(keys[2]).has_value());
+    CHECK(fs::last_write_time(oldest) > before);  // the fold set the logged use time
+}
+
+TEST_CASE("open_cache reads and writes nothing in a namespace that exists; a publish rewrites the manifest and reads the limits") {
+    skc_test::TempDir dir;
+    Compiler compiler{dir.path()};
+    const fs::path root = dir / "cache";
+    auto cache = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    const std::string manifest = skc_test::slurp(root / "CANN-8.0_dev.json");  // a new namespace: with its manifest
+    CHECK(skc::parse_json(manifest).find("packages")->as_string() == "CANN-8.0_dev/packages");
+    const std::set<std::string> created{"CANN-8.0_dev", "CANN-8.0_dev.json=" + manifest};
+    CHECK(skc_test::snapshot(root) == created);
+    cache.reset();  // nothing counted: nothing written
+    CHECK(skc_test::snapshot(root) == created);
+
+    skc_test::spit(root / "CANN-8.0_dev.json", "{}");
+    cache = skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
+    CHECK(skc_test::slurp(root / "CANN-8.0_dev.json") == "{}");  // an open reads and writes no manifest
+    skc::write_cache_limits(root, {std::nullopt, 1});            // after the open: still applied
+    const skc::CacheKey a = key_of(1), b = key_of(2);
+    cache->get_or_compile(a, [&] { return compiler(a); });
+    CHECK(skc_test::slurp(root / "CANN-8.0_dev.json") == manifest);  // a publish rewrites it
+    cache->get_or_compile(b, [&] { return compiler(b); });
+    CHECK_FALSE(cache->lookup(a).has_value());  // the folder's limit of one entry
+    CHECK(cache->lookup(b).has_value());
+}
+
+TEST_CASE("trust: the folders below a namespace are judged before a package is first stored or verified") {
+    StatsFx f;
+    const fs::path entries = f.ns / "entries";
+    fs::permissions(entries, fs::perms::others_write, fs::perm_options::add);
+    const std::string message = entries.string() + ": the cache folder is writable by every user (mode ";
+    auto cache = f.open();  // opening judges the cache folder and the namespace folder only
+    auto hit = cache->lookup(f.k);
+    REQUIRE(hit.has_value());
+    CHECK_THROWS_WITH_AS(cache->verify(*hit), doctest::Contains(message.c_str()), skc::Error);
+    hit.reset();
+    CHECK_THROWS_WITH_AS(f.open()->get_or_compile(f.k, [&] { return f.compiler(f.k); }), doctest::Contains(message.c_str()),
+                         skc::Error);
+    const skc::CacheKey other = key_of(2);
+    CHECK_THROWS_WITH_AS(f.open()->publish(other, f.compiler(other)), doctest::Contains(message.c_str()), skc::Error);
+    skc::CacheConfig ro{{}, 1h, skc::null_log()};
+    ro.mode = skc::CacheMode::read_only;
+    CHECK_THROWS_WITH_AS(skc::open_cache(f.root, "8.0", "dev", ro)->get_or_compile(f.k, [&] { return f.compiler(f.k); }),
+                         doctest::Contains(message.c_str()), skc::Error);
+    fs::permissions(entries, fs::perms::others_write, fs::perm_options::remove);
+    CHECK(f.open()->get_or_compile(f.k, [&] { return f.compiler(f.k); }).result == skc::CacheResult::hit);
+
+    fs::permissions(f.ns, fs::perms::others_write, fs::perm_options::add);
+    const std::string ns_message = f.ns.string() + ": the cache folder is writable by every user";
+    CHECK_THROWS_WITH_AS(f.open(), doctest::Contains(ns_message.c_str()), skc::Error);
+    fs::permissions(f.ns, fs::perms::others_write, fs::perm_options::remove);
 }
 
 // ---- explaining a miss ---------------------------------------------------------------------------------
