@@ -1,8 +1,12 @@
 // skc/compiler.hpp: StaticKernelCompiler, the host that walks SPEC's flow once per call.
 //
 //   layout    a fresh run folder `ts<timestamp>_pid<pid>_outputs/` under the resolved base
-//   record    the recording session's op info folders (`<pid>_debug`, `<pid>`, `<pid>_opcompile`)
-//   select    blacklist, already compiled in this process, duplicates (`<pid>_opcompile_selected`)
+//   record    the recording session's ops, taken over in memory
+//   select    the op info folders (`<pid>_debug`, `<pid>`, `<pid>_opcompile`) and the selection
+//             (blacklist, already compiled in this process, duplicates: `<pid>_opcompile_selected`),
+//             decided in memory and written by a background thread once the lookup is done
+//             (session_files.hpp): complete before the kernel compiler starts, at flush() and at
+//             the compiler's destruction
 //   gather    with several ranks, the node's leader gathers every rank's selection (policy/gather.hpp);
 //             key, cache and install run on the leader only, the reselect on every rank
 //   key       the digest of the selected set and every kernel-changing input

@@ -37,6 +37,9 @@ namespace skc {
 /// shorter `head` is a fault only when `file_size` says the header is cut short too.
 inline std::optional<std::string> run_package_header_fault(std::string_view head, std::uint64_t file_size) {
     if (head.substr(0, 2) != "#!") return "not a makeself run package (it does not start with \"#!\")";
+    // Read in part: the last line may be cut short (a value that reads differently), so only whole
+    // lines count.
+    if (file_size > head.size()) head = head.substr(0, head.rfind('\n') + 1);
     // The header's variables, each on a line of its own: name="value".
     auto variable = [&](std::string_view name) -> std::optional<std::string_view> {
         std::size_t pos = 0;

@@ -214,9 +214,11 @@ skc::MpiGather union_and_single_compile(const Setup& s, skc::MpiGather gather) {
         EXPECT_MSG(rs.indexed[0] == union_digests, "the index at reselect did not list the union under the package");
     }
 
-    // The leader's union: three files, distinct contents, one clash renamed with `_1`.
-    if (leader) {
-        const fs::path dir = rep.run_dir / (std::to_string(::getpid()) + "_opcompile_gathered");
+    // The leader that compiled wrote the union: three files, distinct contents, one clash renamed
+    // with `_1`. A leader whose lookup hit (it waited for the other node's compile) wrote none.
+    const fs::path dir = rep.run_dir / (std::to_string(::getpid()) + "_opcompile_gathered");
+    if (leader && rep.outcome != skc::CompileOutcome::compiled) EXPECT(!fs::exists(dir));
+    if (leader && rep.outcome == skc::CompileOutcome::compiled) {
         std::set<std::string> digests;
         std::size_t files = 0, renamed = 0;
         for (const auto& e : fs::directory_iterator(dir)) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -310,4 +312,47 @@ TEST_CASE("stop while 4 threads record: every op acknowledged as new is written 
     for (const auto& o : skc::read_op_info_dir(run.debug()).ops) written.insert(skc::digest(o.record).hex());
     CHECK(written == acknowledged);
     CHECK(skc::read_op_info_dir(run.opcompile()).ops.size() == acknowledged.size());
+}
+
+TEST_CASE("take hands the records over in the order first seen; FileWriter writes plans submitted from 4 threads") {
+    skc_test::TempDir tmp;
+    const skc::Layout layout(tmp.path());
+    skc::FileWriter writer;
+    std::vector<std::thread> threads;
+    std::vector<std::shared_ptr<const skc::SessionPlan>> plans(4);
+    for (std::size_t t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            // Each thread a session of its own (one at a time per process), then a plan of its ops.
+            std::vector<skc::RecordedOp> ops;
+            {
+                static std::mutex session;
+                std::lock_guard lock(session);
+                skc::OpRecorder<> rec;
+                for (std::int64_t i = 0; i < 50; ++i) rec.record(op(i % 2 ? "MatMulV2" : "ReduceSum", i + 1, static_cast<std::int64_t>(t) + 1));
+                rec.record(op("MatMulV2", 2, static_cast<std::int64_t>(t) + 1));  // seen already
+                ops = rec.take();
+            }
+            CHECK(ops.size() == 50);
+            if (ops.size() == 50) {
+                CHECK(ops[1].target);
+                CHECK_FALSE(ops[0].supported);  // ReduceSum
+            }
+            const skc::RunLayout run(tmp / ("run" + std::to_string(t)), 4242);
+            plans[t] = std::make_shared<const skc::SessionPlan>(skc::plan_session(
+                run, std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops)), skc::SelectOptions{}, skc::CompiledSet{}));
+            writer.submit(plans[t]);
+            if (t % 2 == 0) writer.start();
+        });
+    for (std::thread& th : threads) th.join();
+    std::thread waiter([&] { writer.wait(); });
+    writer.wait();
+    waiter.join();
+    CHECK_FALSE(writer.pending());
+    for (const auto& p : plans) {
+        CHECK(skc::read_op_info_dir(p->run.debug()).ops.size() == 50);
+        CHECK(skc::read_op_info_dir(p->run.targets()).ops.size() == 25);
+        CHECK(skc::read_op_info_dir(p->run.opcompile()).ops.size() == 25);
+        CHECK(skc::read_op_info_dir(p->run.selected()).ops.size() == 25);
+        CHECK(p->selected.size() == 25);
+    }
 }
