@@ -530,7 +530,8 @@ private:
         const GatherRequest req{layout_, run, plan->selected, plan->compile_dir(),
                                 std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout),
-                                [this] { writer_.wait(); }, [this] { writer_.start(); }};
+                                [this] { writer_.wait(); }, [this] { writer_.start(); },
+                                [this](std::function<void()> job) { writer_.defer(std::move(job)); }};
         bool led = false;
         if (many)
             report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},

@@ -27,6 +27,7 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -200,8 +201,9 @@ inline void write_planned_files(const SessionPlan& p) {
     }
 }
 
-/// Writes submitted plans on a thread of its own, in submission order, from start() on (see the
-/// header comment). The thread starts with the first start() and ends with the writer.
+/// Writes submitted plans, and runs other deferred work, on a thread of its own, in submission
+/// order, from start() on (see the header comment). The thread starts with the first start() and
+/// ends with the writer.
 ///
 /// A child made by fork() (a data loader's worker, say) has no such thread: the parent writes what
 /// was queued, and the child's writer starts afresh, empty, at its first use.
@@ -227,10 +229,17 @@ public:
 
     /// Queues `plan`; it is written from start() on.
     void submit(std::shared_ptr<const SessionPlan> plan) {
+        defer([p = std::move(plan)] { write_planned_files(*p); });
+    }
+
+    /// Queues `job` (work off the critical path, such as removing a finished rendezvous); it runs
+    /// from start() on, after what was queued before it. What it throws is reported as a plan's
+    /// error is.
+    void defer(std::function<void()> job) {
         adopt_after_fork();
         {
             std::lock_guard lock(mu_);
-            queue_.push_back(std::move(plan));
+            queue_.push_back(std::move(job));
         }
         work_.notify_all();
     }
@@ -247,7 +256,7 @@ public:
         work_.notify_all();
     }
 
-    /// Starts the writing and blocks until every submitted plan is written; then throws the first
+    /// Starts the writing and blocks until every submitted plan and job is done; then throws the first
     /// error since the last wait(), if any.
     void wait() {
         start();  // (adopts the writer after a fork)
@@ -256,7 +265,7 @@ public:
         if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     }
 
-    /// True while plans are waiting or being written.
+    /// True while plans or jobs are waiting or running.
     [[nodiscard]] bool pending() const {
         std::lock_guard lock(mu_);
         return !queue_.empty() || busy_;
@@ -289,17 +298,17 @@ private:
         for (;;) {
             work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
             if (queue_.empty()) return;  // stopping, nothing left
-            std::shared_ptr<const SessionPlan> plan = std::move(queue_.front());
+            std::function<void()> job = std::move(queue_.front());
             queue_.pop_front();
             busy_ = true;
             lock.unlock();
             std::exception_ptr failed;
             try {
-                write_planned_files(*plan);
+                job();
             } catch (...) {
                 failed = std::current_exception();
             }
-            plan.reset();
+            job = nullptr;
             lock.lock();
             if (failed && !error_) error_ = failed;
             busy_ = false;
@@ -309,7 +318,7 @@ private:
 
     mutable std::mutex mu_;
     std::condition_variable work_, idle_;
-    std::deque<std::shared_ptr<const SessionPlan>> queue_;
+    std::deque<std::function<void()>> queue_;
     bool busy_ = false;
     bool started_ = false;
     bool stop_ = false;

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -1106,7 +1107,7 @@ TEST_CASE("signals during the install and the compile: nothing half-installed, n
     }
 }
 
-TEST_CASE("a rank killed while the others wait for it at the first barrier: the others end at once with a clear error, "
+TEST_CASE("a rank killed while the others wait for it at the second barrier: the others end at once with a clear error, "
           "and the next job works") {
     // tests/skc/policy/gather_test.cpp kills a rank while the leader compiles; the others find it dead
     // when they come to the barrier. Here the others are already waiting in the barrier when it dies.
@@ -1126,13 +1127,20 @@ TEST_CASE("a rank killed while the others wait for it at the first barrier: the 
                                       {"--timeout", "20"}));
         return ranks;
     };
-    // Files named `prefix*` in the job's rendezvous folders.
+    // Claims named `r<prefix>*` in the job's rendezvous folders, and ranks that passed the barrier.
     auto count_files = [&](const std::string& run_id, const std::string& prefix) {
         std::size_t n = 0;
         std::error_code ec;
         const fs::path dir = base / "static_kernel_compile_outputs" / "rendezvous" / run_id;
-        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-            n += it->path().filename().string().rfind(prefix, 0) == 0 ? 1 : 0;
+        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+            const std::string name = it->path().filename().string();
+            if (name == "passed" && prefix == "passed") {
+                std::ifstream in(it->path());
+                for (std::string line; std::getline(in, line);) ++n;
+            } else if (name.rfind(prefix, 0) == 0) {
+                ++n;
+            }
+        }
         return n;
     };
     auto wait_files = [&](const std::string& run_id, const std::string& prefix, std::size_t n) {
@@ -1142,11 +1150,11 @@ TEST_CASE("a rank killed while the others wait for it at the first barrier: the 
     };
 
     std::vector<Proc> ranks = start_job("faults-job-1");
-    // Rank 2 has published its ops (so the leader gathers them and compiles), then stops before the
-    // barrier; once ranks 0 and 1 wait at it, rank 2 dies.
-    REQUIRE(wait_files("faults-job-1", "r2.", 1));
+    // Rank 2 has claimed its place with its ops (so the leader gathers them and compiles), then stops
+    // before the second barrier; once ranks 0 and 1 wait at it, rank 2 dies.
+    REQUIRE(wait_files("faults-job-1", "r2-of-3.", 1));
     REQUIRE(::kill(ranks[2].pid, SIGSTOP) == 0);
-    REQUIRE_MESSAGE(wait_files("faults-job-1", "b1.", 2), "ranks 0 and 1 did not come to the first barrier");
+    REQUIRE_MESSAGE(wait_files("faults-job-1", "passed", 2), "ranks 0 and 1 did not come to the second barrier");
     std::this_thread::sleep_for(300ms);
     Done probe;
     REQUIRE_FALSE(reap(ranks[0], probe));  // both still wait
@@ -1155,7 +1163,7 @@ TEST_CASE("a rank killed while the others wait for it at the first barrier: the 
     const auto killed = Clock::now();
     const Done dead = await(ranks[2], 10s);
     CHECK(dead.status == 128 + SIGKILL);
-    const std::string died = "local rank 2 (pid " + std::to_string(ranks[2].pid) + ") died before the first barrier";
+    const std::string died = "local rank 2 (pid " + std::to_string(ranks[2].pid) + ") died before the second barrier";
     for (int k = 0; k < 2; ++k) {
         const Done d = await(ranks[static_cast<std::size_t>(k)], 60s);
         MESSAGE("local rank " << k << ": exit " << d.status << " "

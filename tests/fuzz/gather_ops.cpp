@@ -1,10 +1,11 @@
 // Fuzzes the leader's reader of a rank's op list in the rendezvous of LocalFsGather
-// (include/skc/policy/gather.hpp): the file `r<k>.<nonce>.ops` of docs/file-formats.md
-// (`skc-gather/1`, the world size, the rank's op folder, then `<32 hex digits> <file name>` lines).
+// (include/skc/policy/gather.hpp): the claim `r<k>-of-<n>.<nonce>.lock` of docs/file-formats.md
+// (the pid, `skc-gather/1`, the world size, the rank's op folder, then `<32 hex digits> <file name>`
+// lines); the input is what follows the pid.
 // The input is the op list of local rank 1; `@ops` in it stands for a folder holding three op
 // files (a.json, b.json, MatMulV2_float_ND_1_2048_0.json). This process is local rank 0, the
-// leader, of a world of two: it lays out rank 1's claim (its lock held on a descriptor of its own),
-// op list and barrier marks in a fresh round folder, and runs LocalFsGather::coordinate.
+// leader, of a world of two: it lays out rank 1's claim (its lock held on a descriptor of its own)
+// and barrier mark in a fresh round folder, and runs LocalFsGather::coordinate.
 // Properties:
 //   - an op list that is not in the format is refused with skc::Error (corrupt), and one in the
 //     format is refused only when one of its op files can neither be linked nor read (an
@@ -120,22 +121,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const fs::path round = gather.next_round_dir(layout);
     fuzz::fresh_dir(round);
 
-    // Rank 1: its claim (locked), its op list, its barrier marks.
+    // Rank 1: its claim (its pid and op list, locked), its barrier mark.
     const std::string nonce(rank1_nonce);
     const fs::path claim = round / ("r1-of-2." + nonce + ".lock");
-    int claim_fd = ::open(claim.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fuzz::write_file(claim, std::to_string(::getpid()) + "\n" + text);
+    int claim_fd = ::open(claim.c_str(), O_RDWR | O_CLOEXEC);
     FUZZ_CHECK(claim_fd >= 0);
     struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     FUZZ_CHECK(::fcntl(claim_fd, F_OFD_SETLK, &fl) == 0);
-    fuzz::write_file(round / ("r1." + nonce + ".ops"), text);
-    fuzz::write_file(round / ("b1." + nonce), "");
-    fuzz::write_file(round / ("b2." + nonce), "");
+    fuzz::write_file(round / "passed", nonce + "\n");
 
     const Reference ref = reference(text);
     const std::vector<skc::SelectedOp> none;
-    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}};
+    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}, {}};
     std::optional<skc::GatheredSet> gathered;
     std::optional<skc::Value> shared;
     const auto lead = [&](const skc::GatheredSet& set) {

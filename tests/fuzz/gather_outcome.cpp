@@ -3,15 +3,16 @@
 // `{"outcome": {"ok": true, "result": ...} or {"ok": false, "code", "message", "own", ...},
 // "members": {"<rank>": "<nonce>", ...}}`. The input is that file. This process is local rank 1 of
 // a world of two: it lays out the leader's claim (its lock held on a descriptor of its own), the
-// outcome and the leader's barrier marks in a fresh round folder, and runs
+// outcome and the leader's barrier mark in a fresh round folder, and runs
 // LocalFsGather::coordinate. Properties, against what the format says:
-//   - text that is not JSON, or a member that is not a rank number, is refused with skc::Error
-//     (corrupt);
+//   - text that is not JSON, or a member that is not a rank number with a nonce of 24 hexadecimal
+//     digits, is refused with skc::Error (corrupt);
 //   - a failed outcome raises the leader's error: with its code (timeout, invalid_option, else
 //     peer_failed), message, file and option when the gather itself failed, as peer_failed naming
 //     the leader when its own work did;
-//   - a successful outcome gives every rank its result, once every member has passed the barriers;
-//     a member that has not (every one but the leader here) fails the follower with peer_failed.
+//   - a successful outcome gives every rank its result, once every member has passed the second
+//     barrier; a member that has not (every one but the leader here) fails the follower with
+//     peer_failed.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -67,32 +68,22 @@ Expected expected(std::string_view text) {
         for (const skc::Member& mem : m->as_object()) {
             std::uint64_t rank = 0;
             if (!skc::detail::parse_u64(mem.key, rank) || rank > 1000000) return x;  // corrupt
-            members[rank] = mem.value.is_string() ? mem.value.as_string() : std::string();
+            const bool hex = mem.value.is_string() && mem.value.as_string().size() == 24 &&
+                             mem.value.as_string().find_first_not_of("0123456789abcdef") == std::string::npos;
+            if (!hex) return x;  // corrupt: a nonce is 24 hexadecimal digits
+            members[rank] = mem.value.as_string();
         }
     const skc::Value* found = doc.find("outcome");
     const skc::Value outcome = found ? *found : skc::Value();
     const skc::Value* ok = outcome.find("ok");
     if (ok && ok->is_bool() && ok->as_bool()) {
-        // Every member must have passed the barriers: only the leader has (its marks are there).
-        // A member without marks fails the follower at once when its claim is free, and after the
-        // timeout when it is held (only the leader's is). Nonces are used in paths, so only their
-        // part before a NUL byte counts.
-        bool held = false;
-        for (const auto& [rank, nonce] : members) {
-            const std::string n = nonce.substr(0, nonce.find('\0'));
-            if (n == leader_nonce) continue;
-            const std::string claim = "r" + std::to_string(rank) + "-of-2." + nonce + ".lock";
-            if (claim.substr(0, claim.find('\0')) == "r0-of-2." + std::string(leader_nonce) + ".lock") {
-                held = true;
-                continue;
+        // Every member must have passed the second barrier: only the leader has (its nonce is in
+        // `passed`). Any other member's claim is not there, so it is taken for a rank that died.
+        for (const auto& [rank, nonce] : members)
+            if (nonce != leader_nonce) {
+                x.code = skc::Errc::peer_failed;
+                return x;
             }
-            x.code = skc::Errc::peer_failed;
-            return x;
-        }
-        if (held) {
-            x.code = skc::Errc::timeout;
-            return x;
-        }
         const skc::Value* r = outcome.find("result");
         x.result = r ? *r : skc::Value();
         return x;
@@ -124,22 +115,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const fs::path round = gather.next_round_dir(layout);
     fuzz::fresh_dir(round);
 
-    // The leader: its claim (locked), its outcome, its barrier marks.
+    // The leader: its claim (locked), its outcome, its barrier mark.
     const std::string nonce(leader_nonce);
     const fs::path claim = round / ("r0-of-2." + nonce + ".lock");
-    const int claim_fd = ::open(claim.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fuzz::write_file(claim, std::to_string(::getpid()) + "\nskc-gather/1\n2\n\n");
+    const int claim_fd = ::open(claim.c_str(), O_RDWR | O_CLOEXEC);
     FUZZ_CHECK(claim_fd >= 0);
     struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     FUZZ_CHECK(::fcntl(claim_fd, F_OFD_SETLK, &fl) == 0);
     fuzz::write_file(round / ("outcome." + nonce + ".json"), text);
-    fuzz::write_file(round / ("b1." + nonce), "");
-    fuzz::write_file(round / ("b2." + nonce), "");
+    fuzz::write_file(round / "passed", nonce + "\n");
 
     const Expected want = expected(text);
     const std::vector<skc::SelectedOp> none;
-    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}};
+    const skc::GatherRequest req{layout, run, none, {}, std::chrono::seconds(1), {}, {}, {}};
     bool led = false;
     std::optional<skc::Value> shared;
     const auto lead = [&](const skc::GatheredSet&) {

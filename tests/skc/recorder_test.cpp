@@ -356,3 +356,29 @@ TEST_CASE("take hands the records over in the order first seen; FileWriter write
         CHECK(p->selected.size() == 25);
     }
 }
+
+TEST_CASE("FileWriter::defer runs jobs after what was queued before them, from start() on; wait() throws a job's error once") {
+    skc::FileWriter writer;
+    std::mutex mu;
+    std::vector<int> order;
+    for (int i = 0; i < 3; ++i)
+        writer.defer([&, i] {
+            std::lock_guard lock(mu);
+            order.push_back(i);
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    {
+        std::lock_guard lock(mu);
+        CHECK(order.empty());  // not started
+    }
+    CHECK(writer.pending());
+    writer.defer([] { throw skc::Error(skc::Errc::io_error, "the job failed"); });
+    writer.defer([&] {
+        std::lock_guard lock(mu);
+        order.push_back(3);  // runs after a failed job too
+    });
+    CHECK_THROWS_WITH_AS(writer.wait(), "the job failed", skc::Error);
+    CHECK(order == std::vector<int>{0, 1, 2, 3});
+    CHECK_NOTHROW(writer.wait());  // reported once
+    CHECK_FALSE(writer.pending());
+}

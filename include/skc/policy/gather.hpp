@@ -18,28 +18,29 @@
 // LocalFsGather is for the ranks of one node sharing the base directory. Its rendezvous is a folder
 // `<outputs>/rendezvous/<run id>/<host>/round-<n>/`, n counting this object's compile() calls (every
 // rank calls compile() the same number of times). In it each rank
-//   - claims its local rank: a file `r<rank>-of-<size>.<nonce>.lock` carrying an open file
-//     description lock (F_OFD_SETLK) for as long as the rank takes part. The lock is taken before
-//     the file gets its name, so a named claim whose lock is free belongs to a rank that has gone:
-//     that is how a rendezvous left by a crashed job is told from the current one (its claims are
-//     free), and how a rank that dies is noticed (its claim goes free) without trusting pids;
-//   - publishes `r<rank>.<nonce>.ops`: its compile folder and one line per op (digest, file name);
-//   - on the leader: the union is decided in memory (names made unique by `_1`, `_2` suffixes);
-//     only when the key misses is the gathered folder filled, by hard links to the ranks' own files
-//     (a copy when a link is impossible). Ranks write their op info files only after the exchange
-//     (GatherRequest::start_files), so on a miss the leader first creates `files-needed`, which
-//     makes the waiting followers start, and waits (bounded) for each file. The outcome is published as `outcome.<leader nonce>.json` together with every
-//     rank's nonce;
-//   - passes the barriers by creating `b1.<nonce>` and `b2.<nonce>`, or `fail.<nonce>` with the
-//     message when its `share` failed.
-// Waits sleep on inotify events of the rendezvous folder (a rank's file appearing wakes the waiter
-// at once), looking again at least every 20 ms for ranks that died (a released lock makes no
+//   - claims its local rank and publishes its op list in one file, `r<rank>-of-<size>.<nonce>.lock`:
+//     its pid, its compile folder and one line per op (digest, file name). It carries an open file
+//     description lock (F_OFD_SETLK) for as long as the rank takes part, taken before the file gets
+//     its name, so a named claim whose lock is free belongs to a rank that has gone: that is how a
+//     rendezvous left by a crashed job is told from the current one (its claims are free), and how
+//     a rank that dies is noticed (its claim goes free) without trusting pids;
+//   - on the leader: once every rank has claimed, the union is decided in memory (names made unique
+//     by `_1`, `_2` suffixes); only when the key misses is the gathered folder filled, by hard links
+//     to the ranks' own files (a copy when a link is impossible). Ranks write their op info files
+//     only after the exchange (GatherRequest::start_files), so on a miss the leader first creates
+//     `files-needed`, which makes the waiting followers start, and waits (bounded) for each file.
+//     The outcome, `outcome.<leader nonce>.json`, carries every rank's nonce. It is the first
+//     barrier: it exists only once every rank has arrived, and no rank goes on before it is there;
+//   - passes the second barrier by appending its nonce to `passed`, or leaves `fail.<nonce>` with
+//     the message when its `share` failed.
+// Waits sleep on inotify events of the rendezvous folder (a file appearing or written wakes the
+// waiter at once), looking again at least every 20 ms for ranks that died (a released lock makes no
 // event), or poll with a growing pause where inotify is unavailable.
-// Every wait is bounded: arrival and barriers by `timeout`, the leader's outcome by `timeout` plus
-// the leader's budget. A rank that sees a live claim with another LOCAL_WORLD_SIZE leaves a note,
-// `mismatch.<nonce>`, so that every rank of the job fails with that message. After a successful
-// round the leader removes the folder once every rank has left it; after a failed one it stays
-// (its claims are free, so a later job ignores it).
+// Every wait is bounded: arrival and the barrier by `timeout`, the leader's outcome by `timeout`
+// plus the leader's budget. A rank that sees a live claim with another LOCAL_WORLD_SIZE leaves a
+// note, `mismatch.<nonce>`, so that every rank of the job fails with that message. After a
+// successful round the last rank to leave removes the folder; after a failed one it stays (its
+// claims are free, so a later job ignores it). docs/file-formats.md lists the files.
 #pragma once
 
 #include <algorithm>
@@ -94,6 +95,9 @@ struct GatherRequest {
     /// Starts writing them and returns at once: a follower whose leader needs its files (a miss).
     /// The host otherwise starts only once the exchange is over, to keep the disk free for it.
     std::function<void()> start_files;
+    /// Runs `job` off the critical path (the host's background writer, after this compile's op info
+    /// files; done at the latest by the host's flush() or destruction); empty: run it at once.
+    std::function<void(std::function<void()>)> defer;
 };
 
 /// The union of a node's (or job's) selected ops, ready to compile.
@@ -155,53 +159,82 @@ struct Backoff {
     }
 };
 
-/// Sleeps until an entry of a folder is created or renamed into it (inotify), or
-/// at most 20 ms (what inotify cannot see: a lock released by a process that died); polls with
-/// Backoff where inotify is unavailable. Created before the first look at the folder, so that no
-/// change between a look and the sleep is missed.
+/// Sleeps until an entry of the watched folder is created, renamed into it or written and closed
+/// (inotify), or at most 20 ms (what inotify cannot see: a lock released by a process that died);
+/// polls with Backoff where inotify is unavailable. watch() comes before the first look at the
+/// folder, so that no change between a look and the sleep is missed.
+///
+/// One inotify instance serves every folder its owner watches in turn: closing an instance waits
+/// for a kernel grace period (6 to 24 ms measured), which a rank would otherwise pay at the end of
+/// every round. Removing a watch does not wait. In a child made by fork() the parent's instance is
+/// left to the parent and a new one made.
 class DirWatch {
 public:
     DirWatch() = default;
-    explicit DirWatch(const std::filesystem::path& dir) : fd_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
-        // Every rank's file gets its name by creation, link() or rename(): nothing else need wake.
-        constexpr std::uint32_t events = IN_CREATE | IN_MOVED_TO | IN_ONLYDIR;
-        if (fd_ >= 0 && ::inotify_add_watch(fd_, dir.c_str(), events) < 0) {
-            ::close(fd_);
-            fd_ = -1;
-        }
-    }
-    DirWatch(DirWatch&& o) noexcept : fd_(std::exchange(o.fd_, -1)), backoff_(o.backoff_) {}
+    DirWatch(DirWatch&& o) noexcept
+        : fd_(std::exchange(o.fd_, -1)), wd_(std::exchange(o.wd_, -1)), owner_(o.owner_), backoff_(o.backoff_) {}
     DirWatch& operator=(DirWatch&& o) noexcept {
         if (this != &o) {
-            if (fd_ >= 0) ::close(fd_);
+            close_fd();
             fd_ = std::exchange(o.fd_, -1);
+            wd_ = std::exchange(o.wd_, -1);
+            owner_ = o.owner_;
             backoff_ = o.backoff_;
         }
         return *this;
     }
     DirWatch(const DirWatch&) = delete;
     DirWatch& operator=(const DirWatch&) = delete;
-    ~DirWatch() {
-        if (fd_ >= 0) ::close(fd_);
+    ~DirWatch() { close_fd(); }
+
+    /// Watches `dir` instead of the folder watched so far.
+    void watch(const std::filesystem::path& dir) {
+        unwatch();
+        backoff_ = Backoff{};
+        if (fd_ >= 0 && owner_ != ::getpid()) close_fd();  // the parent's, after a fork
+        if (fd_ < 0) {
+            fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+            owner_ = ::getpid();
+        }
+        if (fd_ < 0) return;
+        // Every rank's file gets its name by creation, link() or rename(); the barrier's `passed`
+        // is appended to and closed.
+        constexpr std::uint32_t events = IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR;
+        wd_ = ::inotify_add_watch(fd_, dir.c_str(), events);
+        drain();  // events of an earlier folder
+    }
+
+    /// Stops watching (the instance stays for the next folder).
+    void unwatch() {
+        if (fd_ >= 0 && wd_ >= 0 && owner_ == ::getpid()) ::inotify_rm_watch(fd_, wd_);
+        wd_ = -1;
     }
 
     void wait(std::chrono::steady_clock::time_point deadline) {
-        if (fd_ < 0) {
+        if (fd_ < 0 || wd_ < 0) {
             backoff_();
             return;
         }
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         const auto ms = std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, 20);
         pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(ms)) > 0) {
-            alignas(inotify_event) char buf[4096];
-            while (::read(fd_, buf, sizeof buf) > 0) {
-            }
-        }
+        if (::poll(&p, 1, static_cast<int>(ms)) > 0) drain();
     }
 
 private:
+    void drain() {
+        alignas(inotify_event) char buf[4096];
+        while (::read(fd_, buf, sizeof buf) > 0) {
+        }
+    }
+    void close_fd() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = wd_ = -1;
+    }
+
     int fd_ = -1;
+    int wd_ = -1;
+    pid_t owner_ = 0;
     Backoff backoff_;
 };
 
@@ -470,21 +503,21 @@ public:
 
     Value coordinate(const GatherRequest& req, const LeadFn& lead, const ShareFn& share) {
         Round r(*this, round_dir(req.layout, ++round_));
-        r.claim();
-        r.publish(req);
+        r.claim(req);
         // The leader throws its own error after publishing it; a follower throws its view of it.
+        // The outcome is the first barrier: the leader publishes it only once every rank has
+        // arrived, and no rank goes on before it is there.
         const Value result = ranks_.local_rank == 0
                                  ? r.lead(req, lead)
                                  : detail::result_or_throw(r.await_outcome(req), "local rank 0 (the leader)");
-        r.barrier("b1");
         try {
             share(result);
         } catch (const std::exception& e) {
             r.fail(e.what());
             throw;
         }
-        r.barrier("b2");
-        r.leave();
+        r.barrier();
+        r.leave(req.defer);
         return result;
     }
 
@@ -505,35 +538,49 @@ private:
         Round& operator=(const Round&) = delete;
         ~Round() {
             if (fd_ >= 0) ::close(fd_);
+            g_.watch_.unwatch();
         }
 
-        void claim() {
+        /// Claims this rank's place and publishes its op list in one file: written and locked
+        /// under a temporary name, then renamed, so a named claim always holds the whole list.
+        void claim(const GatherRequest& req) {
+            std::string text = std::to_string(::getpid()) + "\nskc-gather/1\n" +
+                               std::to_string(g_.ranks_.local_world_size) + "\n" + req.compile_dir.string() + "\n";
+            text.reserve(text.size() + req.selected.size() * 80);
+            for (const SelectedOp& e : req.selected) {
+                if (!detail::is_plain_file_name(e.name))
+                    throw Error(Errc::invalid_argument, "a selected op has no plain file name: " + detail::quote(e.name));
+                text += e.digest.hex();
+                text += ' ';
+                text += e.name;
+                text += '\n';
+            }
             std::error_code ec;
             std::filesystem::create_directories(dir_, ec);
             if (ec)
                 throw Error(Errc::io_error, "cannot create the rendezvous folder: " + ec.message(),
                             ErrorContext{dir_.string(), {}, {}});
-            watch_ = detail::DirWatch(dir_);
+            g_.watch_.watch(dir_);
             nonce_ = make_nonce();
             const std::filesystem::path tmp = dir_ / (".claim." + nonce_);
             fd_ = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
             if (fd_ < 0) detail::throw_errno("cannot create", tmp, errno);
+            const auto fail = [&](const char* what, const std::filesystem::path& p, int err) {
+                ::unlink(tmp.c_str());
+                detail::throw_errno(what, p, err);
+            };
             struct flock fl {};
             fl.l_type = F_WRLCK;
             fl.l_whence = SEEK_SET;
-            if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
-                const int err = errno;
-                ::unlink(tmp.c_str());
-                detail::throw_errno("cannot lock", tmp, err);
+            if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) fail("cannot lock", tmp, errno);
+            for (std::size_t done = 0; done < text.size();) {
+                const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+                if (n < 0 && errno == EINTR) continue;
+                if (n < 0) fail("cannot write", tmp, errno);
+                done += static_cast<std::size_t>(n);
             }
-            const std::string pid = std::to_string(::getpid()) + "\n";
-            [[maybe_unused]] const ssize_t w = ::write(fd_, pid.data(), pid.size());  // only for messages
             const std::filesystem::path name = dir_ / claim_name(g_.ranks_.local_rank, g_.ranks_.local_world_size, nonce_);
-            if (::rename(tmp.c_str(), name.c_str()) != 0) {
-                const int err = errno;
-                ::unlink(tmp.c_str());
-                detail::throw_errno("cannot publish", name, err);
-            }
+            if (::rename(tmp.c_str(), name.c_str()) != 0) fail("cannot publish", name, errno);
             // Another live process with this local rank: two jobs share the run id and base.
             for (const Claim& c : scan())
                 if (c.held && c.rank == g_.ranks_.local_rank && c.nonce != nonce_)
@@ -544,21 +591,6 @@ private:
                                 ErrorContext{dir_.string(), {}, "SKC_RUN_ID"});
         }
 
-        void publish(const GatherRequest& req) {
-            std::string text = "skc-gather/1\n" + std::to_string(g_.ranks_.local_world_size) + "\n" +
-                               req.compile_dir.string() + "\n";
-            text.reserve(text.size() + req.selected.size() * 80);
-            for (const SelectedOp& e : req.selected) {
-                if (e.name.empty() || e.name.find('\n') != std::string::npos || e.name.find('/') != std::string::npos)
-                    throw Error(Errc::invalid_argument, "a selected op has no plain file name: " + detail::quote(e.name));
-                text += e.digest.hex();
-                text += ' ';
-                text += e.name;
-                text += '\n';
-            }
-            detail::write_new_file(dir_, ops_name(g_.ranks_.local_rank, nonce_), text, false);
-        }
-
         /// The leader: wait for every rank, gather, run `lead`, publish the outcome (its error too);
         /// returns `lead`'s result.
         Value lead(const GatherRequest& req, const LeadFn& lead) {
@@ -566,7 +598,6 @@ private:
             bool own_error = false;
             try {
                 const std::map<std::size_t, std::string> all = await_all_ops();
-                members_ = all;
                 detail::OpUnion u(req.run.gathered());
                 for (const auto& [rank, nonce] : all) read_ops_into(u, rank, nonce);
                 GatheredSet set = u.take(all.size(), [this](const std::filesystem::path& source, std::size_t rank) {
@@ -576,11 +607,11 @@ private:
                 result = lead(set);
             } catch (const Error& e) {
                 publish_outcome(detail::error_outcome(e, own_error));
-                leave(false);  // the followers read the error; the folder stays (it tells ranks yet to come)
+                abandon();  // the followers read the error; the folder stays (it tells ranks yet to come)
                 throw;
             } catch (const std::exception& e) {
                 publish_outcome(detail::error_outcome(Error(Errc::io_error, e.what()), own_error));
-                leave(false);
+                abandon();
                 throw;
             }
             publish_outcome(detail::ok_outcome(result));
@@ -635,7 +666,9 @@ private:
                                 std::uint64_t rank = 0;
                                 if (!detail::parse_u64(mem.key, rank) || rank > 1000000)
                                     throw bad("member " + detail::quote(mem.key) + " is not a rank number");
-                                members_[static_cast<std::size_t>(rank)] = mem.value.is_string() ? mem.value.as_string() : "";
+                                if (!mem.value.is_string() || !is_nonce(mem.value.as_string()))
+                                    throw bad("member " + mem.key + " has no nonce (24 hexadecimal digits)");
+                                members_[static_cast<std::size_t>(rank)] = mem.value.as_string();
                             }
                         const Value* o = v.find("outcome");
                         return o ? *o : Value();
@@ -654,35 +687,51 @@ private:
                                     ": local rank 0 (the leader) published no outcome within " +
                                     detail::seconds_text(deadline - start),
                                 ErrorContext{dir_.string(), {}, {}});
-                watch_.wait(leader ? deadline : arrival_deadline);
+                g_.watch_.wait(leader ? deadline : arrival_deadline);
             }
         }
 
-        /// Marks this rank at barrier `name` and waits for every member to reach it.
-        void barrier(const std::string& name) {
-            touch(dir_ / (name + "." + nonce_));
+        /// The second barrier: appends this rank's nonce to `passed` and waits until every member's
+        /// is there (one file for the round, not one per rank: each costs the journal a create
+        /// and an unlink).
+        void barrier() {
+            const std::filesystem::path passed = dir_ / "passed";
+            {
+                const std::string line = nonce_ + "\n";
+                const int fd = ::open(passed.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+                if (fd < 0) detail::throw_errno("cannot open", passed, errno);
+                ssize_t n = 0;
+                do n = ::write(fd, line.data(), line.size());  // one write: O_APPEND keeps lines whole
+                while (n < 0 && errno == EINTR);
+                const int err = errno;
+                ::close(fd);
+                if (n != static_cast<ssize_t>(line.size())) detail::throw_errno("cannot write", passed, n < 0 ? err : EIO);
+            }
+            const auto arrived = [&](const std::string& nonce) {
+                const std::optional<std::string> t = read_if(passed);
+                return t && (t->starts_with(nonce + "\n") || t->find("\n" + nonce + "\n") != std::string::npos);
+            };
+            const auto failed = [&](std::size_t rank, const std::string& nonce) {
+                if (auto msg = read_if(dir_ / ("fail." + nonce)))
+                    throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
+                                ErrorContext{dir_.string(), {}, {}});
+            };
             const auto deadline = clock::now() + g_.timeout_;
             for (;;) {
                 std::vector<std::size_t> missing;
                 for (const auto& [rank, nonce] : members_) {
-                    if (nonce == nonce_) continue;
-                    const std::filesystem::path marker = dir_ / (name + "." + nonce);
-                    if (exists(marker)) continue;
-                    if (auto msg = read_if(dir_ / ("fail." + nonce)))
-                        throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
-                                    ErrorContext{dir_.string(), {}, {}});
+                    if (nonce == nonce_ || arrived(nonce)) continue;
+                    failed(rank, nonce);
                     const Claim c{rank, g_.ranks_.local_world_size, nonce, true};
                     if (!is_held(c)) {
                         // A rank marks the barrier (or its failure) before it releases its claim, so
                         // a second look after seeing the claim free tells a rank that passed the
                         // barrier and left from one that died.
-                        if (exists(marker)) continue;
-                        if (auto msg = read_if(dir_ / ("fail." + nonce)))
-                            throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
-                                        ErrorContext{dir_.string(), {}, {}});
+                        if (arrived(nonce)) continue;
+                        failed(rank, nonce);
                         throw Error(Errc::peer_failed,
-                                    "local rank " + std::to_string(rank) + " (pid " + pid_of(c) + ") died before the " +
-                                        (name == "b1" ? "first" : "second") + " barrier",
+                                    "local rank " + std::to_string(rank) + " (pid " + pid_of(c) +
+                                        ") died before the second barrier",
                                     ErrorContext{dir_.string(), {}, {}});
                     }
                     missing.push_back(rank);
@@ -691,10 +740,9 @@ private:
                 if (clock::now() >= deadline)
                     throw Error(Errc::timeout,
                                 std::string(missing.size() == 1 ? "local rank " : "local ranks ") + detail::list_ranks(missing) +
-                                    " did not reach the " + (name == "b1" ? "first" : "second") + " barrier within " +
-                                    detail::seconds_text(g_.timeout_),
+                                    " did not reach the second barrier within " + detail::seconds_text(g_.timeout_),
                                 ErrorContext{dir_.string(), {}, {}});
-                watch_.wait(deadline);
+                g_.watch_.wait(deadline);
             }
         }
 
@@ -709,19 +757,35 @@ private:
 
         /// Ends the round: releases this rank's claim and, after a success, the last rank out (the
         /// one that then sees no live claim) removes the folder; nobody waits for the others to go.
-        /// After a failure the folder stays: a rank that comes late finds the note or outcome that
-        /// explains it; its claims are free, so a later job ignores it.
-        void leave(bool remove = true) {
+        /// The removal is off the critical path: the folder is renamed out of the way at once (a
+        /// later job with the same run id never meets it) and removed by `defer`. After a failure
+        /// the folder stays: a rank that comes late finds the note or outcome that explains it; its
+        /// claims are free, so a later job ignores it.
+        void leave(const std::function<void(std::function<void()>)>& defer) {
             ::close(fd_);
             fd_ = -1;
-            if (!remove) return;
             for (const Claim& c : scan())  // every live claim, also of ranks this one never met
                 if (c.held) return;        // still in use: its last rank removes it
-            std::error_code ec;
-            std::filesystem::remove_all(dir_, ec);
-            // The host and run id folders too, once empty (rmdir fails on a folder still in use).
-            ::rmdir(dir_.parent_path().c_str());
-            ::rmdir(dir_.parent_path().parent_path().c_str());
+            const std::filesystem::path host = dir_.parent_path();
+            const std::filesystem::path gone = host / (".gone." + nonce_);
+            // Two ranks leaving at once may both see no live claim: the one whose rename works
+            // removes the folder.
+            if (::rename(dir_.c_str(), gone.c_str()) != 0) return;
+            auto remove = [gone, host] {
+                std::error_code ec;
+                std::filesystem::remove_all(gone, ec);
+                // The host and run id folders too, once empty (rmdir fails on a folder still in use).
+                ::rmdir(host.c_str());
+                ::rmdir(host.parent_path().c_str());
+            };
+            if (defer) defer(std::move(remove));
+            else remove();
+        }
+
+        /// Ends a failed round: releases the claim and keeps the folder.
+        void abandon() {
+            ::close(fd_);
+            fd_ = -1;
         }
 
     private:
@@ -729,10 +793,13 @@ private:
         static std::string claim_name(std::size_t rank, std::size_t world, const std::string& nonce) {
             return "r" + std::to_string(rank) + "-of-" + std::to_string(world) + "." + nonce + ".lock";
         }
-        static std::string ops_name(std::size_t rank, const std::string& nonce) {
-            return "r" + std::to_string(rank) + "." + nonce + ".ops";
+
+        static bool is_nonce(std::string_view n) {
+            return n.size() == 24 &&
+                   std::all_of(n.begin(), n.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
         }
 
+        /// 24 lowercase hexadecimal digits.
         static std::string make_nonce() {
             std::random_device rd;
             const std::uint64_t a = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -781,11 +848,18 @@ private:
             return rc == 0 && fl.l_type != F_UNLCK;
         }
 
+        /// The first line of the claim: the pid of the process that made it.
         [[nodiscard]] std::string pid_of(const Claim& c) const {
-            auto t = read_if(dir_ / claim_name(c.rank, c.world, c.nonce));
-            if (!t || t->empty()) return "unknown";
-            while (!t->empty() && t->back() == '\n') t->pop_back();
-            return *t;
+            const std::filesystem::path p = dir_ / claim_name(c.rank, c.world, c.nonce);
+            const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            if (fd < 0) return "unknown";
+            char buf[24] = {};
+            const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+            ::close(fd);
+            const std::string_view t(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+            const std::size_t end = t.find('\n');
+            if (end == 0 || end == std::string_view::npos) return "unknown";
+            return std::string(t.substr(0, end));
         }
 
         /// Live claims must agree with this rank's LOCAL_WORLD_SIZE.
@@ -821,54 +895,32 @@ private:
             }
         }
 
-        /// The leader waits until every local rank has claimed and published; rank -> nonce.
+        /// The leader waits until every local rank has claimed (and so published its op list);
+        /// rank -> nonce. A rank that dies after arriving is noticed at the second barrier.
         std::map<std::size_t, std::string> await_all_ops() {
             const std::size_t n = g_.ranks_.local_world_size;
             const auto deadline = clock::now() + g_.timeout_;
-            std::map<std::size_t, Claim> seen;  // ranks seen alive, by the claim they were seen with
             for (;;) {
                 const std::vector<Claim> claims = scan();
                 check_sizes(claims);
                 for (const Claim& c : claims)
-                    if (c.held && c.rank < n && !seen.count(c.rank)) {
-                        seen.emplace(c.rank, c);
-                        members_.emplace(c.rank, c.nonce);  // told of a failure before leaving
-                    }
-                std::map<std::size_t, std::string> ready;
+                    if (c.held && c.rank < n) members_.emplace(c.rank, c.nonce);  // the first live claim seen
+                if (members_.size() == n) return members_;
                 std::vector<std::size_t> missing;
-                for (std::size_t k = 0; k < n; ++k) {
-                    auto it = seen.find(k);
-                    if (it == seen.end()) {
-                        missing.push_back(k);
-                        continue;
-                    }
-                    if (exists(dir_ / ops_name(k, it->second.nonce))) {
-                        ready.emplace(k, it->second.nonce);
-                        continue;
-                    }
-                    if (!is_held(it->second) && !exists(dir_ / ops_name(k, it->second.nonce)))
-                        throw Error(Errc::peer_failed,
-                                    "local rank " + std::to_string(k) + " (pid " + pid_of(it->second) +
-                                        ") died before publishing its ops",
-                                    ErrorContext{dir_.string(), {}, {}});
-                    missing.push_back(k);
-                }
-                if (missing.empty()) {
-                    // A rank that died after publishing is noticed at the first barrier.
-                    return ready;
-                }
+                for (std::size_t k = 0; k < n; ++k)
+                    if (!members_.count(k)) missing.push_back(k);
                 if (clock::now() >= deadline)
                     throw Error(Errc::timeout,
                                 std::string(missing.size() == 1 ? "local rank " : "local ranks ") +
                                     detail::list_ranks(missing) + " of " + std::to_string(n) + " did not arrive within " +
                                     detail::seconds_text(g_.timeout_) + " (run id " + detail::quote(g_.ranks_.run_id) + ")",
                                 ErrorContext{dir_.string(), {}, {}});
-                watch_.wait(deadline);
+                g_.watch_.wait(deadline);
             }
         }
 
         void read_ops_into(detail::OpUnion& u, std::size_t rank, const std::string& nonce) const {
-            const std::filesystem::path file = dir_ / ops_name(rank, nonce);
+            const std::filesystem::path file = dir_ / claim_name(rank, g_.ranks_.local_world_size, nonce);
             const std::string text = read_file(file, std::size_t{1} << 30);
             auto bad = [&](const std::string& why) {
                 return Error(Errc::corrupt, "local rank " + std::to_string(rank) + "'s op list is unreadable: " + why,
@@ -883,6 +935,7 @@ private:
                 pos = e + 1;
                 return l;
             };
+            if (!line()) throw bad("no pid");
             if (line() != std::optional<std::string_view>("skc-gather/1")) throw bad("unknown format");
             if (!line()) throw bad("no world size");
             const std::optional<std::string_view> dir = line();
@@ -961,7 +1014,6 @@ private:
         std::filesystem::path dir_;
         std::string nonce_;
         int fd_ = -1;
-        detail::DirWatch watch_;
         bool files_needed_ = false;
         std::map<std::size_t, std::string> members_;  // rank -> nonce of everyone taking part
     };
@@ -976,6 +1028,7 @@ private:
     LocalRanks ranks_;
     std::chrono::nanoseconds timeout_;
     std::size_t round_ = 0;
+    detail::DirWatch watch_;  // the current round's folder; one inotify instance for every round
 };
 
 static_assert(GatherPolicy<LocalFsGather>);

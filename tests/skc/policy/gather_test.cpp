@@ -792,10 +792,10 @@ TEST_CASE("a follower killed during the leader's compile: the others end with pe
     const auto killed = Node::kill_rank(ranks[2]);
     std::vector<Rank*> rest{&ranks[0], &ranks[1], &ranks[3]};
     Node::wait_all(rest, Clock::now() + 15s);
-    const std::string m = "local rank 2 (pid " + std::to_string(ranks[2].pid) + ") died before the first barrier";
+    const std::string m = "local rank 2 (pid " + std::to_string(ranks[2].pid) + ") died before the second barrier";
     for (Rank* r : rest) {
-        // The compile (2 s) goes on after the kill; then the leader installs, publishes, and the first
-        // barrier finds the dead rank at once, on every rank.
+        // The compile (2 s) goes on after the kill; then the leader installs and publishes the outcome
+        // (the first barrier), and the second barrier finds the dead rank at once, on every rank.
         check_failed(*r, 4, "peer_failed", killed, 2s + node.limit());
         CHECK(r->message() == m);
         CHECK(r->ended - ranks[0].ended <= 1s);
@@ -940,8 +940,8 @@ TEST_CASE("a rank without LOCAL_WORLD_SIZE or without a run id stops with the ex
 TEST_CASE("a rendezvous left by a crashed job with the same run id does not confuse the next job") {
     Node node;
     const fs::path ops = node.ops("a", {"Add_float_ND_32_64_9.json", "Mul_float_ND_2_16_16_10.json"});
+    std::vector<Rank> crashed;
     {
-        std::vector<Rank> crashed;
         crashed.push_back(node.start(0, 2, "job-g", ops, {{"SKC_TEST_COMPILE_SLEEP", "2"}}));
         crashed.push_back(node.start(1, 2, "job-g", ops));
         const pid_t compiler = node.await_compile(1);  // both ranks claimed and published
@@ -949,15 +949,18 @@ TEST_CASE("a rendezvous left by a crashed job with the same run id does not conf
         Node::kill_rank(crashed[0]);
         kill_group(compiler);  // orphaned by the leader (see the leader-killed test)
     }
-    // What the crash left: both claims (their locks free), both op lists.
-    std::size_t claims = 0, lists = 0;
+    // What the crash left: both claims (their locks free), each with its pid and op list.
+    std::size_t claims = 0;
     for (const auto& e : fs::recursive_directory_iterator(node.rendezvous("job-g"))) {
         const std::string n = e.path().filename().string();
-        claims += n.ends_with(".lock");
-        lists += n.ends_with(".ops");
+        if (!n.ends_with(".lock")) continue;
+        ++claims;
+        const std::string text = slurp(e.path());
+        const std::string pid = std::to_string(crashed[n.starts_with("r0-") ? 0 : 1].pid);
+        CHECK(text.rfind(pid + "\nskc-gather/1\n2\n", 0) == 0);
+        CHECK(std::count(text.begin(), text.end(), '\n') == 4 + 2);  // pid, format, size, folder; two ops
     }
     CHECK(claims == 2);
-    CHECK(lists == 2);
 
     std::vector<Rank> ranks;
     for (std::size_t k = 0; k < 2; ++k) ranks.push_back(node.start(k, 2, "job-g", ops));
