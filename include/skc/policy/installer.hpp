@@ -1114,6 +1114,7 @@ private:
             const std::string dev = e.path().filename().string();
             if (per_device.count(dev) == 0) storage.remove("config/" + dev + "/binary_info_config.json");
         }
+        std::vector<std::pair<std::string, std::string>> files;
         for (const auto& [device, kernels] : per_device) {
             Object ks;
             for (const auto& [digest, v] : kernels) ks.push_back(Member{digest, v});
@@ -1122,10 +1123,11 @@ private:
                                    {"backend", Value(base.filename().string())},
                                    {"device", Value(device)},
                                    {"kernels", Value(std::move(ks))}});
-            storage.write("config/" + device + "/binary_info_config.json", dump_json(doc) + "\n");
+            files.emplace_back("config/" + device + "/binary_info_config.json", dump_json(doc) + "\n");
         }
-        storage.write("config.ini", config_text(order));
-        storage.write("uninstall.sh", top_uninstall_script(order));
+        files.emplace_back("config.ini", config_text(order));
+        files.emplace_back("uninstall.sh", top_uninstall_script(order));
+        storage.write_many(files);  // one journal commit for all of them, not two each
         ::chmod((base / "uninstall.sh").c_str(), 0755);
     }
 
