@@ -114,3 +114,27 @@ TEST_CASE("FilesystemStorage: a failed import leaves the old object and no tempo
     CHECK(s.read("packages/k.run") == "old");
     CHECK(skc_test::snapshot(dir / "root").size() == 2);  // the folder and the one file
 }
+
+TEST_CASE("FilesystemStorage::write_many: replaces every object; a failure before the renames changes none") {
+    skc_test::TempDir dir;
+    skc::FilesystemStorage s(dir / "root");
+    s.write("config.ini", "old");
+    s.write("blocker", "a file where a folder would be");
+    s.write_many({{"config.ini", "new"}, {"config/cpu/index.json", "{}\n"}, {"uninstall.sh", "#!/bin/sh\n"}});
+    CHECK(s.read("config.ini") == "new");
+    CHECK(s.read("config/cpu/index.json") == "{}\n");
+    CHECK(s.read("uninstall.sh") == "#!/bin/sh\n");
+    const auto before = skc_test::snapshot(dir / "root");
+
+    // The temporary's name carries the pid and a counter: the message is checked around them.
+    std::string message;
+    try {
+        s.write_many({{"config.ini", "newer"}, {"blocker/x", "y"}});
+    } catch (const skc::Error& e) {
+        message = e.what();
+    }
+    CHECK(message.rfind((dir / "root" / "blocker" / ".tmp.").string(), 0) == 0);
+    CHECK(message.ends_with(".x: cannot create: Not a directory"));
+    CHECK(s.read("config.ini") == "new");
+    CHECK(skc_test::snapshot(dir / "root") == before);  // no temporary left, nothing replaced
+}
