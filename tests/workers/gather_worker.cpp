@@ -14,6 +14,9 @@
 //
 // Hooks (environment): SKC_TEST_DIE_BEFORE_COMPILE=1 makes the worker _exit(9) after building the
 // compiler and before compile(): a rank that dies before it claims its local rank.
+// SKC_TEST_BLOCK_FILES=1 plants a file where the rank's `<pid>_opcompile` folder goes when it starts
+// waiting for the others, so that its op info files are never written. Its run folder is told by
+// being the only one made since the worker started: the test starts such a rank before the others.
 //
 // The report (--report, written with one rename so the test never reads half of it):
 //   success: {"report": CompileReport::to_value(), "reselect": {"calls", "index_existed",
@@ -30,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,6 +158,23 @@ int run(const Args& a) {
     s.op_library = a.lib;
     s.install_timeout = std::chrono::seconds(30);
     s.log = skc::null_log();
+    const fs::path outputs = skc::Layout(a.base).outputs();
+    std::set<fs::path> runs_before;
+    bool planted = false;
+    if (const char* block = std::getenv("SKC_TEST_BLOCK_FILES"); block && std::string(block) == "1") {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(outputs, ec)) runs_before.insert(e.path());
+        s.progress = [&, outputs](const skc::CompileProgress& p) {
+            if (planted || p.phase != skc::CompileProgress::Phase::waiting) return;
+            std::error_code dec;
+            for (const auto& e : fs::directory_iterator(outputs, dec)) {
+                const std::string n = e.path().filename().string();
+                if (runs_before.count(e.path()) || n == "rendezvous" || n == "static_kernel_cache") continue;
+                std::ofstream(e.path() / (std::to_string(::getpid()) + "_opcompile")) << "in the way\n";
+                planted = true;
+            }
+        };
+    }
 
     Compiler compiler(skc::ProcessInvoker(a.compiler), std::move(o), std::move(s), skc::RunPackageInstaller(),
                       RecordingReselect(), std::move(gather));

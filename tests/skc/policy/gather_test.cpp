@@ -999,3 +999,49 @@ TEST_CASE("the leader's compile fails: the leader ends with compile_failed, ever
     CHECK(outcome_kept);
     Node::check_nothing_left();
 }
+
+TEST_CASE("on a miss, a follower whose op info files never come: the leader times out naming it, or names it as "
+          "ended when it dies") {
+    for (const bool kill : {false, true}) {
+        CAPTURE(kill);
+        Node node;
+        const fs::path mine = node.ops("a", {"Add_float_ND_32_64_9.json"});
+        const fs::path theirs = node.ops("b", {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json"});
+        const std::string job = kill ? "job-k" : "job-j";
+        // The follower first, alone, so that its hook finds its own run folder (gather_worker.cpp).
+        std::vector<Rank> ranks;
+        ranks.push_back(node.start(1, 2, job, theirs, {{"SKC_TEST_BLOCK_FILES", "1"}}));
+        auto exists_named = [&](const std::string& prefix) {
+            std::error_code ec;
+            for (auto it = fs::recursive_directory_iterator(node.rendezvous(job), ec);
+                 !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+                if (it->path().filename().string().rfind(prefix, 0) == 0) return true;
+            return false;
+        };
+        for (const auto deadline = Clock::now() + 10s; !exists_named("r1-of-2.") && Clock::now() < deadline;)
+            std::this_thread::sleep_for(2ms);
+        REQUIRE(exists_named("r1-of-2."));
+        ranks.insert(ranks.begin(), node.start(0, 2, job, mine));
+        Rank& leader = ranks[0];
+        Rank& follower = ranks[1];
+        if (!kill) {
+            Node::wait_all(ranks, Clock::now() + 15s);
+            check_failed(leader, 3, "timeout", leader.started, 2 * node.limit());
+            CHECK(leader.message() == "local rank 1 did not write its op info file within 3 s");
+            check_failed(follower, 4, "peer_failed", follower.started, 2 * node.limit());
+            CHECK(follower.message() == "local rank 0 (the leader) failed (timeout): " + leader.what());
+        } else {
+            // The leader has asked for the files and waits for them: then the follower dies.
+            for (const auto deadline = Clock::now() + 10s; !exists_named("files-needed") && Clock::now() < deadline;)
+                std::this_thread::sleep_for(2ms);
+            REQUIRE(exists_named("files-needed"));
+            const auto killed = Node::kill_rank(follower);
+            Node::wait_all({&leader}, Clock::now() + 15s);
+            check_failed(leader, 4, "peer_failed", killed, node.limit());
+            CHECK(leader.message() ==
+                  "local rank 1 (pid " + std::to_string(follower.pid) + ") ended before writing its op info file");
+        }
+        CHECK(node.compiles() == 0);  // the compiler never started without every file
+        Node::check_nothing_left();
+    }
+}
