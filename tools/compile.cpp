@@ -581,10 +581,8 @@ int run_compile(Args args) {
             };
             interruption::set("recording and selecting " + std::to_string(ops.size()) +
                               " ops: nothing was compiled or stored");
-            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
-                                      skc::RunPackageInstaller, skc::NoReselect, decltype(gather)>
-                compiler(skc::ProcessInvoker(*p.get("--compiler")), o, settings, skc::RunPackageInstaller(), skc::NoReselect(),
-                         std::move(gather));
+            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_gather<decltype(gather)>> compiler(
+                skc::ProcessInvoker(*p.get("--compiler")), o, settings, std::move(gather));
             const skc::CompileReport r = compiler.compile(std::move(ops));
             interruption::set("printing the report: the compile and install are complete");
             if (display) display->finish();

@@ -449,8 +449,8 @@ std::string install_note(const std::string& kind) {
 
 // ---- the flow ---------------------------------------------------------------------------------------
 
-using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock,
-                                           skc::RunPackageInstaller, skc_host::HostReselect>;
+// The defaults but for the reselect hook (docs/tutorial.md, "Choosing policies").
+using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<skc_host::HostReselect>>;
 
 int run(const Config& cfg) {
     std::error_code ec;
@@ -493,8 +493,7 @@ int run(const Config& cfg) {
     settings.device = cfg.device;
     settings.op_library = library;
     settings.backend = "host";
-    Compiler compiler(skc::ProcessInvoker(SKC_HOST_OP_COMPILER), options, settings, skc::RunPackageInstaller{},
-                      skc_host::HostReselect(runtime));
+    Compiler compiler(skc::ProcessInvoker(SKC_HOST_OP_COMPILER), options, settings, skc_host::HostReselect(runtime));
     const skc::CompileReport report = compiler.compile(recorder);
 
     // 3. Static run: every call whose op type is supported must use its static kernel.

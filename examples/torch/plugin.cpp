@@ -200,7 +200,7 @@ struct AnyCompiler {
 template <class Gather>
 struct CompilerOf final : AnyCompiler {
     CompilerOf(const Config& c, skc::CompilerSettings s, TableReselect hook, Gather g)
-        : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), skc::RunPackageInstaller(), hook, std::move(g)) {}
+        : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), hook, std::move(g)) {}
     skc::CompileReport compile(Recorder& r) override {
         skc::CompileReport report = compiler.compile(r);
         // The plugin lives as long as the process and is never destroyed, so the cache's counters
@@ -215,9 +215,7 @@ struct CompilerOf final : AnyCompiler {
         return report;
     }
     void flush_files() override { compiler.flush(); }
-    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller,
-                              TableReselect, Gather>
-        compiler;
+    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>> compiler;
 };
 
 // ---- the plugin ---------------------------------------------------------------------------------------

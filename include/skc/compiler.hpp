@@ -16,13 +16,16 @@
 //
 // Every step is a policy with a default, so `StaticKernelCompiler<MyInvoker>` is a working
 // configuration: the file-system cache with file locks, the makeself installer, no reselect hook,
-// the original's target and support lists. A policy that does not fit gets one static_assert per
-// missing member, naming the member and its signature, instead of a page of template errors.
+// the original's target and support lists. Change one by name and keep the others
+// (`StaticKernelCompiler<MyInvoker, with_gather<LocalFsGather>>`, below), or give them by position.
+// A policy that does not fit gets one static_assert per missing member, naming the member and its
+// signature, instead of a page of template errors.
 //
 // Packages from the cache are installed from the cache's copy, so every process that finds the
 // same key installs the same package (stem = the key in hex) and the installer's reference count
 // joins them; with the cache off the freshly compiled `static_kernel_<datetime>.run` is installed.
-// Installs live as long as the compiler object (or until process exit for persistent ones).
+// Installs live as long as the compiler object; persistent ones (InstallOptions::persistent) stay
+// after it and after the process, until uninstalled.
 #pragma once
 
 #include <chrono>
@@ -287,92 +290,160 @@ private:
 
 }  // namespace detail
 
+// ---- named configurations -------------------------------------------------------------------
+//
+// StaticKernelCompiler<Invoker, Policies...> takes its policies either by position (Storage, Lock,
+// Install, Reselect, Gather, Support, Targets; trailing ones may be left out) or by name, in any
+// order, with the selectors below: `StaticKernelCompiler<MyInvoker, with_gather<LocalFsGather>>`
+// keeps every other default. The constructor likewise takes the policy objects that differ from
+// their defaults in any order, matched by type.
+
+namespace detail {
+struct policy_selector {};  // the base of the with_<role> selectors
+
+enum class PolicyRole { storage, lock, install, reselect, gather, support, targets };
+
+template <class S = FilesystemStorage, class L = FileLock, class I = RunPackageInstaller, class R = NoReselect,
+          class G = SingleRank, class Su = DefaultSupport, class T = DefaultTargets>
+struct Policies {
+    using storage = S;
+    using lock = L;
+    using install = I;
+    using reselect = R;
+    using gather = G;
+    using support = Su;
+    using targets = T;
+};
+
+template <class B, class... Selectors>
+struct apply_selectors {
+    using type = B;
+};
+template <class B, class S, class... Rest>
+struct apply_selectors<B, S, Rest...> {
+    using type = typename apply_selectors<typename S::template apply<B>, Rest...>::type;
+};
+
+template <class P>
+inline constexpr bool is_selector = std::is_base_of_v<policy_selector, P>;
+
+template <bool Named, class... Ps>
+consteval bool roles_distinct() {
+    if constexpr (!Named || sizeof...(Ps) == 0) {
+        return true;
+    } else {
+        const PolicyRole roles[] = {Ps::role...};
+        for (std::size_t i = 0; i < sizeof...(Ps); ++i)
+            for (std::size_t j = i + 1; j < sizeof...(Ps); ++j)
+                if (roles[i] == roles[j]) return false;
+        return true;
+    }
+}
+
+/// The policies a StaticKernelCompiler<Invoker, Ps...> uses.
+template <class... Ps>
+struct chosen_policies {
+    static_assert((is_selector<Ps> && ...) || (!is_selector<Ps> && ...),
+                  "skc::StaticKernelCompiler: name every policy (with_gather<...>, ...) or give them all by position, "
+                  "not both");
+    static_assert(sizeof...(Ps) <= 7,
+                  "skc::StaticKernelCompiler: at most 7 policies by position (Storage, Lock, Install, Reselect, Gather, "
+                  "Support, Targets)");
+    static constexpr bool named = sizeof...(Ps) > 0 && (is_selector<Ps> && ...);
+    static_assert(roles_distinct<named, Ps...>(),
+                  "skc::StaticKernelCompiler: a policy is chosen twice (two with_<role> of the same role)");
+};
+
+template <bool Named, class... Ps>
+struct policies_for {
+    using type = Policies<Ps...>;
+};
+template <class... Ps>
+struct policies_for<true, Ps...> {
+    using type = typename apply_selectors<Policies<>, Ps...>::type;
+};
+
+/// The constructor's policy objects: the one of type T among `ps`, else T().
+template <class T>
+T pick() {
+    static_assert(std::is_default_constructible_v<T>,
+                  "skc::StaticKernelCompiler: a policy without a default constructor must be passed to the constructor");
+    return T();
+}
+template <class T, class P, class... Ps>
+T pick(P&& p, Ps&&... ps) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<P>, T>) return T(std::forward<P>(p));
+    else return pick<T>(std::forward<Ps>(ps)...);
+}
+
+/// How many of the roles' types are exactly P's (a constructor argument must fill exactly one).
+template <class P, class... Roles>
+inline constexpr std::size_t roles_of = (std::size_t{std::is_same_v<std::remove_cvref_t<P>, Roles>} + ...);
+}  // namespace detail
+
+#define SKC_POLICY_SELECTOR(NAME, ROLE)                                                                   \
+    template <class P>                                                                                    \
+    struct NAME : detail::policy_selector {                                                               \
+        static constexpr detail::PolicyRole role = detail::PolicyRole::ROLE;                              \
+        template <class B>                                                                                \
+        struct apply : B {                                                                                \
+            using ROLE = P;                                                                               \
+        };                                                                                                \
+    };
+/// Selectors: `StaticKernelCompiler<Invoker, with_gather<G>, with_reselect<R>>`.
+SKC_POLICY_SELECTOR(with_storage, storage)
+SKC_POLICY_SELECTOR(with_lock, lock)
+SKC_POLICY_SELECTOR(with_install, install)
+SKC_POLICY_SELECTOR(with_reselect, reselect)
+SKC_POLICY_SELECTOR(with_gather, gather)
+SKC_POLICY_SELECTOR(with_support, support)
+SKC_POLICY_SELECTOR(with_targets, targets)
+#undef SKC_POLICY_SELECTOR
+
 /// The host of DESIGN.md's one picture. See the header comment.
-template <class Invoker, class Storage = FilesystemStorage, class Lock = FileLock, class Install = RunPackageInstaller,
-          class Reselect = NoReselect, class Gather = SingleRank, class Support = DefaultSupport,
-          class Targets = DefaultTargets>
+template <class Invoker, class... PolicyList>
 class StaticKernelCompiler {
-    // One check per requirement, each naming what is missing (tests/compile_fail/ holds one test each).
-    static_assert(requires(Invoker& i, const CompileRequest& r) { i.compile(r); },
-                  "skc::StaticKernelCompiler: the Invoker policy needs a member "
-                  "`CompileResult compile(const CompileRequest&)`");
-    static_assert(OpCompilerInvoker<Invoker>,
-                  "skc::StaticKernelCompiler: the Invoker's `compile(const CompileRequest&)` must return CompileResult");
+    using Chosen = typename detail::policies_for<detail::chosen_policies<PolicyList...>::named, PolicyList...>::type;
 
-    static_assert(requires(const Storage& s, std::string_view n) { { s.read(n) } -> std::same_as<std::optional<std::string>>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`std::optional<std::string> read(std::string_view name) const`");
-    static_assert(requires(Storage& s, std::string_view n, std::string_view d) { { s.write(n, d) } -> std::same_as<void>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`void write(std::string_view name, std::string_view data)`");
-    static_assert(requires(Storage& s, std::string_view n, const std::filesystem::path& f) {
-                      { s.import_file(n, f) } -> std::same_as<ObjectInfo>;
-                  },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`ObjectInfo import_file(std::string_view name, const std::filesystem::path& file)`");
-    static_assert(requires(Storage& s, std::string_view n) { { s.remove(n) } -> std::same_as<bool>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member `bool remove(std::string_view name)`");
-    static_assert(requires(const Storage& s, std::string_view n) { { s.stat(n) } -> std::same_as<std::optional<ObjectInfo>>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`std::optional<ObjectInfo> stat(std::string_view name) const`");
-    static_assert(requires(Storage& s, std::string_view n) { { s.touch(n) } -> std::same_as<void>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member `void touch(std::string_view name)`");
-    static_assert(requires(const Storage& s, std::string_view n) { { s.list(n) } -> std::same_as<std::vector<std::string>>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`std::vector<std::string> list(std::string_view prefix) const`");
-    static_assert(requires(const Storage& s, std::string_view n, const ChunkFn& fn) { { s.read_chunks(n, fn) } -> std::same_as<bool>; },
-                  "skc::StaticKernelCompiler: the Storage policy needs a member "
-                  "`bool read_chunks(std::string_view name, const ChunkFn& fn) const`");
+public:
+    using Storage = typename Chosen::storage;
+    using Lock = typename Chosen::lock;
+    using Install = typename Chosen::install;
+    using Reselect = typename Chosen::reselect;
+    using Gather = typename Chosen::gather;
+    using Support = typename Chosen::support;
+    using Targets = typename Chosen::targets;
 
-    static_assert(requires { typename Lock::Guard; },
-                  "skc::StaticKernelCompiler: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
-    static_assert(requires(Lock& l, std::string_view n, LockMode m) { l.try_lock(n, m); },
-                  "skc::StaticKernelCompiler: the Lock policy needs a member "
-                  "`Guard try_lock(std::string_view name, LockMode mode)`");
-    static_assert(requires(Lock& l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
-                  "skc::StaticKernelCompiler: the Lock policy needs a member "
-                  "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
-    static_assert(requires(Lock& l, std::string_view n, LockMode m) { l.lock(n, m); },
-                  "skc::StaticKernelCompiler: the Lock policy needs a member `Guard lock(std::string_view name, LockMode mode)`");
-    static_assert(LockPolicy<Lock>,
-                  "skc::StaticKernelCompiler: the Lock policy's members must return its `Guard`, which must be movable "
-                  "and have `bool owns() const`");
-
-    static_assert(requires(Install& i, const std::filesystem::path& p, const InstallOptions& o) {
-                      { i.install(p, p, o) } -> std::same_as<Installation>;
-                  },
-                  "skc::StaticKernelCompiler: the Install policy needs a member `Installation install(const "
-                  "std::filesystem::path& package, const std::filesystem::path& library, const InstallOptions&)`");
-    static_assert(requires(Install& i, const std::filesystem::path& p, std::string_view s, bool b) {
-                      { i.uninstall(p, s, s, b) } -> std::same_as<bool>;
-                  },
-                  "skc::StaticKernelCompiler: the Install policy needs a member `bool uninstall(const "
-                  "std::filesystem::path& library, std::string_view stem, std::string_view backend, bool persistent)`");
-    static_assert(requires(Install& i, const std::filesystem::path& p, std::string_view b) {
-                      { i.list(p, b) } -> std::same_as<std::vector<InstalledPackage>>;
-                  },
-                  "skc::StaticKernelCompiler: the Install policy needs a member `std::vector<InstalledPackage> "
-                  "list(const std::filesystem::path& library, std::string_view backend)`");
-
-    static_assert(ReselectHook<Reselect>,
-                  "skc::StaticKernelCompiler: the Reselect policy needs a member `void reselect(const ReselectContext&)`");
-    static_assert(requires(Gather& g, const GatherRequest& r, const LeadFn& l, const ShareFn& s) {
-                      { g.coordinate(r, l, s) } -> std::same_as<Value>;
-                  },
-                  "skc::StaticKernelCompiler: the Gather policy needs a member `Value coordinate(const GatherRequest&, "
-                  "const LeadFn&, const ShareFn&)`");
-    static_assert(GatherPolicy<Gather>,
-                  "skc::StaticKernelCompiler: the Gather policy needs members `std::size_t local_rank() const` and "
-                  "`std::size_t local_world_size() const`");
-    static_assert(SupportPolicy<Support>,
-                  "skc::StaticKernelCompiler: the Support policy needs a member `bool supports(std::string_view op_type) const`");
-    static_assert(TargetPolicy<Targets>,
-                  "skc::StaticKernelCompiler: the Targets policy needs a member `bool is_target(std::string_view op_type) const`");
+private:
+    // Each role's requirements are stated beside its concept, with one message per missing member
+    // (tests/compile_fail/ holds a test per role). The host asks only for what it calls.
+    static_assert(detail::diagnose_invoker<Invoker>());
+    static_assert(detail::diagnose_storage<Storage>());
+    static_assert(detail::diagnose_lock<Lock>());
+    static_assert(detail::diagnose_install<Install>());
+    static_assert(detail::diagnose_reselect<Reselect>());
+    static_assert(detail::diagnose_gather<Gather>());
+    static_assert(detail::diagnose_support<Support>());
+    static_assert(detail::diagnose_targets<Targets>());
 
     static constexpr bool cache_fits = skc::Storage<Storage> && LockPolicy<Lock>;
 
 public:
     using Cache = typename detail::cache_for<cache_fits, Storage, Lock>::type;
+
+    /// The policy objects that differ from their defaults, in any order, each matched to the role
+    /// whose type it has (`Compiler(invoker, options, settings, std::move(gather))`); the others are
+    /// default-constructed. A type that fills two roles must be passed by position (below).
+    template <class... Ps>
+        requires(sizeof...(Ps) > 0 &&
+                 ((detail::roles_of<Ps, Install, Reselect, Gather, Support, Targets> == 1) && ...))
+    StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Ps&&... policies)
+        : StaticKernelCompiler(std::move(invoker), std::move(options), std::move(settings),
+                               detail::pick<Install>(std::forward<Ps>(policies)...),
+                               detail::pick<Reselect>(std::forward<Ps>(policies)...),
+                               detail::pick<Gather>(std::forward<Ps>(policies)...),
+                               detail::pick<Support>(std::forward<Ps>(policies)...),
+                               detail::pick<Targets>(std::forward<Ps>(policies)...)) {}
 
     /// Resolves the base directory (SPEC section 3; Error naming the path when it is unusable) and
     /// opens the cache for (toolchain version, device) unless the options disable it.

@@ -1,4 +1,6 @@
-// skc/fwd.hpp: forward declarations of every public type, for headers that only name them.
+// skc/fwd.hpp: forward declarations of the public types, for headers that only name them.
+// Templates whose parameters are constrained (OpRecorder, IndexCache, OpDesc, FunctionInvoker) and the
+// types of the optional extensions (ext/) are declared in their own headers only.
 #pragma once
 
 #include <cstddef>
@@ -81,9 +83,64 @@ struct VerifyReport;
 struct CacheLockNames;
 class NoCache;
 
+struct KeyOp;
+template <class Guard>
+struct CacheHit;
+template <class Guard>
+struct CacheOutcome;
+enum class CacheMode : unsigned char;
+struct MissExplanation;
+struct ExportReport;
+struct ImportReport;
+
 struct CompileRequest;
 struct CompileResult;
 struct ProgressLine;
 class ProcessInvoker;
+
+struct InstallOptions;
+class Installation;
+struct InstalledPackage;
+class RunPackageInstaller;
+class NoInstall;
+
+struct ReselectContext;
+struct NoReselect;
+
+struct GatherRequest;
+struct GatheredSet;
+struct SingleRank;
+struct LocalRanks;
+class LocalFsGather;
+
+struct SelectedOp;
+struct RecordedOp;
+struct SessionPlan;
+class FileWriter;
+struct ToValueOptions;
+template <class Kernel>
+class KernelTable;
+
+struct CompilerCheck;
+struct CompileProgress;
+struct CompileReport;
+struct CompilerSettings;
+/// Policies by position or by name (with_gather<...>, ...): compiler.hpp, "named configurations".
+template <class Invoker, class... Policies>
+class StaticKernelCompiler;
+template <class P>
+struct with_storage;
+template <class P>
+struct with_lock;
+template <class P>
+struct with_install;
+template <class P>
+struct with_reselect;
+template <class P>
+struct with_gather;
+template <class P>
+struct with_support;
+template <class P>
+struct with_targets;
 
 }  // namespace skc

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -281,13 +282,38 @@ TEST_CASE("the reselect hook runs once per install, after the shared files are w
     CHECK(sizes[0] == 12);
     CHECK(r.stages.back().first == "reselect");
 
-    // Without an op library there is nothing to reselect.
+    // Without an op library there is nothing to reselect. The same configuration by name: the
+    // reselect hook alone, in the type and in the constructor.
     skc::process_compiled().clear();
-    skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller, SeenReselect> dry(
-        pc.invoker(), options_for(tmp.path()), settings_for({}), skc::RunPackageInstaller(), SeenReselect{&seen, &sizes});
+    skc::StaticKernelCompiler<Inv, skc::with_reselect<SeenReselect>> dry(pc.invoker(), options_for(tmp.path()),
+                                                                       settings_for({}), SeenReselect{&seen, &sizes});
     dry.compile(example_ops());
     CHECK(seen.size() == 1);
 }
+
+// Named configurations: each selector sets its role, in any order; the others keep their defaults.
+// By position, the trailing policies keep theirs.
+namespace named {
+using Gather2 = skc::StaticKernelCompiler<Inv, skc::with_install<skc::NoInstall>, skc::with_gather<skc::LocalFsGather>>;
+static_assert(std::is_same_v<Gather2::Install, skc::NoInstall>);
+static_assert(std::is_same_v<Gather2::Gather, skc::LocalFsGather>);
+static_assert(std::is_same_v<Gather2::Storage, skc::FilesystemStorage>);
+static_assert(std::is_same_v<Gather2::Lock, skc::FileLock>);
+static_assert(std::is_same_v<Gather2::Reselect, skc::NoReselect>);
+static_assert(std::is_same_v<Gather2::Support, skc::DefaultSupport>);
+static_assert(std::is_same_v<Gather2::Targets, skc::DefaultTargets>);
+using Memory = skc::StaticKernelCompiler<Inv, skc::with_lock<skc::ProcessLock>, skc::with_storage<skc::MemoryStorage>>;
+static_assert(std::is_same_v<Memory::Storage, skc::MemoryStorage> && std::is_same_v<Memory::Lock, skc::ProcessLock>);
+static_assert(std::is_same_v<skc::InMemoryCompiler<Inv>::Install, skc::NoInstall>);
+static_assert(std::is_same_v<skc::StaticKernelCompiler<Inv, skc::MemoryStorage>::Lock, skc::FileLock>);
+static_assert(std::is_same_v<Defaults::Install, skc::RunPackageInstaller>);
+// The constructor takes the objects that differ, in any order; a policy that cannot be made by
+// default must be passed.
+static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::LocalFsGather>);
+static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::LocalFsGather, skc::NoInstall>);
+static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::NoInstall, skc::LocalFsGather>);
+static_assert(!std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::FileLock>);  // not a constructor's
+}  // namespace named
 
 TEST_CASE("compile(recorder) ends the recording session and compiles what it recorded") {
     TempDir tmp;
@@ -806,4 +832,77 @@ TEST_CASE("op info folders: a child forked while they are written neither waits 
     CHECK(WEXITSTATUS(status) == 0);
     compiler.flush();
     CHECK(skc::read_op_info_dir(hit.run_dir / (std::to_string(::getpid()) + "_debug")).ops.size() == 2000);
+}
+
+TEST_CASE("op info folders: a failure to write them after a hit is thrown by flush() once; what was written is whole") {
+    TempDir tmp;
+    PackingCompiler pc;
+    const std::vector<skc::OpRecord> ops = many_ops(50);
+    const fs::path outputs = skc::Layout(tmp.path()).outputs();
+    const std::string opcompile_name = std::to_string(::getpid()) + "_opcompile";
+    std::set<fs::path> runs_before;
+    fs::path planted;
+    {
+        FsNoInstall first(pc.invoker(), options_for(tmp.path()), settings_for({}));
+        skc::process_compiled().clear();
+        REQUIRE(first.compile(ops).outcome == skc::CompileOutcome::compiled);
+    }
+    for (const auto& e : fs::directory_iterator(outputs)) runs_before.insert(e.path());
+
+    // A compiler whose writer has not started yet (its first compile()): at the lookup the hit's run
+    // folder exists and its folders are not written; a file where `<pid>_opcompile` must go makes
+    // the background writing fail.
+    skc::CompilerSettings st = settings_for({});
+    st.progress = [&](const skc::CompileProgress& p) {
+        if (p.phase != skc::CompileProgress::Phase::lookup) return;
+        for (const auto& e : fs::directory_iterator(outputs))
+            if (e.is_directory() && !runs_before.count(e.path()) && e.path().filename() != "static_kernel_cache") {
+                planted = e.path() / opcompile_name;
+                skc_test::spit(planted, "in the way");
+            }
+    };
+    FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), st);
+    skc::process_compiled().clear();
+    const skc::CompileReport hit = compiler.compile(ops);  // the lookup plants the file
+    CHECK(hit.outcome == skc::CompileOutcome::hit);
+    REQUIRE(planted == hit.run_dir / opcompile_name);
+    std::string message;
+    try {
+        compiler.flush();
+    } catch (const skc::Error& e) {
+        CHECK(e.code() == skc::Errc::io_error);
+        message = e.what();
+    }
+    CHECK(message == planted.string() + ": cannot create directory: Not a directory");
+    CHECK_NOTHROW(compiler.flush());  // reported once
+    CHECK(skc_test::slurp(planted) == "in the way");  // nothing replaced
+    // The folders made before the failure hold only whole files.
+    for (const char* suffix : {"_debug", ""}) {
+        const fs::path d = hit.run_dir / (std::to_string(::getpid()) + suffix);
+        if (fs::exists(d)) CHECK_NOTHROW((void)skc::read_op_info_dir(d));
+    }
+}
+
+namespace {
+/// A lock with lock_until alone (the host derives try_lock and lock), over file locks.
+struct UntilOnlyLock {
+    using Guard = skc::FileLock::Guard;
+    explicit UntilOnlyLock(std::filesystem::path dir) : inner(std::move(dir)) {}  // made for the cache's folder
+    skc::FileLock inner;
+    Guard lock_until(std::string_view name, skc::LockMode mode, skc::LockClock::time_point deadline) {
+        return inner.lock_until(name, mode, deadline);
+    }
+};
+}  // namespace
+
+TEST_CASE("the host asks only for what it calls: a lock with lock_until alone compiles, stores and hits") {
+    TempDir tmp;
+    PackingCompiler pc;
+    using Lean = skc::StaticKernelCompiler<Inv, skc::with_lock<UntilOnlyLock>, skc::with_install<skc::NoInstall>>;
+    Lean compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
+    skc::process_compiled().clear();
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
+    skc::process_compiled().clear();
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::hit);
+    CHECK(pc.calls == 1);
 }
