@@ -45,6 +45,20 @@ concept SupportPolicy = requires(const P& p, std::string_view op_type) {
     { p.supports(op_type) } -> std::convertible_to<bool>;
 };
 
+namespace detail {
+/// The messages for a Targets or Support policy that does not fit (a host calls each in one line).
+template <class P>
+consteval bool diagnose_targets() {
+    static_assert(TargetPolicy<P>, "skc: the Targets policy needs a member `bool is_target(std::string_view op_type) const`");
+    return true;
+}
+template <class P>
+consteval bool diagnose_support() {
+    static_assert(SupportPolicy<P>, "skc: the Support policy needs a member `bool supports(std::string_view op_type) const`");
+    return true;
+}
+}  // namespace detail
+
 /// The original's whitelist of tuning targets.
 struct DefaultTargets {
     static constexpr std::array<std::string_view, 21> op_types{

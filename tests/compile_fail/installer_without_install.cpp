@@ -1,16 +1,14 @@
-// expect: the Install policy needs a member `std::vector<InstalledPackage> list(const std::filesystem::path& library, std::string_view backend)`
+// An install policy without install() is named in one message.
+// expect: the Install policy needs a member `Installation install(const std::filesystem::path& package, const std::filesystem::path& library, const InstallOptions&)`
 #include <skc/compiler.hpp>
 
 struct MyInvoker {
     skc::CompileResult compile(const skc::CompileRequest&) { return {}; }
 };
 
-struct PartialInstaller {
-    skc::Installation install(const std::filesystem::path&, const std::filesystem::path&, const skc::InstallOptions&) {
-        return {};
-    }
-    bool uninstall(const std::filesystem::path&, std::string_view, std::string_view, bool) { return false; }
+struct ListOnly {  // what a tool needs, not what the host calls
+    std::vector<skc::InstalledPackage> list(const std::filesystem::path&, std::string_view) { return {}; }
 };
 
-using Compiler = skc::StaticKernelCompiler<MyInvoker, skc::FilesystemStorage, skc::FileLock, PartialInstaller>;
+using Compiler = skc::StaticKernelCompiler<MyInvoker, skc::with_install<ListOnly>>;
 static_assert(sizeof(Compiler) > 0);

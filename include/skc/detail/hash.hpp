@@ -4,9 +4,10 @@
 // 16 digest bytes are h1 then h2, each little-endian. Input bytes are read as little-endian 64-bit
 // words whatever the machine (memcpy plus a byte swap on big-endian ones at run time, shifts at
 // compile time), so the result is the same on every machine and compiler, and the same at compile
-// time (constexpr) and at run time. It is a fast identity hash,
-// not a cryptographic one: skc uses it to tell op instances apart, and checks package integrity
-// with a separate checksum.
+// time (constexpr) and at run time. It is a fast identity hash, not a cryptographic one: skc uses
+// it to tell op instances apart and, over a package's bytes, as the cache entry's checksum, which
+// catches damage (a truncated or altered file), not a forger (docs/cache.md, "Sharing a cache": who
+// can write the cache is trusted).
 #pragma once
 
 #include <array>

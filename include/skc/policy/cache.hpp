@@ -833,7 +833,7 @@ public:
     /// Whether another process holds `key` exclusively at this instant (it compiles or stores it), so
     /// that get_or_compile() would wait: for a progress display.
     [[nodiscard]] bool busy(const CacheKey& key) {
-        return !locks_.try_lock(key_lock(key.hex()), LockMode::shared).owns();
+        return !LockTraits<L>::try_lock(locks_, key_lock(key.hex()), LockMode::shared).owns();
     }
 
     /// The full checksum of the hit's package before its first use on this node (see the header
@@ -1025,7 +1025,7 @@ public:
         log(LogLevel::debug, "cache entry " + hex + " is discarded: " + reason);
         if (config_.mode == CacheMode::read_only) return false;
         Guard ex = wait ? locks_.lock_until(key_lock(hex), LockMode::exclusive, LockClock::now() + config_.wait_timeout)
-                        : locks_.try_lock(key_lock(hex), LockMode::exclusive);
+                        : LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::exclusive);
         if (!ex.owns()) return false;
         const Loaded l = load_entry(hex, /*with_components=*/false);
         if (l.entry && l.entry->checksum != checksum) return false;  // replaced meanwhile
@@ -1284,7 +1284,7 @@ private:
     void fold_quietly() {
         if constexpr (StorageTraits<S>::appends) {
             try {
-                Guard g = locks_.try_lock(names_.namespace_lock, LockMode::exclusive);
+                Guard g = LockTraits<L>::try_lock(locks_, names_.namespace_lock, LockMode::exclusive);
                 if (g.owns()) fold_locked(/*zero=*/false);
             } catch (const std::exception& e) {
                 log(LogLevel::warning, std::string("the cache's statistics log was not folded: ") + e.what());
@@ -1362,7 +1362,7 @@ private:
     std::optional<Hit> lookup_pinned(const std::string& hex, bool wait,
                                      LockClock::time_point deadline = LockClock::time_point::min()) {
         Guard pin = wait ? locks_.lock_until(key_lock(hex), LockMode::shared, deadline)
-                         : locks_.try_lock(key_lock(hex), LockMode::shared);
+                         : LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::shared);
         if (!pin.owns()) return std::nullopt;
         Loaded l = load_entry(hex, /*with_components=*/false);
         if (l.fault) {
@@ -1385,7 +1385,7 @@ private:
         }
         log(LogLevel::warning, "cache entry " + hex + " is unusable and treated as a miss: " + reason);
         if (config_.mode == CacheMode::read_only) return false;  // a writer removes it
-        Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+        Guard ex = LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::exclusive);
         if (!ex.owns()) return false;  // in use or being rebuilt: whoever holds it will see the fault
         if (const Loaded l = load_entry(hex, /*with_components=*/false); l.entry && package_intact(*l.entry))
             return false;  // rebuilt and sound
@@ -1412,14 +1412,14 @@ private:
             if (file.size() != 36 || file.substr(32) != ".run") continue;
             const std::string hex = file.substr(0, 32);
             if (storage_.stat("entries/" + hex)) continue;
-            Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+            Guard ex = LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::exclusive);
             if (!ex.owns() || storage_.stat("entries/" + hex)) continue;
             n += storage_.remove(name) ? 1 : 0;
         }
         for (const std::string& name : storage_.list("oplists")) {
             const std::string hex = name.substr(name.find('/') + 1);
             if (storage_.stat("entries/" + hex)) continue;
-            Guard ex = locks_.try_lock(key_lock(hex), LockMode::exclusive);
+            Guard ex = LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::exclusive);
             if (!ex.owns() || storage_.stat("entries/" + hex)) continue;
             n += storage_.remove(name) ? 1 : 0;
         }
@@ -1483,7 +1483,7 @@ private:
                               (limits.max_entries != 0 && count > limits.max_entries);
             if (!too_old && !over) continue;
             if (e.key == keep) continue;
-            Guard ex = locks_.try_lock(key_lock(e.key), LockMode::exclusive);
+            Guard ex = LockTraits<L>::try_lock(locks_, key_lock(e.key), LockMode::exclusive);
             if (!ex.owns()) {
                 ++r.skipped_in_use;
                 continue;

@@ -122,6 +122,22 @@ concept GatherPolicy = requires(G& g, const G& cg, const GatherRequest& r, const
     { cg.local_world_size() } -> std::convertible_to<std::size_t>;
 };
 
+namespace detail {
+/// One message per requirement of GatherPolicy that `G` misses (a host calls it in one line).
+template <class G>
+consteval bool diagnose_gather() {
+    static_assert(requires(G& g, const GatherRequest& r, const LeadFn& l, const ShareFn& s) {
+                      { g.coordinate(r, l, s) } -> std::same_as<Value>;
+                  },
+                  "skc: the Gather policy needs a member `Value coordinate(const GatherRequest&, const LeadFn&, "
+                  "const ShareFn&)`");
+    static_assert(GatherPolicy<G>,
+                  "skc: the Gather policy needs members `std::size_t local_rank() const` and "
+                  "`std::size_t local_world_size() const`");
+    return true;
+}
+}  // namespace detail
+
 /// One process: it is its own leader, nothing is exchanged.
 struct SingleRank {
     Value coordinate(const GatherRequest& r, const LeadFn& lead, const ShareFn& share) {

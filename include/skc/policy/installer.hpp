@@ -176,13 +176,25 @@ private:
     std::function<void()> release_;
 };
 
+/// What a host needs of an install policy: install(). The shipped installers also have
+/// `uninstall` and `list` (for tools such as `skc uninstall`) and `check` (a host that finds it asks
+/// it why a package cannot be installed before storing it).
 template <class I>
 concept Installer = requires(I& i, const std::filesystem::path& package, const std::filesystem::path& library,
-                             const InstallOptions& opt, std::string_view stem, bool persistent) {
+                             const InstallOptions& opt) {
     { i.install(package, library, opt) } -> std::same_as<Installation>;
-    { i.uninstall(library, stem, opt.backend, persistent) } -> std::same_as<bool>;
-    { i.list(library, opt.backend) } -> std::same_as<std::vector<InstalledPackage>>;
 };
+
+namespace detail {
+/// The message for an Install policy that does not fit (a host calls it in one line).
+template <class I>
+consteval bool diagnose_install() {
+    static_assert(Installer<I>,
+                  "skc: the Install policy needs a member `Installation install(const std::filesystem::path& package, "
+                  "const std::filesystem::path& library, const InstallOptions&)`");
+    return true;
+}
+}  // namespace detail
 
 namespace detail {
 

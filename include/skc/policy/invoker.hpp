@@ -117,6 +117,15 @@ concept OpCompilerInvoker = requires(I& i, const CompileRequest& r) {
 
 namespace detail {
 
+/// One message per requirement of OpCompilerInvoker that `I` misses (a host calls it in one line).
+template <class I>
+consteval bool diagnose_invoker() {
+    static_assert(requires(I& i, const CompileRequest& r) { i.compile(r); },
+                  "skc: the Invoker policy needs a member `CompileResult compile(const CompileRequest&)`");
+    static_assert(OpCompilerInvoker<I>, "skc: the Invoker's `compile(const CompileRequest&)` must return CompileResult");
+    return true;
+}
+
 inline std::set<std::filesystem::path> run_files(const std::filesystem::path& dir) {
     std::set<std::filesystem::path> out;
     std::error_code ec;

@@ -45,18 +45,65 @@ enum class LockAccess : unsigned char { read_write, read_only };
 
 using LockClock = std::chrono::steady_clock;
 
-/// A lock policy: `try_lock(name, mode)` never waits; `lock_until(name, mode, deadline)` waits at
-/// most until the deadline; `lock(name, mode)` waits as long as it takes. Each returns a movable
-/// Guard whose `owns()` tells whether the lock was acquired, and which releases it when destroyed.
+/// A lock policy: `lock_until(name, mode, deadline)` waits at most until the deadline and returns a
+/// movable Guard whose `owns()` tells whether the lock was acquired, and which releases it when
+/// destroyed. `try_lock(name, mode)` (never waits) and `lock(name, mode)` (waits as long as it takes)
+/// are optional: LockTraits derives them from lock_until.
 template <class L>
 concept LockPolicy = requires(L& l, std::string_view name, LockMode mode, LockClock::time_point deadline) {
     typename L::Guard;
     requires std::movable<typename L::Guard>;
-    { l.try_lock(name, mode) } -> std::same_as<typename L::Guard>;
     { l.lock_until(name, mode, deadline) } -> std::same_as<typename L::Guard>;
-    { l.lock(name, mode) } -> std::same_as<typename L::Guard>;
     { std::declval<const typename L::Guard&>().owns() } -> std::convertible_to<bool>;
 };
+
+/// try_lock and lock for any LockPolicy: its own when it has them, else lock_until with a deadline
+/// already past, or never reached.
+template <LockPolicy L>
+struct LockTraits {
+    using Guard = typename L::Guard;
+    static Guard try_lock(L& l, std::string_view name, LockMode mode) {
+        if constexpr (requires { { l.try_lock(name, mode) } -> std::same_as<Guard>; })
+            return l.try_lock(name, mode);
+        else
+            return l.lock_until(name, mode, LockClock::time_point::min());
+    }
+    static Guard lock(L& l, std::string_view name, LockMode mode) {
+        if constexpr (requires { { l.lock(name, mode) } -> std::same_as<Guard>; })
+            return l.lock(name, mode);
+        else
+            return l.lock_until(name, mode, LockClock::time_point::max());
+    }
+};
+
+namespace detail {
+
+/// One message per requirement of LockPolicy that `L` misses (a host calls it in one line).
+template <class L>
+consteval bool diagnose_lock() {
+    static_assert(requires { typename L::Guard; },
+                  "skc: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
+    static_assert(requires(L& l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
+                  "skc: the Lock policy needs a member "
+                  "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
+    static_assert(LockPolicy<L>,
+                  "skc: the Lock policy's lock_until must return its `Guard`, which must be movable and have "
+                  "`bool owns() const`");
+    return true;
+}
+
+/// The shipped locks' try_lock and lock, written once: LockTraits's, as members.
+template <class Derived>
+struct LockShorthands {
+    auto try_lock(std::string_view name, LockMode mode) {
+        return static_cast<Derived&>(*this).lock_until(name, mode, LockClock::time_point::min());
+    }
+    auto lock(std::string_view name, LockMode mode) {
+        return static_cast<Derived&>(*this).lock_until(name, mode, LockClock::time_point::max());
+    }
+};
+
+}  // namespace detail
 
 namespace detail {
 
@@ -89,7 +136,7 @@ inline void check_lock_name(std::string_view name) {
 /// The lock files are created as needed and kept (an empty file per name). If one is removed or
 /// replaced while a process waits for it, the waiter notices after acquiring and retries on the
 /// new file, so two processes never hold one name through different files.
-class FileLock {
+class FileLock : public detail::LockShorthands<FileLock> {
 public:
     class Guard {
     public:
@@ -136,11 +183,9 @@ public:
         return dir() / (std::string(name) + ".lock");
     }
 
-    Guard try_lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::min()); }
     Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline) {
         return acquire(name, mode, deadline);
     }
-    Guard lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::max()); }
 
 private:
     Guard acquire(std::string_view name, LockMode mode, LockClock::time_point deadline) {
@@ -234,7 +279,7 @@ private:
 
 /// Locks between the threads of one process. Copies share their locks; separate instances
 /// (constructed, not copied) do not.
-class ProcessLock {
+class ProcessLock : public detail::LockShorthands<ProcessLock> {
     struct State {
         std::mutex mu;
         std::condition_variable cv;
@@ -287,11 +332,9 @@ public:
 
     ProcessLock() : state_(std::make_shared<State>()) {}
 
-    Guard try_lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::min()); }
     Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline) {
         return acquire(name, mode, deadline);
     }
-    Guard lock(std::string_view name, LockMode mode) { return acquire(name, mode, LockClock::time_point::max()); }
 
 private:
     Guard acquire(std::string_view name, LockMode mode, LockClock::time_point deadline) {
@@ -319,16 +362,14 @@ private:
 };
 
 /// No locking: every lock is granted at once. For one process with one thread.
-class NoLock {
+class NoLock : public detail::LockShorthands<NoLock> {
 public:
     struct Guard {
         [[nodiscard]] bool owns() const noexcept { return true; }
         explicit operator bool() const noexcept { return true; }
         void release() noexcept {}
     };
-    Guard try_lock(std::string_view, LockMode) { return {}; }
     Guard lock_until(std::string_view, LockMode, LockClock::time_point) { return {}; }
-    Guard lock(std::string_view, LockMode) { return {}; }
 };
 
 static_assert(LockPolicy<FileLock> && LockPolicy<ProcessLock> && LockPolicy<NoLock>);

@@ -27,6 +27,15 @@ concept ReselectHook = requires(R& r, const ReselectContext& c) {
     { r.reselect(c) } -> std::same_as<void>;
 };
 
+namespace detail {
+/// The message for a Reselect policy that does not fit (a host calls it in one line).
+template <class R>
+consteval bool diagnose_reselect() {
+    static_assert(ReselectHook<R>, "skc: the Reselect policy needs a member `void reselect(const ReselectContext&)`");
+    return true;
+}
+}  // namespace detail
+
 /// For hosts without a runtime to refresh (tools, tests).
 struct NoReselect {
     void reselect(const ReselectContext&) {}

@@ -111,6 +111,35 @@ concept Storage = requires(S& s, const S& cs, std::string_view name, std::string
     { cs.read_chunks(name, fn) } -> std::same_as<bool>;
 };
 
+namespace detail {
+
+/// One message per member of the Storage concept that `S` misses (a host calls it in one line).
+template <class S>
+consteval bool diagnose_storage() {
+    static_assert(requires(const S& s, std::string_view n) { { s.read(n) } -> std::same_as<std::optional<std::string>>; },
+                  "skc: the Storage policy needs a member `std::optional<std::string> read(std::string_view name) const`");
+    static_assert(requires(S& s, std::string_view n, std::string_view d) { { s.write(n, d) } -> std::same_as<void>; },
+                  "skc: the Storage policy needs a member `void write(std::string_view name, std::string_view data)`");
+    static_assert(requires(S& s, std::string_view n, const std::filesystem::path& f) {
+                      { s.import_file(n, f) } -> std::same_as<ObjectInfo>;
+                  },
+                  "skc: the Storage policy needs a member "
+                  "`ObjectInfo import_file(std::string_view name, const std::filesystem::path& file)`");
+    static_assert(requires(S& s, std::string_view n) { { s.remove(n) } -> std::same_as<bool>; },
+                  "skc: the Storage policy needs a member `bool remove(std::string_view name)`");
+    static_assert(requires(const S& s, std::string_view n) { { s.stat(n) } -> std::same_as<std::optional<ObjectInfo>>; },
+                  "skc: the Storage policy needs a member `std::optional<ObjectInfo> stat(std::string_view name) const`");
+    static_assert(requires(S& s, std::string_view n) { { s.touch(n) } -> std::same_as<void>; },
+                  "skc: the Storage policy needs a member `void touch(std::string_view name)`");
+    static_assert(requires(const S& s, std::string_view n) { { s.list(n) } -> std::same_as<std::vector<std::string>>; },
+                  "skc: the Storage policy needs a member `std::vector<std::string> list(std::string_view prefix) const`");
+    static_assert(requires(const S& s, std::string_view n, const ChunkFn& fn) { { s.read_chunks(n, fn) } -> std::same_as<bool>; },
+                  "skc: the Storage policy needs a member `bool read_chunks(std::string_view name, const ChunkFn& fn) const`");
+    return true;
+}
+
+}  // namespace detail
+
 /// Fills in the optional members of a Storage.
 template <class S>
 struct StorageTraits {

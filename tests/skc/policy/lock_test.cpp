@@ -25,36 +25,42 @@ template <>
 struct Fixture<skc::FileLock> {
     skc_test::TempDir dir;
     skc::FileLock make() { return skc::FileLock(dir.path()); }
-    static constexpr bool excludes = true;
 };
 
 template <>
 struct Fixture<skc::ProcessLock> {
     skc::ProcessLock shared;  // copies share their locks
     skc::ProcessLock make() { return shared; }
-    static constexpr bool excludes = true;
 };
 
-template <>
-struct Fixture<skc::NoLock> {
-    skc::NoLock make() { return {}; }
-    static constexpr bool excludes = false;
-};
 
 }  // namespace
 
 TEST_CASE_TEMPLATE("lock law: a granted lock owns, a moved-from guard does not, release frees", L, skc::FileLock,
-                   skc::ProcessLock, skc::NoLock) {
+                   skc::ProcessLock) {
     Fixture<L> fx;
     L a = fx.make();
     auto g = a.try_lock("name", LockMode::exclusive);
     CHECK(g.owns());
     auto moved = std::move(g);
     CHECK(moved.owns());
-    if constexpr (Fixture<L>::excludes) CHECK_FALSE(g.owns());  // NOLINT: moved-from is empty by contract
-    moved.release();
+    CHECK_FALSE(g.owns());  // NOLINT: moved-from is empty by contract
     L b = fx.make();
+    CHECK_FALSE(b.try_lock("name", LockMode::exclusive).owns());  // still held, by the moved-to guard
+    moved.release();
     CHECK(b.try_lock("name", LockMode::exclusive).owns());
+}
+
+TEST_CASE("NoLock grants every lock at once: two exclusive ones on one name, and with a deadline already past") {
+    skc::NoLock a, b;
+    const auto g1 = a.try_lock("name", LockMode::exclusive);
+    const auto g2 = b.try_lock("name", LockMode::exclusive);  // a real lock would refuse this one
+    CHECK((g1.owns() && g2.owns()));
+    const auto start = skc::LockClock::now();
+    const auto g3 = a.lock_until("name", LockMode::exclusive, start - std::chrono::seconds(1));
+    CHECK(g3.owns());
+    CHECK(a.lock("name", LockMode::shared).owns());
+    CHECK(skc::LockClock::now() - start < std::chrono::seconds(1));  // nothing waited
 }
 
 TEST_CASE_TEMPLATE("lock law: shared with shared; exclusive with nothing", L, skc::FileLock, skc::ProcessLock) {
@@ -241,4 +247,35 @@ TEST_CASE("FileLock in another user's folder: permission denied, not \"no such f
     CHECK(got == "permission_denied|" + (dir / "keys/key-new.lock").string() + ": cannot open lock file: Permission denied\n"
                  "permission_denied|" + (dir / "other").string() + ": cannot create the lock file's folder: Permission denied\n"
                  "owns\n");  // an existing lock file is opened read-only for a shared lock
+}
+
+namespace {
+/// A lock with lock_until alone, over a ProcessLock.
+struct UntilOnly {
+    using Guard = skc::ProcessLock::Guard;
+    skc::ProcessLock inner;
+    int calls = 0;
+    Guard lock_until(std::string_view name, LockMode mode, skc::LockClock::time_point deadline) {
+        ++calls;
+        return inner.lock_until(name, mode, deadline);
+    }
+};
+static_assert(skc::LockPolicy<UntilOnly>);
+}  // namespace
+
+TEST_CASE("LockTraits makes try_lock and lock from lock_until: try_lock does not wait, lock does") {
+    UntilOnly l;
+    using T = skc::LockTraits<UntilOnly>;
+    auto held = T::lock(l, "name", LockMode::exclusive);
+    CHECK(held.owns());
+    const auto start = skc::LockClock::now();
+    CHECK_FALSE(T::try_lock(l, "name", LockMode::shared).owns());
+    CHECK(skc::LockClock::now() - start < std::chrono::seconds(1));
+    std::thread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        held.release();
+    });
+    CHECK(T::lock(l, "name", LockMode::shared).owns());  // waited for the release
+    releaser.join();
+    CHECK(l.calls == 3);  // every call went through lock_until
 }
