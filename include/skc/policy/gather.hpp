@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "../detail/hash.hpp"
+#include "../detail/posix.hpp"
 #include "../detail/text.hpp"
 #include "../error.hpp"
 #include "../layout.hpp"
@@ -269,14 +270,6 @@ inline std::string list_ranks(const std::vector<std::size_t>& ranks) {
         s += std::to_string(ranks[i]);
     }
     return s;
-}
-
-inline std::string seconds_text(std::chrono::nanoseconds d) {
-    const double s = static_cast<double>(d.count()) / 1e9;
-    std::string t = std::to_string(s);
-    t.erase(t.find_last_not_of('0') + 1);
-    if (!t.empty() && t.back() == '.') t.pop_back();
-    return t + " s";
 }
 
 /// A name usable as one path component: kept when plain, else `id-<digest>` of it.
@@ -571,8 +564,14 @@ private:
                 text += e.name;
                 text += '\n';
             }
+            // The last rank out of an earlier round removes empty host and run id folders in the
+            // background: one that goes between the creation of a parent and of this folder is
+            // created again.
             std::error_code ec;
-            std::filesystem::create_directories(dir_, ec);
+            for (int attempt = 0; attempt < 3; ++attempt) {
+                std::filesystem::create_directories(dir_, ec);
+                if (!ec) break;
+            }
             if (ec)
                 throw Error(Errc::io_error, "cannot create the rendezvous folder: " + ec.message(),
                             ErrorContext{dir_.string(), {}, {}});
@@ -589,11 +588,11 @@ private:
             fl.l_type = F_WRLCK;
             fl.l_whence = SEEK_SET;
             if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) fail("cannot lock", tmp, errno);
-            for (std::size_t done = 0; done < text.size();) {
-                const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-                if (n < 0 && errno == EINTR) continue;
-                if (n < 0) fail("cannot write", tmp, errno);
-                done += static_cast<std::size_t>(n);
+            try {
+                detail::write_all(fd_, text, tmp);
+            } catch (const Error&) {
+                ::unlink(tmp.c_str());
+                throw;
             }
             const std::filesystem::path name = dir_ / claim_name(g_.ranks_.local_rank, g_.ranks_.local_world_size, nonce_);
             if (::rename(tmp.c_str(), name.c_str()) != 0) fail("cannot publish", name, errno);
@@ -723,10 +722,11 @@ private:
                 ::close(fd);
                 if (n != static_cast<ssize_t>(line.size())) detail::throw_errno("cannot write", passed, n < 0 ? err : EIO);
             }
-            const auto arrived = [&](const std::string& nonce) {
-                const std::optional<std::string> t = read_if(passed);
-                return t && (t->starts_with(nonce + "\n") || t->find("\n" + nonce + "\n") != std::string::npos);
+            // Whole lines only: a nonce is there when a line holds exactly it.
+            const auto has = [](const std::string& text, const std::string& nonce) {
+                return text.starts_with(nonce + "\n") || text.find("\n" + nonce + "\n") != std::string::npos;
             };
+            const auto read_passed = [&] { return read_if(passed).value_or(std::string()); };
             const auto failed = [&](std::size_t rank, const std::string& nonce) {
                 if (auto msg = read_if(dir_ / ("fail." + nonce)))
                     throw Error(Errc::peer_failed, "local rank " + std::to_string(rank) + " failed: " + *msg,
@@ -735,15 +735,16 @@ private:
             const auto deadline = clock::now() + g_.timeout_;
             for (;;) {
                 std::vector<std::size_t> missing;
+                const std::string seen = read_passed();  // once per look, not once per rank
                 for (const auto& [rank, nonce] : members_) {
-                    if (nonce == nonce_ || arrived(nonce)) continue;
+                    if (nonce == nonce_ || has(seen, nonce)) continue;
                     failed(rank, nonce);
                     const Claim c{rank, g_.ranks_.local_world_size, nonce, true};
                     if (!is_held(c)) {
                         // A rank marks the barrier (or its failure) before it releases its claim, so
                         // a second look after seeing the claim free tells a rank that passed the
                         // barrier and left from one that died.
-                        if (arrived(nonce)) continue;
+                        if (has(read_passed(), nonce)) continue;
                         failed(rank, nonce);
                         throw Error(Errc::peer_failed,
                                     "local rank " + std::to_string(rank) + " (pid " + pid_of(c) +
