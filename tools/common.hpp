@@ -39,17 +39,11 @@ inline void out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout)
 /// Control characters as \xNN, so that a hostile name cannot forge lines of output; with
 /// `keep_newlines`, line breaks stay (for messages that quote a log's last lines).
 inline std::string printable(std::string_view s, bool keep_newlines = false) {
-    static constexpr char digits[] = "0123456789abcdef";
     std::string r;
     for (const char c : s) {
         const auto u = static_cast<unsigned char>(c);
-        if ((u < 0x20 && !(keep_newlines && c == '\n')) || u == 0x7f) {
-            r += "\\x";
-            r += digits[u >> 4];
-            r += digits[u & 0xF];
-        } else {
-            r += c;
-        }
+        if ((u < 0x20 && !(keep_newlines && c == '\n')) || u == 0x7f) skc::detail::append_hex_escape(r, c);
+        else r += c;
     }
     return r;
 }

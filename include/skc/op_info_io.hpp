@@ -30,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/posix.hpp"
+#include "detail/text.hpp"
 #include "error.hpp"
 #include "op_record.hpp"
 #include "value.hpp"
@@ -51,11 +53,6 @@ inline void reject_nul(const std::filesystem::path& p) {
         throw Error(Errc::unsafe_path, "the path contains a NUL byte", ErrorContext{s.substr(0, nul), {}, {}});
 }
 
-[[noreturn]] inline void throw_errno(const std::string& what, const std::filesystem::path& p, int err) {
-    const Errc code = (err == EACCES || err == EPERM) ? Errc::permission_denied : Errc::io_error;
-    throw Error(code, what + ": " + std::strerror(err), ErrorContext{p.string(), {}, {}});
-}
-
 /// nlohmann's parse error text, made safe for a one-line message: the quoted "last read" token is
 /// cut to a few dozen bytes (an unterminated string would otherwise be quoted whole), bytes outside
 /// printable ASCII are shown as \xNN, and the whole is capped at 400 bytes.
@@ -67,17 +64,11 @@ inline std::string tidy_parse_message(std::string msg) {
         const std::size_t token = pos + last_read.size();
         if (msg.size() - token > 48) msg = msg.substr(0, token + 40) + "...'";
     }
-    static constexpr char digits[] = "0123456789abcdef";
     std::string out;
     for (char c : msg) {
         const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u >= 0x7f) {
-            out += "\\x";
-            out += digits[u >> 4];
-            out += digits[u & 0xF];
-        } else {
-            out += c;
-        }
+        if (u < 0x20 || u >= 0x7f) append_hex_escape(out, c);
+        else out += c;
         if (out.size() >= 400) {
             out += "...";
             break;
@@ -361,17 +352,12 @@ inline void write_new_file(const std::filesystem::path& dir, const std::string& 
                                              std::to_string(tmp_counter.fetch_add(1)) + "." + name);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw_errno("cannot create", tmp, errno);
-    std::size_t done = 0;
-    while (done < content.size()) {
-        const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            const int err = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            throw_errno("cannot write", tmp, err);
-        }
-        done += static_cast<std::size_t>(n);
+    try {
+        write_all(fd, content, tmp);
+    } catch (const Error&) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
     }
     if (sync && ::fsync(fd) != 0) {
         const int err = errno;

@@ -3,7 +3,9 @@
 // reads a number from untrusted text.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -11,25 +13,41 @@
 
 namespace skc::detail {
 
+/// Appends `c` to `out` as \xNN (the one spelling of a byte that must not be shown as it is).
+inline void append_hex_escape(std::string& out, char c) {
+    static constexpr char digits[] = "0123456789abcdef";
+    const auto u = static_cast<unsigned char>(c);
+    out += "\\x";
+    out += digits[u >> 4];
+    out += digits[u & 0xF];
+}
+
 /// `s` in double quotes, control characters, DEL, '"' and '\' shown as \xNN. With `max` > 0, only
 /// the first `max` bytes are shown, followed by `...` after the closing quote when cut.
 inline std::string quote(std::string_view s, std::size_t max = 0) {
-    static constexpr char digits[] = "0123456789abcdef";
     const bool cut = max > 0 && s.size() > max;
     std::string out = "\"";
     for (char c : cut ? s.substr(0, max) : s) {
         const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u == 0x7f || c == '"' || c == '\\') {
-            out += "\\x";
-            out += digits[u >> 4];
-            out += digits[u & 0xF];
-        } else {
-            out += c;
-        }
+        if (u < 0x20 || u == 0x7f || c == '"' || c == '\\') append_hex_escape(out, c);
+        else out += c;
     }
     out += '"';
     if (cut) out += "...";
     return out;
+}
+
+/// "1 s", "1.5 s", "0.3 s": a duration for messages, to the millisecond (cut, not rounded).
+inline std::string seconds_text(std::chrono::nanoseconds d) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    std::string out = (ms < 0 ? "-" : "") + std::to_string(std::abs(ms) / 1000);
+    if (const auto frac = std::abs(ms) % 1000; frac != 0) {
+        std::string f = std::to_string(frac);
+        f.insert(0, 3 - f.size(), '0');
+        while (f.back() == '0') f.pop_back();
+        out += "." + f;
+    }
+    return out + " s";
 }
 
 /// `s` cut at every `sep`: "a b" -> {"a", "b"}, "" -> {""}, "a  b" -> {"a", "", "b"}.

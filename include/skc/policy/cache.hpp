@@ -316,18 +316,6 @@ inline std::optional<std::vector<KeyOp>> decode_op_list(std::string_view t) {
     return out;
 }
 
-/// "1 s", "1.5 s", "0.3 s": a duration for messages, exact to the millisecond.
-inline std::string format_ms(std::chrono::milliseconds d) {
-    const auto ms = d.count();
-    std::string out = std::to_string(ms / 1000);
-    if (const auto frac = ms % 1000; frac != 0) {
-        std::string f = std::to_string(frac);
-        f.insert(0, 3 - f.size(), '0');
-        while (f.back() == '0') f.pop_back();
-        out += "." + f;
-    }
-    return out + " s";
-}
 
 /// This machine's name for the cache's per-node memos: the host name with anything but letters,
 /// digits, '-', '_' and '.' replaced by '_' ("node" when there is none).
@@ -903,7 +891,7 @@ public:
             ex = locks_.lock_until(key_lock(hex), LockMode::exclusive, deadline);
             if (!ex.owns()) {
                 add_wait(LockClock::now() - t0);
-                throw Error(Errc::timeout, "waited " + detail::format_ms(config_.wait_timeout) +
+                throw Error(Errc::timeout, "waited " + detail::seconds_text(config_.wait_timeout) +
                                                " for another process compiling cache key " + hex);
             }
             // Still missing (or recache, which replaces whatever is there): this process compiles.

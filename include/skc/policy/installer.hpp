@@ -76,6 +76,7 @@
 #include <unistd.h>
 
 #include "../detail/hash.hpp"
+#include "../detail/posix.hpp"
 #include "../detail/process.hpp"
 #include "../error.hpp"
 #include "../op_info_io.hpp"
@@ -411,7 +412,7 @@ public:
         if (::rename(staging.c_str(), folder.c_str()) != 0)
             throw Error(Errc::io_error, "run package " + stem + ": cannot move the package into place: " +
                                             std::strerror(errno), ErrorContext{folder.string(), {}, {}});
-        fsync_dir(base);
+        detail::fsync_dir(base);
         return publish_and_hold_locked(base, stem, payload.device, opt, true, false);
     }
 
@@ -781,14 +782,6 @@ private:
 
     static void write_text(const std::filesystem::path& p, const std::string& text) {
         FilesystemStorage(p.parent_path()).write(p.filename().string(), text);
-    }
-
-    static void fsync_dir(const std::filesystem::path& dir) {
-        const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd >= 0) {
-            (void)::fsync(fd);
-            ::close(fd);
-        }
     }
 
     /// config.ini: "[packages]" then one "<stem> = <device>" line per package, in install order.

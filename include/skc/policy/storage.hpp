@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "../detail/dir_handle.hpp"
+#include "../detail/posix.hpp"
 #include "../error.hpp"
 
 namespace skc {
@@ -177,22 +178,6 @@ inline void check_object_name(std::string_view name) {
                                                 "\" is not a plain relative path");
 }
 
-[[noreturn]] inline void storage_errno(const std::string& what, const std::filesystem::path& p, int err) {
-    throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::io_error,
-                what + ": " + std::strerror(err), ErrorContext{p.string(), {}, {}});
-}
-
-inline void write_all(int fd, const char* p, std::size_t n, const std::filesystem::path& path) {
-    while (n != 0) {
-        const ssize_t w = ::write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            storage_errno("cannot write", path, errno);
-        }
-        p += w;
-        n -= static_cast<std::size_t>(w);
-    }
-}
 
 inline ObjectInfo info_of(const struct stat& st) {
     ObjectInfo i;
@@ -242,7 +227,7 @@ public:
         int fd = open_relative(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == ENXIO) return std::nullopt;
-            detail::storage_errno("cannot open", path(name), errno);
+            detail::throw_errno("cannot open", path(name), errno);
         }
         // Entries are small: usually one read() into a 4 KiB buffer, and no fstat. A folder fails
         // the read with EISDIR (no object); a FIFO reads as empty.
@@ -256,7 +241,7 @@ public:
                 const int err = errno;
                 ::close(fd);
                 if (err == EISDIR || err == EAGAIN) return std::nullopt;
-                detail::storage_errno("cannot read", path(name), err);
+                detail::throw_errno("cannot read", path(name), err);
             }
             got += static_cast<std::size_t>(n);
             if (static_cast<std::size_t>(n) < want) break;  // a short read of a file is its end
@@ -268,7 +253,7 @@ public:
     }
 
     void write(std::string_view name, std::string_view data) {
-        publish(name, [&](int fd, const std::filesystem::path& tmp) { detail::write_all(fd, data.data(), data.size(), tmp); });
+        publish(name, [&](int fd, const std::filesystem::path& tmp) { detail::write_all(fd, data, tmp); });
     }
 
     /// Publishes several objects, each replaced atomically as by write(), with as few journal
@@ -282,11 +267,11 @@ public:
         try {
             for (const auto& [name, data] : objects) {
                 temps.push_back(open_temp(name));
-                detail::write_all(temps.back().fd, data.data(), data.size(), temps.back().tmp);
+                detail::write_all(temps.back().fd, data, temps.back().tmp);
                 (void)::sync_file_range(temps.back().fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // start, do not wait
             }
             for (const Temp& t : temps)
-                if (::fsync(t.fd) != 0) detail::storage_errno("cannot fsync", t.tmp, errno);
+                if (::fsync(t.fd) != 0) detail::throw_errno("cannot fsync", t.tmp, errno);
         } catch (...) {
             for (Temp& t : temps) t.discard();
             throw;
@@ -297,22 +282,22 @@ public:
                 temps[i].rename();
             } catch (...) {
                 for (std::size_t j = i + 1; j < temps.size(); ++j) temps[j].discard();
-                for (const std::filesystem::path& d : dirs) fsync_dir(d);
+                for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
                 throw;
             }
             std::filesystem::path d = temps[i].final.parent_path();
             if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(std::move(d));
         }
-        for (const std::filesystem::path& d : dirs) fsync_dir(d);
+        for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
     }
 
     ObjectInfo import_file(std::string_view name, const std::filesystem::path& file) {
         publish(name, [&](int fd, const std::filesystem::path& tmp) {
             const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-            if (in < 0) detail::storage_errno("cannot open", file, errno);
+            if (in < 0) detail::throw_errno("cannot open", file, errno);
             char buf[1 << 16];
             drain(in, file, buf, sizeof buf,
-                  [&](std::string_view c) { detail::write_all(fd, c.data(), c.size(), tmp); });
+                  [&](std::string_view c) { detail::write_all(fd, c, tmp); });
         });
         return stat(name).value();
     }
@@ -325,7 +310,7 @@ public:
             std::error_code ec;
             return std::filesystem::remove_all(p, ec) > 0;
         }
-        detail::storage_errno("cannot remove", p, errno);
+        detail::throw_errno("cannot remove", p, errno);
     }
 
     [[nodiscard]] std::optional<ObjectInfo> stat(std::string_view name) const {
@@ -333,7 +318,7 @@ public:
         struct stat st {};
         if (stat_relative(name, st) != 0) {
             if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
-            detail::storage_errno("cannot stat", path(name), errno);
+            detail::throw_errno("cannot stat", path(name), errno);
         }
         return detail::info_of(st);
     }
@@ -366,7 +351,7 @@ public:
             }
             if (fd < 0) {
                 const int err = errno;
-                detail::storage_errno("cannot open for appending", path(name), err);
+                detail::throw_errno("cannot open for appending", path(name), err);
             }
             struct stat st {};
             int rc = 0;
@@ -375,7 +360,7 @@ public:
             if (rc != 0 || ::fstat(fd, &st) != 0) {
                 const int err = errno;
                 ::close(fd);
-                detail::storage_errno("cannot lock for appending", path(name), err);
+                detail::throw_errno("cannot lock for appending", path(name), err);
             }
             if (st.st_nlink == 0) {  // taken and removed meanwhile
                 ::close(fd);
@@ -386,7 +371,7 @@ public:
             }
             const int err = errno;
             ::close(fd);
-            if (w < 0) detail::storage_errno("cannot append", path(name), err);
+            if (w < 0) detail::throw_errno("cannot append", path(name), err);
             if (static_cast<std::size_t>(w) != data.size())
                 throw Error(Errc::io_error, "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
                                                 " bytes were written (is the disk full?)",
@@ -406,7 +391,7 @@ public:
             if (fd < 0) {
                 const int err = errno;
                 if (err == ENOENT || err == ENOTDIR) return std::nullopt;
-                detail::storage_errno("cannot open", path(name), err);
+                detail::throw_errno("cannot open", path(name), err);
             }
             try {
                 struct stat st {};
@@ -415,7 +400,7 @@ public:
                 }
                 if (rc != 0 || ::fstat(fd, &st) != 0) {
                     const int err = errno;
-                    detail::storage_errno("cannot lock", path(name), err);
+                    detail::throw_errno("cannot lock", path(name), err);
                 }
                 if (st.st_nlink == 0) {  // another taker removed it meanwhile
                     ::close(fd);
@@ -423,7 +408,7 @@ public:
                 }
                 if (!to.empty() && ::rename(path(name).c_str(), path(to).c_str()) != 0) {
                     const int err = errno;
-                    detail::storage_errno("cannot rename", path(name), err);
+                    detail::throw_errno("cannot rename", path(name), err);
                 }
                 std::string data;
                 if (S_ISREG(st.st_mode)) {  // anything else reads as empty
@@ -433,7 +418,7 @@ public:
                         if (n < 0 && errno == EINTR) continue;
                         if (n < 0) {
                             const int err = errno;
-                            detail::storage_errno("cannot read", path(to.empty() ? name : to), err);
+                            detail::throw_errno("cannot read", path(to.empty() ? name : to), err);
                         }
                         if (n == 0) break;
                         data.append(buf, static_cast<std::size_t>(n));
@@ -453,7 +438,7 @@ public:
         DIR* d = ::opendir(p.c_str());
         if (d == nullptr) {
             if (errno == ENOENT || errno == ENOTDIR) return out;
-            detail::storage_errno("cannot list", p, errno);
+            detail::throw_errno("cannot list", p, errno);
         }
         while (const dirent* e = ::readdir(d)) {
             const std::string_view n = e->d_name;
@@ -495,7 +480,7 @@ public:
         const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return false;
-            detail::storage_errno("cannot open", p, errno);
+            detail::throw_errno("cannot open", p, errno);
         }
         std::string buf(1 << 20, '\0');
         drain(fd, p, buf.data(), buf.size(), fn);
@@ -538,7 +523,7 @@ private:
                                 : ::utimensat(AT_FDCWD, path(name).c_str(), times, AT_SYMLINK_NOFOLLOW);
         if (rc != 0 && errno != ENOENT) {
             const int err = errno;
-            detail::storage_errno("cannot touch", path(name), err);
+            detail::throw_errno("cannot touch", path(name), err);
         }
     }
 
@@ -551,7 +536,7 @@ private:
                 const ssize_t got = ::read(fd, buf, n);
                 if (got < 0) {
                     if (errno == EINTR) continue;
-                    detail::storage_errno("cannot read", p, errno);
+                    detail::throw_errno("cannot read", p, errno);
                 }
                 if (got == 0) break;
                 fn(std::string_view(buf, static_cast<std::size_t>(got)));
@@ -578,13 +563,13 @@ private:
         Temp t = open_temp(name);
         try {
             fill(t.fd, t.tmp);
-            if (::fsync(t.fd) != 0) detail::storage_errno("cannot fsync", t.tmp, errno);
+            if (::fsync(t.fd) != 0) detail::throw_errno("cannot fsync", t.tmp, errno);
         } catch (...) {
             t.discard();
             throw;
         }
         t.rename();
-        fsync_dir(t.final.parent_path());
+        detail::fsync_dir(t.final.parent_path());
     }
 
     /// A temporary beside the object it will become.
@@ -602,7 +587,7 @@ private:
             if (::rename(tmp.c_str(), final.c_str()) != 0) {
                 const int err = errno;
                 ::unlink(tmp.c_str());
-                detail::storage_errno("cannot publish", final, err);
+                detail::throw_errno("cannot publish", final, err);
             }
         }
     };
@@ -617,16 +602,8 @@ private:
         t.tmp = dir / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
                        t.final.filename().string());
         t.fd = ::open(t.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (t.fd < 0) detail::storage_errno("cannot create", t.tmp, errno);
+        if (t.fd < 0) detail::throw_errno("cannot create", t.tmp, errno);
         return t;
-    }
-
-    static void fsync_dir(const std::filesystem::path& dir) {
-        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)::fsync(dfd);
-            ::close(dfd);
-        }
     }
 
     std::string root_;  // the root folder's path (a path object costs an allocation per component)

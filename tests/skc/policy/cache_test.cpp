@@ -663,12 +663,14 @@ TEST_CASE("leftovers of killed writers are removed by prune, clear and verify_al
     CHECK(cache->verify_all().leftovers_removed == 1);
 }
 
-TEST_CASE("durations in messages are exact to the millisecond") {
-    CHECK(skc::detail::format_ms(1000ms) == "1 s");
-    CHECK(skc::detail::format_ms(1500ms) == "1.5 s");
-    CHECK(skc::detail::format_ms(300ms) == "0.3 s");
-    CHECK(skc::detail::format_ms(2999ms) == "2.999 s");
-    CHECK(skc::detail::format_ms(7200000ms) == "7200 s");
+TEST_CASE("durations in messages are exact to the millisecond (every timeout message uses them)") {
+    CHECK(skc::detail::seconds_text(1000ms) == "1 s");
+    CHECK(skc::detail::seconds_text(1500ms) == "1.5 s");
+    CHECK(skc::detail::seconds_text(300ms) == "0.3 s");
+    CHECK(skc::detail::seconds_text(2999ms) == "2.999 s");
+    CHECK(skc::detail::seconds_text(7200000ms) == "7200 s");
+    CHECK(skc::detail::seconds_text(std::chrono::nanoseconds(2'000'999'999)) == "2 s");  // cut, not rounded
+    CHECK(skc::detail::seconds_text(std::chrono::seconds(600) + std::chrono::milliseconds(5)) == "600.005 s");
 }
 
 TEST_CASE("statistics: one hit or one miss per call; a hit that fails verification is a miss") {
