@@ -791,6 +791,13 @@ private:
             auto remove = [gone, host] {
                 std::error_code ec;
                 std::filesystem::remove_all(gone, ec);
+                // Finished rounds whose removal a process did not live to run: a `.gone.` folder is
+                // never used again, whoever renamed it.
+                std::vector<std::filesystem::path> finished;
+                for (auto it = std::filesystem::directory_iterator(host, ec);
+                     !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+                    if (it->path().filename().string().starts_with(".gone.")) finished.push_back(it->path());
+                for (const std::filesystem::path& p : finished) std::filesystem::remove_all(p, ec);
                 // The host and run id folders too, once empty (rmdir fails on a folder still in use).
                 ::rmdir(host.c_str());
                 ::rmdir(host.parent_path().c_str());

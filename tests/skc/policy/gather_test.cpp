@@ -691,6 +691,13 @@ TEST_CASE("eight ranks with different ops: one compile, one package, one extract
     for (const std::string run_id : {"job-a", "job-a2"}) {
         CAPTURE(run_id);
         const bool first = run_id == std::string("job-a");
+        // A finished round whose removal its process did not live to run (renamed, then killed):
+        // the next round's removal takes it too.
+        const fs::path leftover =
+            skc::LocalFsGather(skc::LocalRanks{0, 8, run_id}, 1s).next_round_dir(skc::Layout(node.base)).parent_path() /
+            ".gone.0123456789abcdef01234567";
+        fs::create_directories(leftover / "round-1");
+        skc_test::spit(leftover / "round-1" / "passed", "x\n");
         std::vector<Rank> ranks;
         for (std::size_t k = 0; k < 8; ++k) ranks.push_back(node.start(k, 8, run_id, ops[k]));
         Node::wait_all(ranks, Clock::now() + 30s);
@@ -747,7 +754,9 @@ TEST_CASE("eight ranks with different ops: one compile, one package, one extract
         for (std::size_t k = 1; k < 8; ++k)  // only the leader gathers
             CHECK_FALSE(fs::exists(fs::path(ranks[k].text("run_dir")) /
                                    (std::to_string(ranks[k].pid) + "_opcompile_gathered")));
-        // The leader removed the rendezvous once every rank had left.
+        // The last rank out removed the rendezvous (in the background, before it exited), and the
+        // leftover with it.
+        CHECK_FALSE(fs::exists(leftover));
         CHECK_FALSE(fs::exists(node.rendezvous(run_id)));
         // The installs were process-scoped: the last rank to exit removed the package.
         CHECK_FALSE(fs::exists(node.lib / "static_kernel/host" / key));
