@@ -1127,34 +1127,41 @@ TEST_CASE("a rank killed while the others wait for it at the second barrier: the
                                       {"--timeout", "20"}));
         return ranks;
     };
-    // Claims named `r<prefix>*` in the job's rendezvous folders, and ranks that passed the barrier.
-    auto count_files = [&](const std::string& run_id, const std::string& prefix) {
-        std::size_t n = 0;
+    // In the job's rendezvous folders: files named `prefix*`, and lines of `passed` (ranks past the
+    // second barrier).
+    auto each_file = [&](const std::string& run_id, const std::function<void(const fs::path&)>& fn) {
         std::error_code ec;
         const fs::path dir = base / "static_kernel_compile_outputs" / "rendezvous" / run_id;
-        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-            const std::string name = it->path().filename().string();
-            if (name == "passed" && prefix == "passed") {
-                std::ifstream in(it->path());
-                for (std::string line; std::getline(in, line);) ++n;
-            } else if (name.rfind(prefix, 0) == 0) {
-                ++n;
-            }
-        }
+        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+            fn(it->path());
+    };
+    auto count_files = [&](const std::string& run_id, const std::string& prefix) {
+        std::size_t n = 0;
+        each_file(run_id, [&](const fs::path& p) { n += p.filename().string().rfind(prefix, 0) == 0 ? 1 : 0; });
         return n;
     };
-    auto wait_files = [&](const std::string& run_id, const std::string& prefix, std::size_t n) {
+    auto count_passed = [&](const std::string& run_id) {
+        std::size_t n = 0;
+        each_file(run_id, [&](const fs::path& p) {
+            if (p.filename() != "passed") return;
+            std::ifstream in(p);
+            for (std::string line; std::getline(in, line);) ++n;
+        });
+        return n;
+    };
+    auto wait_for = [&](const std::function<bool()>& done) {
         for (const auto deadline = Clock::now() + 60s; Clock::now() < deadline; std::this_thread::sleep_for(5ms))
-            if (count_files(run_id, prefix) >= n) return true;
+            if (done()) return true;
         return false;
     };
 
     std::vector<Proc> ranks = start_job("faults-job-1");
     // Rank 2 has claimed its place with its ops (so the leader gathers them and compiles), then stops
     // before the second barrier; once ranks 0 and 1 wait at it, rank 2 dies.
-    REQUIRE(wait_files("faults-job-1", "r2-of-3.", 1));
+    REQUIRE(wait_for([&] { return count_files("faults-job-1", "r2-of-3.") >= 1; }));
     REQUIRE(::kill(ranks[2].pid, SIGSTOP) == 0);
-    REQUIRE_MESSAGE(wait_files("faults-job-1", "passed", 2), "ranks 0 and 1 did not come to the second barrier");
+    REQUIRE_MESSAGE(wait_for([&] { return count_passed("faults-job-1") >= 2; }),
+                    "ranks 0 and 1 did not come to the second barrier");
     std::this_thread::sleep_for(300ms);
     Done probe;
     REQUIRE_FALSE(reap(ranks[0], probe));  // both still wait

@@ -195,9 +195,6 @@ consteval bool diagnose_install() {
                   "const std::filesystem::path& library, const InstallOptions&)`");
     return true;
 }
-}  // namespace detail
-
-namespace detail {
 
 inline bool safe_component(std::string_view s) {
     if (s.empty() || s.size() > 200 || s.front() == '.') return false;

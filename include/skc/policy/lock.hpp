@@ -57,26 +57,17 @@ concept LockPolicy = requires(L& l, std::string_view name, LockMode mode, LockCl
     { std::declval<const typename L::Guard&>().owns() } -> std::convertible_to<bool>;
 };
 
-/// try_lock and lock for any LockPolicy: its own when it has them, else lock_until with a deadline
-/// already past, or never reached.
-template <LockPolicy L>
-struct LockTraits {
-    using Guard = typename L::Guard;
-    static Guard try_lock(L& l, std::string_view name, LockMode mode) {
-        if constexpr (requires { { l.try_lock(name, mode) } -> std::same_as<Guard>; })
-            return l.try_lock(name, mode);
-        else
-            return l.lock_until(name, mode, LockClock::time_point::min());
-    }
-    static Guard lock(L& l, std::string_view name, LockMode mode) {
-        if constexpr (requires { { l.lock(name, mode) } -> std::same_as<Guard>; })
-            return l.lock(name, mode);
-        else
-            return l.lock_until(name, mode, LockClock::time_point::max());
-    }
-};
-
 namespace detail {
+
+/// try_lock and lock from lock_until: a deadline already past, and one never reached.
+template <class L>
+auto lock_without_waiting(L& l, std::string_view name, LockMode mode) {
+    return l.lock_until(name, mode, LockClock::time_point::min());
+}
+template <class L>
+auto lock_waiting(L& l, std::string_view name, LockMode mode) {
+    return l.lock_until(name, mode, LockClock::time_point::max());
+}
 
 /// One message per requirement of LockPolicy that `L` misses (a host calls it in one line).
 template <class L>
@@ -92,20 +83,14 @@ consteval bool diagnose_lock() {
     return true;
 }
 
-/// The shipped locks' try_lock and lock, written once: LockTraits's, as members.
+/// The shipped locks' try_lock and lock, written once, as members.
 template <class Derived>
 struct LockShorthands {
     auto try_lock(std::string_view name, LockMode mode) {
-        return static_cast<Derived&>(*this).lock_until(name, mode, LockClock::time_point::min());
+        return lock_without_waiting(static_cast<Derived&>(*this), name, mode);
     }
-    auto lock(std::string_view name, LockMode mode) {
-        return static_cast<Derived&>(*this).lock_until(name, mode, LockClock::time_point::max());
-    }
+    auto lock(std::string_view name, LockMode mode) { return lock_waiting(static_cast<Derived&>(*this), name, mode); }
 };
-
-}  // namespace detail
-
-namespace detail {
 
 /// Lock names become file paths below the lock folder: '/'-separated parts, none empty, none
 /// starting with '.', no NUL byte.
@@ -130,6 +115,24 @@ inline void check_lock_name(std::string_view name) {
 }
 
 }  // namespace detail
+
+/// try_lock and lock for any LockPolicy: its own when it has them, else derived from lock_until.
+template <LockPolicy L>
+struct LockTraits {
+    using Guard = typename L::Guard;
+    static Guard try_lock(L& l, std::string_view name, LockMode mode) {
+        if constexpr (requires { { l.try_lock(name, mode) } -> std::same_as<Guard>; })
+            return l.try_lock(name, mode);
+        else
+            return detail::lock_without_waiting(l, name, mode);
+    }
+    static Guard lock(L& l, std::string_view name, LockMode mode) {
+        if constexpr (requires { { l.lock(name, mode) } -> std::same_as<Guard>; })
+            return l.lock(name, mode);
+        else
+            return detail::lock_waiting(l, name, mode);
+    }
+};
 
 /// Locks between processes: flock(2) on `<dir>/<name>.lock` (a name may hold '/' for subfolders),
 /// opened with O_CLOEXEC and O_NOFOLLOW.

@@ -178,7 +178,6 @@ inline void check_object_name(std::string_view name) {
                                                 "\" is not a plain relative path");
 }
 
-
 inline ObjectInfo info_of(const struct stat& st) {
     ObjectInfo i;
     i.size = static_cast<std::uint64_t>(st.st_size);

@@ -630,6 +630,19 @@ public:
     [[nodiscard]] fs::path rendezvous(const std::string& run_id) const {
         return skc::Layout(base).outputs() / "rendezvous" / run_id;
     }
+    /// Waits (at most 10 s) until a file named `prefix*` is in the job's rendezvous; whether one is.
+    [[nodiscard]] bool await_file(const std::string& run_id, const std::string& prefix) const {
+        const auto there = [&] {
+            std::error_code ec;
+            for (auto it = fs::recursive_directory_iterator(rendezvous(run_id), ec);
+                 !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+                if (it->path().filename().string().rfind(prefix, 0) == 0) return true;
+            return false;
+        };
+        for (const auto deadline = Clock::now() + 10s; Clock::now() < deadline; std::this_thread::sleep_for(2ms))
+            if (there()) return true;
+        return there();
+    }
 
     /// No process may be left: neither a worker nor anything it started. An orphan being reparented
     /// can take a moment to show up, and a killed leader's guard up to 2 s to end the compiler's
@@ -884,15 +897,8 @@ TEST_CASE("an odd LOCAL_WORLD_SIZE rank that has already failed and left: the ot
     const fs::path ops = node.ops("a", {"Add_float_ND_32_64_9.json"});
     std::vector<Rank> ranks;
     for (std::size_t k = 1; k < 3; ++k) ranks.push_back(node.start(k, 4, "job-e2", ops));
-    auto claimed = [&](std::size_t k) {
-        std::error_code ec;
-        for (const auto& e : fs::recursive_directory_iterator(node.rendezvous("job-e2"), ec))
-            if (e.path().filename().string().rfind("r" + std::to_string(k) + "-of-4.", 0) == 0) return true;
-        return false;
-    };
-    const auto deadline = Clock::now() + 10s;
-    while (!(claimed(1) && claimed(2)) && Clock::now() < deadline) std::this_thread::sleep_for(2ms);
-    REQUIRE((claimed(1) && claimed(2)));
+    REQUIRE(node.await_file("job-e2", "r1-of-4."));
+    REQUIRE(node.await_file("job-e2", "r2-of-4."));
     Rank odd = node.start(3, 8, "job-e2", ops);
     Node::wait_all({&odd}, Clock::now() + 10s);
     check_failed(odd, 2, "invalid_option", odd.started, node.limit());
@@ -1020,16 +1026,7 @@ TEST_CASE("on a miss, a follower whose op info files never come: the leader time
         // The follower first, alone, so that its hook finds its own run folder (gather_worker.cpp).
         std::vector<Rank> ranks;
         ranks.push_back(node.start(1, 2, job, theirs, {{"SKC_TEST_BLOCK_FILES", "1"}}));
-        auto exists_named = [&](const std::string& prefix) {
-            std::error_code ec;
-            for (auto it = fs::recursive_directory_iterator(node.rendezvous(job), ec);
-                 !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-                if (it->path().filename().string().rfind(prefix, 0) == 0) return true;
-            return false;
-        };
-        for (const auto deadline = Clock::now() + 10s; !exists_named("r1-of-2.") && Clock::now() < deadline;)
-            std::this_thread::sleep_for(2ms);
-        REQUIRE(exists_named("r1-of-2."));
+        REQUIRE(node.await_file(job, "r1-of-2."));
         ranks.insert(ranks.begin(), node.start(0, 2, job, mine));
         Rank& leader = ranks[0];
         Rank& follower = ranks[1];
@@ -1041,9 +1038,7 @@ TEST_CASE("on a miss, a follower whose op info files never come: the leader time
             CHECK(follower.message() == "local rank 0 (the leader) failed (timeout): " + leader.what());
         } else {
             // The leader has asked for the files and waits for them: then the follower dies.
-            for (const auto deadline = Clock::now() + 10s; !exists_named("files-needed") && Clock::now() < deadline;)
-                std::this_thread::sleep_for(2ms);
-            REQUIRE(exists_named("files-needed"));
+            REQUIRE(node.await_file(job, "files-needed"));
             const auto killed = Node::kill_rank(follower);
             Node::wait_all({&leader}, Clock::now() + 15s);
             check_failed(leader, 4, "peer_failed", killed, node.limit());
