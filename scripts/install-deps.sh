@@ -7,6 +7,8 @@ packages=(
   libboost-dev nlohmann-json3-dev             # Boost.Hana and nlohmann/json (the headers include them)
   doctest-dev libbenchmark-dev libssl-dev     # tests; benchmarks (OpenSSL's SHA-256 is a baseline)
   makeself                                    # run packages
+  cmake make                                  # tests/packaging: CMake and Makefile consumers of an install
+  clang-format                                # tests/format: the layout of .clang-format
   libopenblas-dev                             # benchmarks: OpenBLAS sgemm beside the host MatMul
   libopenmpi-dev openmpi-bin                  # optional MpiGather (skc/ext/mpi.hpp), skc compile --mpi, tests/mpi
   libtorch-dev python3-torch                  # the PyTorch plugin examples/torch (libskc_torch.so) and its tests
