@@ -131,9 +131,11 @@ void write_file(const fs::path& p, std::string_view data) {
 /// skc's key of entry i: a real key whose compiler options differ per entry.
 skc::CacheKey our_key(std::size_t i) {
     static const skc::OpSet no_ops;
-    return skc::make_cache_key(
-        no_ops, skc::KeyInputs{std::string(toolchain_version), std::string(device), false,
-                               {"--op_debug_level=0", "--skc-bench-entry=" + std::to_string(i)}});
+    return skc::make_cache_key(no_ops,
+                               skc::KeyInputs{std::string(toolchain_version),
+                                              std::string(device),
+                                              false,
+                                              {"--op_debug_level=0", "--skc-bench-entry=" + std::to_string(i)}});
 }
 
 std::uint64_t splitmix64(std::uint64_t& s) {
@@ -160,7 +162,8 @@ fs::path original_package(const skc::Layout& layout, std::size_t i) {
     const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1793000000));
     const auto started = t0 + std::chrono::seconds(37 * i) + std::chrono::microseconds(i * 7919 % 1000000);
     const auto finished = started + std::chrono::seconds(95) + std::chrono::microseconds(i * 104729 % 1000000);
-    return layout.outputs() / ("ts" + skc::timestamp(started) + "_pid" + std::to_string(10000 + i * 13 % 90000) + "_outputs") /
+    return layout.outputs() /
+           ("ts" + skc::timestamp(started) + "_pid" + std::to_string(10000 + i * 13 % 90000) + "_outputs") /
            ("static_kernel_" + skc::timestamp(finished) + ".run");
 }
 
@@ -175,12 +178,12 @@ std::vector<std::size_t> probe_indices(std::size_t n) {
 
 struct Dataset {
     std::size_t n = 0;
-    fs::path root;                        // <data>/n<n>
-    fs::path ours_base, original_base;    // root/skc, root/original
-    std::vector<skc::CacheKey> probes;    // skc keys looked up
+    fs::path root;                               // <data>/n<n>
+    fs::path ours_base, original_base;           // root/skc, root/original
+    std::vector<skc::CacheKey> probes;           // skc keys looked up
     std::vector<std::string> probe_entry_files;  // their entry files (the floor reads these)
     std::vector<std::string> probe_lock_files, probe_package_files;
-    std::vector<std::string> original_probes;    // the original's keys looked up
+    std::vector<std::string> original_probes;  // the original's keys looked up
     fs::path original_lock, original_index;
     std::uintmax_t original_index_bytes = 0;
     bool reused = false;
@@ -196,7 +199,8 @@ std::string package_content() {
 
 /// The entry publish() writes for `key`, given its package's info and the fields publish takes
 /// from the clock and the compile (`like`).
-skc::CacheEntry entry_as_published(const skc::CacheKey& key, const skc::ObjectInfo& package, const skc::CacheEntry& like) {
+skc::CacheEntry entry_as_published(const skc::CacheKey& key, const skc::ObjectInfo& package,
+                                   const skc::CacheEntry& like) {
     skc::CacheEntry e;
     e.key = key.hex();
     e.package = "packages/" + e.key + ".run";
@@ -292,7 +296,8 @@ void populate(Dataset& d, const std::vector<std::size_t>& probes, const std::str
     d.populate_s = seconds_since(t0);
     write_file(d.root / "READY", ready_text + "seconds_skc " + std::to_string(ours_s) + "\nseconds_total " +
                                      std::to_string(d.populate_s) + "\n");
-    std::fprintf(stderr, "cache_bench: populated %zu entries in %.1f s (skc cache %.1f s)\n", d.n, d.populate_s, ours_s);
+    std::fprintf(stderr, "cache_bench: populated %zu entries in %.1f s (skc cache %.1f s)\n", d.n, d.populate_s,
+                 ours_s);
 }
 
 /// Checks every probe (an skc hit whose package passes the full checksum; an original hit) and
@@ -324,7 +329,8 @@ bool check_probes(Dataset& d, const std::vector<std::size_t>& probes) {
     std::error_code ec;
     d.original_index_bytes = fs::file_size(d.original_index, ec);
     if (ec) return false;
-    const nlohmann::json index = nlohmann::json::parse(read_file(d.original_index), nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json index =
+        nlohmann::json::parse(read_file(d.original_index), nullptr, /*allow_exceptions=*/false);
     if (!index.is_object() || index.size() != d.n) return false;
     for (std::size_t i : probes) {
         std::string key = original_key(i);
@@ -349,9 +355,11 @@ const Dataset& dataset(std::size_t n) {
     const std::string ready_text = std::string(data_format) + "\nentries " + std::to_string(n) + "\npopulated_by " +
                                    (g_populate_publish ? "publish" : "direct") + "\n";
     std::error_code ec;
-    d->reused = fs::exists(d->root / "READY", ec) && read_file(d->root / "READY").compare(0, ready_text.size(), ready_text) == 0;
+    d->reused = fs::exists(d->root / "READY", ec) &&
+                read_file(d->root / "READY").compare(0, ready_text.size(), ready_text) == 0;
     if (d->reused && !check_probes(*d, probes)) {
-        std::fprintf(stderr, "cache_bench: %s does not pass its checks (an older entry format?)\n", d->root.string().c_str());
+        std::fprintf(stderr, "cache_bench: %s does not pass its checks (an older entry format?)\n",
+                     d->root.string().c_str());
         d->reused = false;
     }
     if (!d->reused) {
@@ -517,7 +525,8 @@ void BM_HitSteps(benchmark::State& state, std::size_t n) {
     skc::FileLock locks(layout.cache_dir());
     skc::FilesystemStorage storage(layout.cache_dir() / stem);
     enum Step { step_name, step_lock, step_read, step_decode, step_stat, step_path, step_release, steps };
-    constexpr const char* step_names[steps] = {"name_us", "lock_us", "read_us", "decode_us", "stat_us", "path_us", "release_us"};
+    constexpr const char* step_names[steps] = {"name_us", "lock_us", "read_us",   "decode_us",
+                                               "stat_us", "path_us", "release_us"};
     double ns[steps] = {};
     std::size_t i = 0;
     for (auto _ : state) {
@@ -594,20 +603,32 @@ void register_all() {
     for (std::size_t n : sizes) {
         const std::string suffix = "/" + std::to_string(n);
         benchmark::RegisterBenchmark(("BM_Hit_Ours" + suffix).c_str(), BM_Hit_Ours, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         benchmark::RegisterBenchmark(("BM_Hit_OursOpenClose" + suffix).c_str(), BM_Hit_OursOpenClose, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         benchmark::RegisterBenchmark(("BM_Hit_Original" + suffix).c_str(), BM_Hit_Original, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         benchmark::RegisterBenchmark(("BM_Floor" + suffix).c_str(), BM_Floor, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         benchmark::RegisterBenchmark(("BM_HitSyscalls" + suffix).c_str(), BM_HitSyscalls, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         benchmark::RegisterBenchmark(("BM_HitSteps" + suffix).c_str(), BM_HitSteps, n)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
     }
-    benchmark::RegisterBenchmark("BM_Export/1000", BM_Export, 1'000)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
-    benchmark::RegisterBenchmark("BM_Import/1000", BM_Import, 1'000)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+    benchmark::RegisterBenchmark("BM_Export/1000", BM_Export, 1'000)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(5);
+    benchmark::RegisterBenchmark("BM_Import/1000", BM_Import, 1'000)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(3);
 }
 
 }  // namespace

@@ -47,8 +47,8 @@ struct Args {
     std::vector<std::int64_t> bias_sizes, bias_strides, x_sizes, x_strides, w_sizes, w_strides;
     [[nodiscard]] Call call() const {
         return Call{Aten::addmm,
-                    {skc_torch::TensorArg{bias_sizes, bias_strides, true}, skc_torch::TensorArg{x_sizes, x_strides, true},
-                     skc_torch::TensorArg{w_sizes, w_strides, false}},
+                    {skc_torch::TensorArg{bias_sizes, bias_strides, true},
+                     skc_torch::TensorArg{x_sizes, x_strides, true}, skc_torch::TensorArg{w_sizes, w_strides, false}},
                     3};
     }
 };

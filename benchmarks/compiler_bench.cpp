@@ -46,20 +46,22 @@ namespace {
 
 namespace fs = std::filesystem;
 using skc_bench::Fn;
-using skc_bench::Scratch;
 using skc_bench::options_for;
 using skc_bench::placeholder_compiler;
+using skc_bench::Scratch;
 using skc_bench::settings_for;
 
 /// The placeholder compiler's package is no run package: nothing installs it, so nothing checks it.
-using PlaceholderCompiler = skc::StaticKernelCompiler<skc::FunctionInvoker<Fn>, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
+using PlaceholderCompiler =
+    skc::StaticKernelCompiler<skc::FunctionInvoker<Fn>, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
 
 std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
 
 void BM_Hit_Orchestration(benchmark::State& state) {
     const std::vector<skc::OpRecord> ops = distinct_ops(static_cast<std::size_t>(state.range(0)));
     Scratch s;
-    PlaceholderCompiler compiler(skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir), settings_for({}));
+    PlaceholderCompiler compiler(skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir),
+                                 settings_for({}));
     skc::process_compiled().clear();
     fs::remove_all(compiler.compile(ops).run_dir);  // the miss that fills the cache
     std::map<std::string, double> stage_ms;
@@ -133,8 +135,8 @@ void BM_SkcCompile_Hit(benchmark::State& state, bool written) {
     for (auto _ : state) {
         state.PauseTiming();
         skc::process_compiled().clear();
-        std::optional<Compiler> compiler(std::in_place, skc::FunctionInvoker<Fn>(placeholder_compiler()), options_for(s.dir),
-                                         settings_for({}));
+        std::optional<Compiler> compiler(std::in_place, skc::FunctionInvoker<Fn>(placeholder_compiler()),
+                                         options_for(s.dir), settings_for({}));
         state.ResumeTiming();
         std::vector<skc::OpRecord> ops;
         for (skc::LoadedOp& op : skc::read_op_info_dir(dir).ops) ops.push_back(std::move(op.record));
@@ -148,8 +150,16 @@ void BM_SkcCompile_Hit(benchmark::State& state, bool written) {
     }
     state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK_CAPTURE(BM_SkcCompile_Hit, returned, false)->Arg(1000)->Iterations(10)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_SkcCompile_Hit, written, true)->Arg(1000)->Iterations(5)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SkcCompile_Hit, returned, false)
+    ->Arg(1000)
+    ->Iterations(10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_SkcCompile_Hit, written, true)
+    ->Arg(1000)
+    ->Iterations(5)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 /// The floor of the two above: reading and parsing the folder once.
 void BM_Floor_ParseOpInfo(benchmark::State& state) {

@@ -84,7 +84,8 @@ public:
     Sha256Digest finish() {
         Sha256Digest out{};
         unsigned int len = 0;
-        if (EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != out.size()) die("OpenSSL: EVP_DigestFinal_ex failed");
+        if (EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != out.size())
+            die("OpenSSL: EVP_DigestFinal_ex failed");
         return out;
     }
     Sha256Digest operator()(std::string_view data) {
@@ -184,7 +185,8 @@ skc::OpRecord generated_record(std::size_t i) {
     const std::vector<Seed>& all = seeds();
     skc::OpRecord r = all[i % all.size()].record;
     const skc::TensorDesc* t = r.naming_tensor();
-    if (t == nullptr || t->shape.rank() == 0) die("seed record " + all[i % all.size()].stem + " has no leading dim to vary");
+    if (t == nullptr || t->shape.rank() == 0)
+        die("seed record " + all[i % all.size()].stem + " has no leading dim to vary");
     const std::int64_t from = t->shape[0];
     const auto to = static_cast<std::int64_t>(1 + i / all.size());
     replace_leading_dim(r.inputs, from, to);
@@ -223,9 +225,8 @@ const SetData& set_data(std::size_t n) {
 void set_rates(benchmark::State& state, std::int64_t records, std::int64_t file_bytes, std::int64_t hashed_bytes) {
     state.SetItemsProcessed(state.iterations() * records);
     state.SetBytesProcessed(state.iterations() * file_bytes);  // op info file bytes, for every variant
-    state.counters["per_record"] =
-        benchmark::Counter(static_cast<double>(records), benchmark::Counter::kIsIterationInvariantRate |
-                                                             benchmark::Counter::kInvert);
+    state.counters["per_record"] = benchmark::Counter(
+        static_cast<double>(records), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
     if (hashed_bytes > 0) state.counters["hashed_bytes"] = static_cast<double>(hashed_bytes);  // per iteration
 }
 
@@ -312,7 +313,8 @@ void register_all() {
         const std::string suffix = "/" + std::string(stem);
         benchmark::RegisterBenchmark(("BM_RecordDigest_Ours" + suffix).c_str(), BM_RecordDigest_Ours, rec)
             ->Unit(benchmark::kNanosecond);
-        benchmark::RegisterBenchmark(("BM_RecordDigest_OriginalSha256" + suffix).c_str(), BM_RecordDigest_OriginalSha256, rec)
+        benchmark::RegisterBenchmark(("BM_RecordDigest_OriginalSha256" + suffix).c_str(),
+                                     BM_RecordDigest_OriginalSha256, rec)
             ->Unit(benchmark::kNanosecond);
         benchmark::RegisterBenchmark(("BM_RecordParse_Ours" + suffix).c_str(), BM_RecordParse_Ours, rec)
             ->Unit(benchmark::kNanosecond);
@@ -336,10 +338,8 @@ int main(int argc, char** argv) {
     int kept = 1;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
-        if (arg.substr(0, dir_flag.size()) == dir_flag)
-            g_op_info_dir = std::string(arg.substr(dir_flag.size()));
-        else
-            argv[kept++] = argv[i];
+        if (arg.substr(0, dir_flag.size()) == dir_flag) g_op_info_dir = std::string(arg.substr(dir_flag.size()));
+        else argv[kept++] = argv[i];
     }
     argc = kept;
 

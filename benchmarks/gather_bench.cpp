@@ -91,9 +91,9 @@ constexpr std::size_t ops_per_rank = 1000;
 constexpr std::size_t max_ranks = 8;
 constexpr std::chrono::seconds gather_timeout{600};
 
-using skc_bench::Scratch;
 using skc_bench::options_for;
 using skc_bench::placeholder_compiler;
+using skc_bench::Scratch;
 using skc_bench::settings_for;
 
 std::vector<skc::OpRecord> distinct_ops(std::size_t n) { return skc_bench::distinct_ops(n, SKC_BENCH_OP_INFO_DIR); }
@@ -145,8 +145,7 @@ public:
         ::close(ready_fd_);
         char buf = 0;
         ssize_t n = 0;
-        while ((n = ::read(release_fd_, &buf, 1)) < 0 && errno == EINTR) {
-        }
+        while ((n = ::read(release_fd_, &buf, 1)) < 0 && errno == EINTR) {}
         ::close(release_fd_);
         cpu0_ = cpu_now_ns();
     }
@@ -183,8 +182,8 @@ struct RoundResult {
     std::string error;  // empty when every rank succeeded
 
     [[nodiscard]] std::size_t count(skc::CompileOutcome o) const {
-        return static_cast<std::size_t>(
-            std::count_if(ranks.begin(), ranks.end(), [&](const RankSlot& s) { return s.outcome == static_cast<int>(o); }));
+        return static_cast<std::size_t>(std::count_if(
+            ranks.begin(), ranks.end(), [&](const RankSlot& s) { return s.outcome == static_cast<int>(o); }));
     }
     /// Mean of one stage over the ranks, ms.
     [[nodiscard]] double mean(std::int64_t RankSlot::*stage) const {
@@ -268,8 +267,7 @@ RoundResult run_round(std::size_t n, const RankBody& body) {
     ::close(release[1]);  // the release: every rank's read() returns at once
     for (const pid_t pid : pids) {
         int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     }
     out.children_cpu_s = children_cpu_s() - cpu0;
 
@@ -300,7 +298,8 @@ void remove_run_dirs(const RoundResult& r) {
 /// The placeholder compiler's package is no run package: nothing installs it (the hit cases have no
 /// op library), so nothing checks it; the real compiler's is installed.
 template <class Invoker>
-using InstallFor = std::conditional_t<std::is_same_v<Invoker, skc::ProcessInvoker>, skc::RunPackageInstaller, skc::NoInstall>;
+using InstallFor =
+    std::conditional_t<std::is_same_v<Invoker, skc::ProcessInvoker>, skc::RunPackageInstaller, skc::NoInstall>;
 template <class Invoker>
 using SingleCompiler = skc::StaticKernelCompiler<Invoker, skc::FilesystemStorage, skc::FileLock, InstallFor<Invoker>>;
 template <class Invoker>
@@ -402,7 +401,9 @@ void BM_Hit(benchmark::State& state, bool same_ops) {
         leader_gather += ms(rg.ranks[0].gather_ns);
         double fmax = 0;
         for (std::size_t k = 1; k < rg.ranks.size(); ++k) fmax = std::max(fmax, ms(rg.ranks[k].gather_ns));
-        if (n > 1) follower_gather += (rg.mean(&RankSlot::gather_ns) * static_cast<double>(n) - ms(rg.ranks[0].gather_ns)) / static_cast<double>(n - 1);
+        if (n > 1)
+            follower_gather += (rg.mean(&RankSlot::gather_ns) * static_cast<double>(n) - ms(rg.ranks[0].gather_ns)) /
+                               static_cast<double>(n - 1);
         follower_gather_max += fmax;
         record += rg.mean(&RankSlot::record_ns);
         select += rg.mean(&RankSlot::select_ns);
@@ -430,16 +431,14 @@ void BM_Hit(benchmark::State& state, bool same_ops) {
     state.counters["ind_record_ms"] = avg(ind_record);
     state.counters["ind_select_ms"] = avg(ind_select);
     state.counters["ind_lookup_ms"] = avg(ind_lookup);
-    state.counters["cpu_ms"] = avg(gather_cpu);                  // all ranks, inside compile()
+    state.counters["cpu_ms"] = avg(gather_cpu);                   // all ranks, inside compile()
     state.counters["independent_cpu_ms"] = avg(independent_cpu);  // the same for the independent round
     state.counters["tail_ms"] = avg(tail);
     state.counters["ind_tail_ms"] = avg(ind_tail);
     state.counters["extra_cpu_per_rank_ms"] = avg((gather_cpu - independent_cpu) / static_cast<double>(n));
 }
 
-void hit_args(benchmark::internal::Benchmark* b) {
-    b->Unit(benchmark::kMillisecond)->UseManualTime();
-}
+void hit_args(benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMillisecond)->UseManualTime(); }
 
 BENCHMARK_CAPTURE(BM_Hit, SameOps, true)->Arg(1)->Arg(2)->Arg(4)->Iterations(3)->Apply(hit_args);
 BENCHMARK_CAPTURE(BM_Hit, SameOps, true)->Arg(8)->Iterations(2)->Apply(hit_args);
@@ -467,8 +466,7 @@ void BM_Miss_Node(benchmark::State& state) {
             if (kind == k_gather)
                 rank_compile<GatherCompiler<skc::ProcessInvoker>>(std::move(inv), opts, ops, g,
                                                                   local_gather(rank, n, run_id));
-            else
-                rank_compile<SingleCompiler<skc::ProcessInvoker>>(std::move(inv), opts, ops, g);
+            else rank_compile<SingleCompiler<skc::ProcessInvoker>>(std::move(inv), opts, ops, g);
         };
         RoundResult r = run_round(n, body);
         std::error_code ec;

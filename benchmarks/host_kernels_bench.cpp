@@ -81,7 +81,8 @@ std::vector<std::size_t> counts(const std::vector<skc::TensorSlot>& slots) {
     std::vector<std::size_t> out;
     for (const skc::TensorSlot& s : slots) {
         const auto* t = std::get_if<skc::TensorDesc>(&s);
-        out.push_back(t == nullptr || t->dtype != "float" ? 0 : static_cast<std::size_t>(t->shape.element_count().value()));
+        out.push_back(t == nullptr || t->dtype != "float" ? 0
+                                                          : static_cast<std::size_t>(t->shape.element_count().value()));
     }
     return out;
 }
@@ -171,9 +172,10 @@ void set_counters(benchmark::State& state, const HostCase& c) {
         if (const auto* t = std::get_if<skc::TensorDesc>(&s)) elems += t->shape.element_count().value_or(0);
     state.SetItemsProcessed(state.iterations() * elems);  // output elements per second
     if (c.gemm.batch > 0)
-        state.counters["GFLOPS"] = benchmark::Counter(
-            static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(c.gemm.batch * c.gemm.m * c.gemm.k * c.gemm.n) / 1e9,
-            benchmark::Counter::kIsRate);
+        state.counters["GFLOPS"] =
+            benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 *
+                                   static_cast<double>(c.gemm.batch * c.gemm.m * c.gemm.k * c.gemm.n) / 1e9,
+                               benchmark::Counter::kIsRate);
 }
 
 void BM_Generic(benchmark::State& state, std::size_t i) {
@@ -227,7 +229,8 @@ void BM_OpenBlas(benchmark::State& state, std::size_t i) {
     const double err = check(i, [&](Data& d) { run_sgemm(c.gemm, d); });
     state.counters["max_rel_err"] = err;
     if (!(err <= blas_tolerance)) {
-        const std::string msg = "OpenBLAS output differs from the generic one: max relative error " + std::to_string(err);
+        const std::string msg =
+            "OpenBLAS output differs from the generic one: max relative error " + std::to_string(err);
         state.SkipWithError(msg.c_str());
         return;
     }
@@ -277,9 +280,10 @@ public:
             const auto& t = it->second;
             const double g = value(t, "generic"), s = value(t, "static"), b = value(t, "openblas");
             const double speedup = g > 0 && s > 0 ? g / s : 0;
-            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(), c.demo ? "" : " (not in the demo)",
-                         c.size.c_str(), c.shape.c_str(), fmt_time(g).c_str(), fmt_time(s).c_str(),
-                         speedup > 0 ? fmt_ratio(speedup).c_str() : "-", b > 0 ? fmt_time(b).c_str() : "-");
+            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(),
+                         c.demo ? "" : " (not in the demo)", c.size.c_str(), c.shape.c_str(), fmt_time(g).c_str(),
+                         fmt_time(s).c_str(), speedup > 0 ? fmt_ratio(speedup).c_str() : "-",
+                         b > 0 ? fmt_time(b).c_str() : "-");
             if (speedup <= 0) continue;
             log_sum_all += std::log(speedup);
             ++count_all;
@@ -292,8 +296,8 @@ public:
             std::fprintf(o, "\nGeometric mean speedup over the demo's ops: %.2fx (%d cases; lowest %.2fx, %s)\n",
                          std::exp(log_sum / count), count, worst, worst_name.c_str());
         if (count_all > count)
-            std::fprintf(o, "Geometric mean speedup over every case: %.2fx (%d cases)\n", std::exp(log_sum_all / count_all),
-                         count_all);
+            std::fprintf(o, "Geometric mean speedup over every case: %.2fx (%d cases)\n",
+                         std::exp(log_sum_all / count_all), count_all);
         std::fflush(o);
     }
 
@@ -349,8 +353,8 @@ int main(int argc, char** argv) {
     // The generated table must be the one of these cases, in this order.
     const auto& cases = all_cases();
     if (skc_bench_static_count != cases.size()) {
-        std::fprintf(stderr, "host_kernels_bench: %lu generated kernels for %zu cases: rebuild\n", skc_bench_static_count,
-                     cases.size());
+        std::fprintf(stderr, "host_kernels_bench: %lu generated kernels for %zu cases: rebuild\n",
+                     skc_bench_static_count, cases.size());
         return 1;
     }
     for (std::size_t i = 0; i < cases.size(); ++i)

@@ -94,14 +94,16 @@ inline std::vector<HostCase> cases() {
     };
     const Size sizes[] = {{"small", 64, 128}, {"medium", 256, 512}};
     std::vector<HostCase> c;
-    auto add = [&](std::string op, const Size& z, std::string shape, skc::OpRecord r, GemmShape g = {}, bool demo = true) {
+    auto add = [&](std::string op, const Size& z, std::string shape, skc::OpRecord r, GemmShape g = {},
+                   bool demo = true) {
         c.push_back(HostCase{std::move(op), z.name, std::move(shape), demo, std::move(r), g});
     };
     for (const Size& z : sizes) {  // x [S, H] . W [H, H]: a projection
         const std::int64_t S = z.s, H = z.h;
         add("MatMulV2", z, dims({S, H}) + " x " + dims({H, H}),
-            make("MatMulV2", {tensor({S, H}), tensor({H, H}), std::monostate{}, std::monostate{}}, {tensor({S, H})},
-                 {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", false), attr("offset_x", "int", 0)}),
+            make(
+                "MatMulV2", {tensor({S, H}), tensor({H, H}), std::monostate{}, std::monostate{}}, {tensor({S, H})},
+                {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", false), attr("offset_x", "int", 0)}),
             GemmShape{1, S, H, H, false});
     }
     for (const Size& z : sizes) {  // Q [4, S, D] . K [4, S, D]^T: attention scores
@@ -173,7 +175,8 @@ inline std::vector<HostCase> cases() {
     for (const Size& z : sizes) {  // gelu(x [S, H] . W [H, 4H] + b), erf form
         const std::int64_t S = z.s, H = z.h;
         add("FusedMatMul gelu_erf", z, dims({S, H}) + " x " + dims({H, 4 * H}) + " + " + dims({4 * H}),
-            make("FusedMatMul", {tensor({S, H}), tensor({H, 4 * H}), tensor({4 * H}), std::monostate{}}, {tensor({S, 4 * H})},
+            make("FusedMatMul", {tensor({S, H}), tensor({H, 4 * H}), tensor({4 * H}), std::monostate{}},
+                 {tensor({S, 4 * H})},
                  {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", false),
                   attr("fused_op_type", "str", std::string("gelu_erf"))}),
             {}, false);

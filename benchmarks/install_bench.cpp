@@ -66,8 +66,7 @@ void run_or_die(const std::vector<std::string>& args, const fs::path& log) {
     ::posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) die("cannot start " + args[0]);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
+    while (::waitpid(pid, &status, 0) < 0) {}
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die(args[0] + " failed; see " + log.string());
 }
 
@@ -85,12 +84,14 @@ fs::path make_package(const fs::path& dir) {
     }
     skc::FilesystemStorage storage(src);
     storage.write("kernels/" + stem + ".so", library);
-    std::string index = R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "host-cpu", "kernels": [)";
+    std::string index =
+        R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "host-cpu", "kernels": [)";
     for (int i = 0; i < 8; ++i) {
         char digest[33];
         std::snprintf(digest, sizeof digest, "%032x", 0x1000 + i);
-        index += std::string(i ? ", " : "") + R"({"digest": ")" + digest + R"(", "op_type": "MatMulV2", "file": "kernels/)" +
-                 stem + R"(.so", "symbol": "skc_k_)" + digest + R"("})";
+        index += std::string(i ? ", " : "") + R"({"digest": ")" + digest +
+                 R"(", "op_type": "MatMulV2", "file": "kernels/)" + stem + R"(.so", "symbol": "skc_k_)" + digest +
+                 R"("})";
     }
     storage.write("binary_info_config.json", index + "]}\n");
     storage.write("setup.sh", "#!/bin/sh\nexit 0\n");
@@ -134,7 +135,8 @@ public:
             if (r.error_occurred) continue;
             const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
             if (median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1))
-                times.emplace_back(r.run_name.function_name, r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit));
+                times.emplace_back(r.run_name.function_name,
+                                   r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit));
         }
     }
     std::vector<std::pair<std::string, double>> times;  // name, seconds; in the order run
@@ -147,7 +149,8 @@ int main(int argc, char** argv) {
     int kept = 1;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
-        if (arg.substr(0, package_flag.size()) == package_flag) g_package = std::string(arg.substr(package_flag.size()));
+        if (arg.substr(0, package_flag.size()) == package_flag)
+            g_package = std::string(arg.substr(package_flag.size()));
         else argv[kept++] = argv[i];
     }
     argc = kept;
@@ -157,8 +160,8 @@ int main(int argc, char** argv) {
     skc_bench::Scratch scratch("skc-install-bench-package");
     if (g_package.empty()) g_package = make_package(scratch.dir);
     g_checksum = skc::detail::hash_bytes(skc::read_file(g_package, std::size_t{1} << 30));
-    benchmark::AddCustomContext("package", fs::absolute(g_package).string() + " (" +
-                                               std::to_string(fs::file_size(g_package)) + " bytes)");
+    benchmark::AddCustomContext(
+        "package", fs::absolute(g_package).string() + " (" + std::to_string(fs::file_size(g_package)) + " bytes)");
     for (const auto& [name, c] : {std::pair{"extract", Case::extract}, std::pair{"reuse", Case::reuse},
                                   std::pair{"reuse_hashing", Case::reuse_hashing}, std::pair{"held", Case::held}})
         benchmark::RegisterBenchmark((std::string("BM_Install/") + name).c_str(), BM_Install, c)

@@ -42,8 +42,10 @@
 
 namespace {
 
-using Relu = skc::OpDesc<"Relu", skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<32, 256>>>,
-                         skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 256>>>>;
+using Relu =
+    skc::OpDesc<"Relu",
+                skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<32, 256>>>,
+                skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 256>>>>;
 
 struct Kernel {
     void (*fn)(const float* const*, float* const*) = nullptr;
@@ -79,7 +81,8 @@ struct Fixture {
 
     Fixture() {
         std::vector<skc::KernelTable<Kernel>::Entry> entries;
-        const skc::OpRecord base = skc::read_op_info(std::string(SKC_BENCH_OP_INFO_DIR) + "/MatMulV2_float_ND_32_64_0.json");
+        const skc::OpRecord base =
+            skc::read_op_info(std::string(SKC_BENCH_OP_INFO_DIR) + "/MatMulV2_float_ND_32_64_0.json");
         for (int i = 0; i < 1000; ++i) {
             skc::OpRecord r = base;
             std::get<skc::TensorDesc>(r.inputs[0]).shape[0] = 1 + i;

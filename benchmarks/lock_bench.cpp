@@ -173,8 +173,7 @@ public:
         for (pid_t pid : pids_) ::kill(pid, SIGKILL);
         for (pid_t pid : pids_) {
             int status = 0;
-            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-            }
+            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
         }
         pids_.clear();
     }
@@ -253,17 +252,21 @@ void register_all() {
             benchmark::RegisterBenchmark(
                 (std::string("BM_FileLock/") + method_name(method) + "/" + mode_name(mode)).c_str(), BM_FileLock,
                 method, mode)
-                ->Unit(benchmark::kMicrosecond)->UseRealTime();
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
     for (LockMode mode : {LockMode::shared, LockMode::exclusive})
         benchmark::RegisterBenchmark((std::string("BM_RawFlock/") + mode_name(mode)).c_str(), BM_RawFlock, mode)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
     for (LockMode mode : {LockMode::shared, LockMode::exclusive})
         benchmark::RegisterBenchmark((std::string("BM_ProcessLock/") + mode_name(mode)).c_str(), BM_ProcessLock, mode)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
     for (Method method : {Method::lock, Method::lock_until})
         benchmark::RegisterBenchmark((std::string("BM_FileLock_Contended/") + method_name(method)).c_str(),
                                      BM_FileLock_Contended, method)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
 }
 
 /// The temporary lock folder, removed at the end.

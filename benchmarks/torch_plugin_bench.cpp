@@ -134,9 +134,9 @@ void step() {
 
 template <int Phase>
 void register_phase(const std::string& phase) {
-    for (auto [name, fn] : {std::pair{"Relu", &relu<Phase>}, std::pair{"Gelu", &gelu<Phase>}, std::pair{"Add", &add<Phase>},
-                            std::pair{"Softmax", &softmax<Phase>}, std::pair{"Linear", &linear<Phase>}})
-    {
+    for (auto [name, fn] :
+         {std::pair{"Relu", &relu<Phase>}, std::pair{"Gelu", &gelu<Phase>}, std::pair{"Add", &add<Phase>},
+          std::pair{"Softmax", &softmax<Phase>}, std::pair{"Linear", &linear<Phase>}}) {
         benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark((phase + "/" + name).c_str(), fn);
         b->Setup(&prepare<Phase>);  // the plugin's state, outside the benchmark's function
         if (const char* n = std::getenv("SKC_BENCH_ITERATIONS")) b->Iterations(std::atoll(n));

@@ -48,11 +48,12 @@ struct DeviceContext : skc::DefaultContext {
 
 // The projection of a layer whose shapes never change: its digest is computed by the compiler.
 using namespace skc::desc;
-using Projection = skc::OpDesc<"MatMulV2",
-    Inputs<Tensor<"x1", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>,
-           Tensor<"x2", skc::DType::float32, skc::Format::ND, skc::Shape<64, 192>>, Absent, Absent>,
-    Outputs<Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 192>>>,
-    Attrs<Attr<"transpose_x1", false>, Attr<"transpose_x2", false>, Attr<"offset_x", 0>>, DeviceContext>;
+using Projection =
+    skc::OpDesc<"MatMulV2",
+                Inputs<Tensor<"x1", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>,
+                       Tensor<"x2", skc::DType::float32, skc::Format::ND, skc::Shape<64, 192>>, Absent, Absent>,
+                Outputs<Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 192>>>,
+                Attrs<Attr<"transpose_x1", false>, Attr<"transpose_x2", false>, Attr<"offset_x", 0>>, DeviceContext>;
 
 constexpr skc::Digest projection_key = Projection::digest;  // a constant expression
 
@@ -90,16 +91,17 @@ skc::OpRecord op(std::string op_type, std::vector<skc::TensorSlot> inputs, std::
 
 // The same MatMulV2 as Projection, built from live tensors: the same content, so the same op.
 skc::OpRecord projection_at_run_time() {
-    return op("MatMulV2",
-              {tensor("x1", 0, "float", {32, 64}), tensor("x2", 1, "float", {64, 192}), std::monostate{},
-               std::monostate{}},
-              {tensor("y", 0, "float", {32, 192})},
-              {skc::Attr{"transpose_x1", "bool", 0, false, {}}, skc::Attr{"transpose_x2", "bool", 1, false, {}},
-               skc::Attr{"offset_x", "int", 2, 0, {}}});
+    return op(
+        "MatMulV2",
+        {tensor("x1", 0, "float", {32, 64}), tensor("x2", 1, "float", {64, 192}), std::monostate{}, std::monostate{}},
+        {tensor("y", 0, "float", {32, 192})},
+        {skc::Attr{"transpose_x1", "bool", 0, false, {}}, skc::Attr{"transpose_x2", "bool", 1, false, {}},
+         skc::Attr{"offset_x", "int", 2, 0, {}}});
 }
 
 skc::OpRecord add(skc::RuntimeShape shape) {
-    return op("Add", {tensor("x1", 0, "float", shape), tensor("x2", 1, "float", shape)}, {tensor("y", 0, "float", shape)});
+    return op("Add", {tensor("x1", 0, "float", shape), tensor("x2", 1, "float", shape)},
+              {tensor("y", 0, "float", shape)});
 }
 
 skc::OpRecord gelu(skc::RuntimeShape shape) {
@@ -130,8 +132,8 @@ skc::OpRecord transpose(std::vector<std::int64_t> perm) {
 }
 
 constexpr std::array<skc::Verdict, 5> all_verdicts{skc::Verdict::selected, skc::Verdict::unsupported,
-                                                    skc::Verdict::blacklisted, skc::Verdict::already_compiled,
-                                                    skc::Verdict::duplicate};
+                                                   skc::Verdict::blacklisted, skc::Verdict::already_compiled,
+                                                   skc::Verdict::duplicate};
 
 int run(const std::filesystem::path& base_arg) {
     // 1. Options. The base directory comes from the command line here; a host could also pass
@@ -159,8 +161,7 @@ int run(const std::filesystem::path& base_arg) {
             try {
                 for (int step = 0; step < 3; ++step) {
                     bool added[5];
-                    if (t == 3)
-                        added[0] = rec.record(projection_at_run_time());
+                    if (t == 3) added[0] = rec.record(projection_at_run_time());
                     else  // the compile-time digest: the record is only built when the op is new
                         added[0] = rec.record(Projection::digest, [] { return Projection::record(); });
                     added[1] = rec.record(add({32, 64}));
@@ -198,7 +199,8 @@ int run(const std::filesystem::path& base_arg) {
     std::cout << "selection from " << sel.input_dir.filename().string() << ":\n";
     for (skc::Verdict v : all_verdicts) std::cout << "  " << skc::to_string(v) << ": " << sel.count(v) << "\n";
     for (const skc::Decision& d : sel.decisions)
-        if (d.verdict != skc::Verdict::selected) std::cout << "  " << d.name << ": " << skc::to_string(d.verdict) << "\n";
+        if (d.verdict != skc::Verdict::selected)
+            std::cout << "  " << d.name << ": " << skc::to_string(d.verdict) << "\n";
     if (sel.skipped()) {
         std::cout << "nothing to compile: compilation skipped\n";
         return 0;

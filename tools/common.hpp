@@ -189,14 +189,15 @@ inline ParsedArgs parse_args(const std::string& prefix, std::span<const OptionSp
             throw UsageError{prefix + "unknown option '" + printable(name) + "'; options: " + option_names(specs)};
         std::string value;
         if (spec->value.empty()) {
-            if (eq != std::string_view::npos) throw UsageError{prefix + "option " + std::string(name) + " takes no value"};
+            if (eq != std::string_view::npos)
+                throw UsageError{prefix + "option " + std::string(name) + " takes no value"};
         } else if (eq != std::string_view::npos) {
             value = std::string(a.substr(eq + 1));
         } else if (i + 1 < args.size()) {
             value = std::string(args[++i]);
         } else {
-            throw UsageError{prefix + "option " + std::string(name) + " needs a value: " + std::string(spec->value) + ", " +
-                             std::string(spec->help)};
+            throw UsageError{prefix + "option " + std::string(name) + " needs a value: " + std::string(spec->value) +
+                             ", " + std::string(spec->help)};
         }
         if (!spec->value.empty() && value.empty())
             throw UsageError{prefix + "option " + std::string(name) + " needs a non-empty " + std::string(spec->value)};

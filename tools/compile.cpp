@@ -69,23 +69,30 @@ constexpr std::array compile_specs{
     OptionSpec{"--op-library", "DIR", "install the package here, persistently (default: do not install)"},
     OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
     OptionSpec{"--no-cache", "", "always compile; do not read or write the cache"},
-    OptionSpec{"--cache-dir", "DIR", "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
-                                     "<base>/static_kernel_compile_outputs/static_kernel_cache)"},
-    OptionSpec{"--cache-mode", "MODE", "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never "
-                                       "write the cache) or recache (compile and replace the entry)"},
+    OptionSpec{"--cache-dir", "DIR",
+               "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
+               "<base>/static_kernel_compile_outputs/static_kernel_cache)"},
+    OptionSpec{"--cache-mode", "MODE",
+               "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never "
+               "write the cache) or recache (compile and replace the entry)"},
     OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
     OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
     OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
-    OptionSpec{"--deterministic", "", "the job runs deterministically: part of the cache key, not passed to the compiler"},
-    OptionSpec{"--compiler-check", "MODE", "how the compiler's fingerprint in the cache key is taken: content (default: a "
-                                           "hash of the executable), mtime, none, string:TEXT or command:CMD"},
+    OptionSpec{"--deterministic", "",
+               "the job runs deterministically: part of the cache key, not passed to the compiler"},
+    OptionSpec{"--compiler-check", "MODE",
+               "how the compiler's fingerprint in the cache key is taken: content (default: a "
+               "hash of the executable), mtime, none, string:TEXT or command:CMD"},
     OptionSpec{"--jobs", "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)"},
-    OptionSpec{"--timeout", "SECONDS", "limit for the compile, for waiting on another process's compile and for "
-                                       "each wait on the other ranks, up to 604800 (default 3600)"},
-    OptionSpec{"--run-id", "ID", "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor "
-                                 "TORCHELASTIC_RUN_ID is set"},
-    OptionSpec{"--mpi", "", "the ranks of an MPI job (run under mpirun): one leader per node compiles and installs; "
-                            "--timeout bounds each wait on the other ranks (needs skc built with MPI)"},
+    OptionSpec{"--timeout", "SECONDS",
+               "limit for the compile, for waiting on another process's compile and for "
+               "each wait on the other ranks, up to 604800 (default 3600)"},
+    OptionSpec{"--run-id", "ID",
+               "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor "
+               "TORCHELASTIC_RUN_ID is set"},
+    OptionSpec{"--mpi", "",
+               "the ranks of an MPI job (run under mpirun): one leader per node compiles and installs; "
+               "--timeout bounds each wait on the other ranks (needs skc built with MPI)"},
     OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
     OptionSpec{"--json", "", "print the report as JSON"},
 };
@@ -116,7 +123,8 @@ void require_folder(const std::string& prefix, const char* option, const std::st
 bool plain_name(std::string_view s) {
     if (s.empty() || s.front() == '.' || s.size() > 255) return false;
     return std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+               c == '.';
     });
 }
 
@@ -228,7 +236,8 @@ private:
         }
         text = printable(text) + format(", %.1f s", secs);
         winsize ws{};
-        if (::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1) {  // a longer line would wrap, and \r not reach its start
+        if (::ioctl(2, TIOCGWINSZ, &ws) == 0 &&
+            ws.ws_col > 1) {  // a longer line would wrap, and \r not reach its start
             const std::size_t width = ws.ws_col - 1u;
             std::size_t chars = 0, cut = 0;  // count characters, not bytes (the ellipsis)
             for (; cut < text.size(); ++cut)
@@ -242,7 +251,8 @@ private:
     /// `text` with the cache key in it cut to its first 8 hex digits.
     static std::string shorten_key(std::string text, const std::string& key) {
         if (key.size() > 8)
-            if (const std::size_t at = text.find(key); at != std::string::npos) text.replace(at, key.size(), key.substr(0, 8) + "\u2026");
+            if (const std::size_t at = text.find(key); at != std::string::npos)
+                text.replace(at, key.size(), key.substr(0, 8) + "\u2026");
         return text;
     }
 
@@ -262,10 +272,10 @@ private:
 
 /// What `skc compile` says when SIGINT, SIGTERM or SIGHUP ends it: what it was doing, and what is
 /// left. The text is prepared as the compile goes (set(), from the compile's thread, the only one
-/// that does not block these signals) in one of two buffers, so the handler only writes a finished one; the handler then ends the process with the
-/// signal's default action (exit status 128 + signal), and the guards of the compiler and of the
-/// package's extraction stop them (skc::detail::GroupGuard). Every file skc writes is renamed into
-/// place whole, so what an interrupted run leaves is what was there before or complete.
+/// that does not block these signals) in one of two buffers, so the handler only writes a finished one; the handler
+/// then ends the process with the signal's default action (exit status 128 + signal), and the guards of the compiler
+/// and of the package's extraction stop them (skc::detail::GroupGuard). Every file skc writes is renamed into place
+/// whole, so what an interrupted run leaves is what was there before or complete.
 namespace interruption {
 constexpr std::size_t max_text = 2048;
 char texts[2][max_text];
@@ -355,9 +365,9 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
                                   : printable(r.installed) + " in " +
                                         printable(skc::RunPackageInstaller::base_of(library, backend).string())) +
              "\n";
-        s += "  ops        " + std::to_string(r.selected) + " selected of " + std::to_string(r.recorded) + " distinct (" +
-             std::to_string(r.recorded - r.supported) + " unsupported, " + std::to_string(r.blacklisted) +
-             " blacklisted)\n";
+        s += "  ops        " + std::to_string(r.selected) + " selected of " + std::to_string(r.recorded) +
+             " distinct (" + std::to_string(r.recorded - r.supported) + " unsupported, " +
+             std::to_string(r.blacklisted) + " blacklisted)\n";
     }
     std::string stages;
     for (const auto& [name, t] : r.stages) stages += (stages.empty() ? "" : ", ") + name + " " + ms(t);
@@ -405,7 +415,8 @@ skc::Object explanation_json(const skc::MissExplanation& x) {
     ops.push_back({"added", names(x.added)});
     ops.push_back({"removed", names(x.removed)});
     skc::Array changed;
-    for (const auto& [was, now] : x.changed) changed.emplace_back(skc::Object{{"entry", utf8(was)}, {"now", utf8(now)}});
+    for (const auto& [was, now] : x.changed)
+        changed.emplace_back(skc::Object{{"entry", utf8(was)}, {"now", utf8(now)}});
     ops.push_back({"changed", std::move(changed)});
     j.push_back({"ops", std::move(ops)});
     j.push_back({"near", x.near()});
@@ -413,8 +424,8 @@ skc::Object explanation_json(const skc::MissExplanation& x) {
 }
 
 std::string explanation_text(const skc::MissExplanation& x) {
-    std::string r = "nearest entry: " + x.entry.key + " in " + printable(x.ns) + ", stored " + local_time(x.entry.created_unix) +
-                    "\n";
+    std::string r = "nearest entry: " + x.entry.key + " in " + printable(x.ns) + ", stored " +
+                    local_time(x.entry.created_unix) + "\n";
     if (x.parts.empty() && !x.ops_differ) return r;
     r += "it differs in:\n";
     for (const skc::PartDifference& d : x.parts)
@@ -424,7 +435,8 @@ std::string explanation_text(const skc::MissExplanation& x) {
     } else if (x.ops_differ) {
         r += "  ops: " + std::to_string(x.changed.size()) + " changed, " + std::to_string(x.added.size()) + " added, " +
              std::to_string(x.removed.size()) + " removed, " + std::to_string(x.common_ops) + " the same\n";
-        for (const auto& [was, now] : x.changed) r += "    changed  " + printable(now) + " (the entry's " + printable(was) + ")\n";
+        for (const auto& [was, now] : x.changed)
+            r += "    changed  " + printable(now) + " (the entry's " + printable(was) + ")\n";
         for (const std::string& n : x.added) r += "    added    " + printable(n) + "\n";
         for (const std::string& n : x.removed) r += "    removed  " + printable(n) + "\n";
     }
@@ -433,15 +445,16 @@ std::string explanation_text(const skc::MissExplanation& x) {
 
 }  // namespace
 
-int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs::path& cache_dir, const std::string& shown,
-                       const std::optional<std::string>& ns, bool json) {
+int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs::path& cache_dir,
+                       const std::string& shown, const std::optional<std::string>& ns, bool json) {
     const skc::Options o = key_options(prefix, p);
     require_folder(prefix, "--ops", *p.get("--ops"));
     // The same selection as skc compile's: supported ops, not blacklisted, distinct, without bin fields.
     skc::DirReadResult in = skc::read_op_info_dir(*p.get("--ops"));
     for (skc::LoadedOp& op : in.ops) op.record = skc::without_bin_fields(std::move(op.record));
     const skc::CompiledSet none;
-    const std::vector<skc::Decision> decisions = skc::plan_selection(in.ops, skc::SelectOptions{o.op_blacklist, false}, none);
+    const std::vector<skc::Decision> decisions =
+        skc::plan_selection(in.ops, skc::SelectOptions{o.op_blacklist, false}, none);
     std::vector<skc::Digest> digests;
     std::vector<skc::KeyOp> named;
     for (const skc::Decision& d : decisions)
@@ -450,12 +463,13 @@ int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs:
             named.push_back({d.digest, d.name});
         }
     if (digests.empty())
-        throw skc::Error(skc::Errc::invalid_argument, "no op info file to compile in the folder (none, or all left out)",
+        throw skc::Error(skc::Errc::invalid_argument,
+                         "no op info file to compile in the folder (none, or all left out)",
                          skc::ErrorContext{*p.get("--ops"), {}, {}});
     const std::string fingerprint =
         skc::compiler_fingerprint(*p.get("--compiler"), o.compiler_check, cache_dir, skc::MemoAccess::read_only);
-    skc::CacheKey key =
-        skc::make_cache_key(digests, skc::key_inputs(o, *p.get("--toolchain-version"), *p.get("--device"), fingerprint));
+    skc::CacheKey key = skc::make_cache_key(
+        digests, skc::key_inputs(o, *p.get("--toolchain-version"), *p.get("--device"), fingerprint));
     key.ops = std::move(named);
     const std::optional<skc::MissExplanation> x = skc::explain_miss(cache_dir, key, ns.value_or(""));
     if (json) {
@@ -468,8 +482,8 @@ int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs:
         print_json(std::move(root));
         return exit_ok;
     }
-    std::string r = "cache directory: " + printable(shown) + "\nkey " + key.hex() + " (" + plural(digests.size(), "op", "ops") +
-                    ")\n";
+    std::string r = "cache directory: " + printable(shown) + "\nkey " + key.hex() + " (" +
+                    plural(digests.size(), "op", "ops") + ")\n";
     if (x && x->hit) r += "hit: the key has an entry in " + printable(x->ns) + "\n";
     else if (!x) r += "miss: the cache has no entry to compare with\n";
     else r += "miss\n" + explanation_text(*x);
@@ -521,10 +535,12 @@ int run_compile(Args args) {
     if (const auto t = p.get("--timeout"))
         o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t, 7 * 24 * 3600));
     if (const auto l = p.get("--log-level")) {
-        for (const skc::LogLevel level : {skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning, skc::LogLevel::error})
+        for (const skc::LogLevel level :
+             {skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning, skc::LogLevel::error})
             if (*l == skc::to_string(level)) o.log_level = level;
         if (!o.log_level)
-            throw UsageError{prefix + "bad --log-level '" + printable(*l) + "': expected debug, info, warning or error"};
+            throw UsageError{prefix + "bad --log-level '" + printable(*l) +
+                             "': expected debug, info, warning or error"};
     }
 
     skc::CompilerSettings s;
@@ -540,8 +556,9 @@ int run_compile(Args args) {
 
 #ifndef SKC_TOOL_WITH_MPI
     if (p.has("--mpi"))
-        throw UsageError{prefix + "--mpi: this skc was built without MPI (rebuild it with MPI installed, e.g. Debian's "
-                                  "libopenmpi-dev, or leave out --mpi)"};
+        throw UsageError{prefix +
+                         "--mpi: this skc was built without MPI (rebuild it with MPI installed, e.g. Debian's "
+                         "libopenmpi-dev, or leave out --mpi)"};
 #endif
 
     // Bad input is found before anything is written.
@@ -620,7 +637,8 @@ std::string uninstall_usage() {
            "Removes the persistent install of PACKAGE (a package stem, as 'skc compile' printed it), or of every\n"
            "package without PACKAGE. A package that running processes still use stays until the last one ends.\n\n"
            "options:\n" +
-           options_help(uninstall_specs) + "\nexit status: 0 done; 1 the op library could not be changed; 2 bad usage, "
+           options_help(uninstall_specs) +
+           "\nexit status: 0 done; 1 the op library could not be changed; 2 bad usage, "
            "or PACKAGE is not installed.\n";
 }
 
@@ -655,7 +673,9 @@ int run_uninstall(Args args) {
         } else {
             for (const auto& i : installed) stems.push_back(i.stem);
         }
-        if (stems.empty()) out("nothing installed in " + printable(skc::RunPackageInstaller::base_of(library, backend).string()) + "\n");
+        if (stems.empty())
+            out("nothing installed in " + printable(skc::RunPackageInstaller::base_of(library, backend).string()) +
+                "\n");
         for (const std::string& stem : stems) {
             if (installer.uninstall(library, stem, backend, /*persistent=*/true)) {
                 out("uninstalled " + printable(stem) + "\n");
@@ -663,15 +683,16 @@ int run_uninstall(Args args) {
                 std::size_t users = 0;
                 for (const auto& i : installer.list(library, backend))
                     if (i.stem == stem) users = i.holders.size();
-                out(printable(stem) + " stays installed: " + plural(users, "running process uses", "running processes use") +
-                    " it\n");
+                out(printable(stem) +
+                    " stays installed: " + plural(users, "running process uses", "running processes use") + " it\n");
             }
         }
         return exit_ok;
     } catch (const skc::Error& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
-        return e.code() == skc::Errc::unsafe_path || e.code() == skc::Errc::invalid_name ? exit_usage : exit_compile_failed;
+        return e.code() == skc::Errc::unsafe_path || e.code() == skc::Errc::invalid_name ? exit_usage
+                                                                                         : exit_compile_failed;
     }
 }
 

@@ -60,16 +60,19 @@ std::string input_shapes(const skc::OpRecord& r) {
 std::string ops_usage() {
     return "usage: skc ops inspect DIR [--blacklist SUBSTR]... [--json]\n\n"
            "Shows what the op info files in DIR hold and which ops a compile would select. Reads only.\n\noptions:\n" +
-           options_help(inspect_specs) + "\nexit status: 0 every file was read; 2 bad usage, or some file is not a valid op info file.\n";
+           options_help(inspect_specs) +
+           "\nexit status: 0 every file was read; 2 bad usage, or some file is not a valid op info file.\n";
 }
 
 int run_ops(Args args) {
     if (args.empty() || (args.front() != "inspect" && args.front() != "--help" && args.front() != "-h"))
-        throw UsageError{"skc ops: " + (args.empty() ? std::string("no command given") : "unknown command '" + printable(args.front()) + "'") +
-                         "; commands: inspect (see skc ops --help)"};
+        throw UsageError{
+            "skc ops: " +
+            (args.empty() ? std::string("no command given") : "unknown command '" + printable(args.front()) + "'") +
+            "; commands: inspect (see skc ops --help)"};
     const std::string prefix = "skc ops inspect: ";
-    const ParsedArgs p = parse_args(prefix, inspect_specs, args.front() == "inspect" ? args.subspan(1) : args, 1,
-                                    "skc ops --help");
+    const ParsedArgs p =
+        parse_args(prefix, inspect_specs, args.front() == "inspect" ? args.subspan(1) : args, 1, "skc ops --help");
     if (p.help) {
         out(ops_usage());
         return exit_ok;
@@ -164,8 +167,9 @@ int run_ops(Args args) {
     for (const auto& [type, t] : by_type) {
         std::string why;
         for (const auto& [r, n] : t.not_selected) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + r;
-        std::printf("%-22s %6zu %9zu %7zu %7s %9zu%s%s\n", printable(type).c_str(), t.files, t.distinct.size(), t.shapes.size(),
-                    targets.is_target(type) ? "yes" : "no", t.selected, why.empty() ? "" : "  ", why.c_str());
+        std::printf("%-22s %6zu %9zu %7zu %7s %9zu%s%s\n", printable(type).c_str(), t.files, t.distinct.size(),
+                    t.shapes.size(), targets.is_target(type) ? "yes" : "no", t.selected, why.empty() ? "" : "  ",
+                    why.c_str());
     }
     bool header = false;
     for (std::size_t i = 0; i < in.ops.size(); ++i) {

@@ -59,18 +59,19 @@ namespace {
 namespace fs = std::filesystem;
 using namespace skc_tool;
 
-
 /// `10G`, `500M`, `1024K`, `65536` (skc::parse_size); 0 only where `zero_ok`.
 std::uint64_t parse_size(const std::string& prefix, std::string_view s, bool zero_ok) {
     const std::string bad = prefix + "bad --max-size '" + printable(s) + "': ";
-    const std::string accepted = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
-                                 "e.g. 10G, 500M, 1024K or 65536";
+    const std::string accepted =
+        "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
+        "e.g. 10G, 500M, 1024K or 65536";
     const std::optional<std::uint64_t> n = skc::parse_size(s);
     if (!n) {
         // Digits (and a suffix) that do not fit in 64 bits are a size, only too large.
-        const std::string_view digits = !s.empty() && std::string_view("KMGTkmgt").find(s.back()) != std::string_view::npos
-                                            ? s.substr(0, s.size() - 1)
-                                            : s;
+        const std::string_view digits =
+            !s.empty() && std::string_view("KMGTkmgt").find(s.back()) != std::string_view::npos
+                ? s.substr(0, s.size() - 1)
+                : s;
         const bool numeric = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
         throw UsageError{bad + (numeric ? "the size is too large; " : "") + accepted};
     }
@@ -123,25 +124,27 @@ struct CacheOptions {
 
 /// The cache a command works on, resolved and checked before anything is read or changed.
 struct Target {
-    std::string shown;         // the cache folder as the user named it (--base joined with the layout)
-    fs::path dir;              // the same, absolute
+    std::string shown;  // the cache folder as the user named it (--base joined with the layout)
+    fs::path dir;       // the same, absolute
     bool exists = false;
     std::vector<std::string> namespaces;  // the ones to work on, in name order
     std::vector<std::string> all;         // every namespace present
-    std::string prefix;        // "skc cache <command>: "
+    std::string prefix;                   // "skc cache <command>: "
 
     [[nodiscard]] std::string shown_path(std::string_view rest) const { return shown + "/" + std::string(rest); }
 };
 
 /// Opens a namespace as skc::open_cache does, without creating anything (`mode` read-only: not even
 /// a lock file). Messages go nowhere: the commands report what they find themselves.
-std::unique_ptr<FsCache> open_namespace(const Target& t, const std::string& stem, skc::CacheMode mode = skc::CacheMode::read_write) {
+std::unique_ptr<FsCache> open_namespace(const Target& t, const std::string& stem,
+                                        skc::CacheMode mode = skc::CacheMode::read_write) {
     skc::CacheConfig config;
     config.log = skc::null_log();
     config.mode = mode;
-    const skc::LockAccess access = mode == skc::CacheMode::read_only ? skc::LockAccess::read_only : skc::LockAccess::read_write;
-    return std::make_unique<FsCache>(skc::FilesystemStorage(t.dir / stem), skc::FileLock(t.dir, access), std::move(config),
-                                     skc::CacheLockNames{stem + "/keys/", stem});
+    const skc::LockAccess access =
+        mode == skc::CacheMode::read_only ? skc::LockAccess::read_only : skc::LockAccess::read_write;
+    return std::make_unique<FsCache>(skc::FilesystemStorage(t.dir / stem), skc::FileLock(t.dir, access),
+                                     std::move(config), skc::CacheLockNames{stem + "/keys/", stem});
 }
 
 /// Saves what the command counted (evictions, corrupt entries) into the namespace's statistics; a
@@ -199,8 +202,9 @@ skc::Object stats_json(const NamespaceStats& s) {
     o.push_back({"hits", s.stats.hits});
     o.push_back({"misses", s.stats.misses});
     const std::uint64_t lookups = s.stats.hits + s.stats.misses;
-    o.push_back({"hit_rate", lookups == 0 ? skc::Value(nullptr)
-                                          : skc::Value(static_cast<double>(s.stats.hits) / static_cast<double>(lookups))});
+    o.push_back({"hit_rate", lookups == 0
+                                 ? skc::Value(nullptr)
+                                 : skc::Value(static_cast<double>(s.stats.hits) / static_cast<double>(lookups))});
     o.push_back({"corrupt", s.stats.corrupt});
     o.push_back({"evictions", s.stats.evictions});
     o.push_back({"compiles", s.stats.compiles});
@@ -315,7 +319,8 @@ int cache_stats(const Target& t, const CacheOptions& o) {
         print_json(std::move(root));
         return exit_ok;
     }
-    std::string r = "cache directory: " + printable(t.shown) + "\n" + limits_text(skc::effective_cache_limits({}, t.dir));
+    std::string r =
+        "cache directory: " + printable(t.shown) + "\n" + limits_text(skc::effective_cache_limits({}, t.dir));
     for (const NamespaceStats& s : all) r += "\n" + printable(s.name) + "\n" + stats_text(s);
     if (all.size() > 1) r += "\ntotal (" + std::to_string(all.size()) + " namespaces)\n" + stats_text(total);
     out(r);
@@ -368,8 +373,9 @@ int cache_ls(const Target& t, const CacheOptions& o) {
         r += pad_right("key", 34) + pad_left("size", 10) + pad_left("ops", 6) + "  " + pad_right("created", 21) +
              pad_right("last used", 21) + "compile time\n";
         for (const skc::CacheEntry& e : entries)
-            r += pad_right(printable(e.key), 34) + pad_left(human_size(e.size), 10) + pad_left(std::to_string(e.ops), 6) +
-                 "  " + pad_right(e.created_unix == 0 ? "-" : local_time(e.created_unix), 21) +
+            r += pad_right(printable(e.key), 34) + pad_left(human_size(e.size), 10) +
+                 pad_left(std::to_string(e.ops), 6) + "  " +
+                 pad_right(e.created_unix == 0 ? "-" : local_time(e.created_unix), 21) +
                  pad_right(local_time(e.last_used_ns / 1000000000), 21) +
                  (e.compile_ns == 0 ? "-" : human_duration(e.compile_ns)) + "\n";
     }
@@ -392,7 +398,8 @@ int cache_verify(const Target& t, const CacheOptions& o) {
     for (const std::string& stem : t.namespaces) {
         const std::unique_ptr<FsCache> cache = open_namespace(t, stem);
         // Each package's checksum, then the package itself: a package stored damaged is caught too.
-        const skc::VerifyReport v = cache->verify_all([](const std::filesystem::path& p) { return skc::run_package_fault(p); });
+        const skc::VerifyReport v =
+            cache->verify_all([](const std::filesystem::path& p) { return skc::run_package_fault(p); });
         save_statistics(t, *cache, stem);
         checked += v.checked;
         bad += v.bad.size();
@@ -409,7 +416,8 @@ int cache_verify(const Target& t, const CacheOptions& o) {
             b.push_back({"reason", utf8(reason)});
             b.push_back({"removed", gone});
             items.emplace_back(std::move(b));
-            lines += "  " + printable(key) + ": " + printable(reason) + (gone ? " (removed)" : " (in use, not removed)") + "\n";
+            lines += "  " + printable(key) + ": " + printable(reason) +
+                     (gone ? " (removed)" : " (in use, not removed)") + "\n";
         }
         if (o.json) {
             skc::Object n;
@@ -560,7 +568,8 @@ int cache_export(const Target& t, const CacheOptions& o) {
     std::vector<std::string> keys = o.raw.all("--key");
     for (const std::string& k : keys)
         if (skc::Digest d; !skc::detail::parse_hex_digest(k, d))
-            throw UsageError{t.prefix + "bad --key '" + printable(k) + "': expected 32 lowercase hex digits (skc cache ls lists the keys)"};
+            throw UsageError{t.prefix + "bad --key '" + printable(k) +
+                             "': expected 32 lowercase hex digits (skc cache ls lists the keys)"};
     const skc::ExportReport r = skc::export_cache(t.dir, *o.output, o.ns.value_or(""), keys);
     if (o.json) {
         skc::Object root = json_head(t);
@@ -572,8 +581,8 @@ int cache_export(const Target& t, const CacheOptions& o) {
         root.push_back({"skipped", std::move(skipped)});
         print_json(std::move(root));
     } else {
-        out("exported " + plural(r.entries, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages) to " +
-            printable(*o.output) + "\n");
+        out("exported " + plural(r.entries, "entry", "entries") + " (" + human_size(r.package_bytes) +
+            " of packages) to " + printable(*o.output) + "\n");
         for (const std::string& k : r.skipped)
             out("skipped " + k + ": the entry or its package is bad (run skc cache verify)\n");
     }
@@ -593,8 +602,9 @@ int cache_import(const Target& t, const CacheOptions& o) {
         root.push_back({"package_bytes", r.package_bytes});
         print_json(std::move(root));
     } else {
-        out("imported " + plural(r.added, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages) into " +
-            printable(t.shown) + (r.present != 0 ? "; " + std::to_string(r.present) + " already there" : std::string()) + "\n");
+        out("imported " + plural(r.added, "entry", "entries") + " (" + human_size(r.package_bytes) +
+            " of packages) into " + printable(t.shown) +
+            (r.present != 0 ? "; " + std::to_string(r.present) + " already there" : std::string()) + "\n");
     }
     return exit_ok;
 }
@@ -613,7 +623,8 @@ constexpr std::array cache_commands{
     CacheCommand{"verify", "check every package in full; bad entries are removed (exit status 1)", cache_verify},
     CacheCommand{"prune", "remove entries over the limits (least recently used first) or unused too long", cache_prune},
     CacheCommand{"clear", "remove every entry that is not in use", cache_clear},
-    CacheCommand{"config", "show the limits every process applies, or store new ones (--max-size, --max-entries)", cache_config},
+    CacheCommand{"config", "show the limits every process applies, or store new ones (--max-size, --max-entries)",
+                 cache_config},
     CacheCommand{"zero", "reset the statistics to zero (entries stay)", cache_zero},
     CacheCommand{"explain", "why the ops in --ops miss: the nearest entry and what differs", cache_explain},
     CacheCommand{"export", "write entries and their packages to one file (-o FILE)", cache_export},
@@ -630,10 +641,12 @@ struct CacheOptionSpec {
 
 constexpr std::array cache_option_specs{
     CacheOptionSpec{"--base", "DIR", "the folder that holds static_kernel_compile_outputs"},
-    CacheOptionSpec{"--cache-dir", "DIR", "the cache folder itself, shared by many bases (default: $SKC_CACHE_DIR, else the base's)"},
+    CacheOptionSpec{"--cache-dir", "DIR",
+                    "the cache folder itself, shared by many bases (default: $SKC_CACHE_DIR, else the base's)"},
     CacheOptionSpec{"--namespace", "NAME", "only the namespace NAME, CANN-<version>_<device> (default: all)"},
     CacheOptionSpec{"--json", "", "print one JSON document"},
-    CacheOptionSpec{"--max-size", "SIZE", "keep at most SIZE bytes per namespace: 10G, 500M, 1024K, 65536", "prune config"},
+    CacheOptionSpec{"--max-size", "SIZE", "keep at most SIZE bytes per namespace: 10G, 500M, 1024K, 65536",
+                    "prune config"},
     CacheOptionSpec{"--max-entries", "N", "keep at most N entries per namespace", "prune config"},
     CacheOptionSpec{"--older-than", "DURATION", "remove entries unused for longer: 30d, 12h, 15m, 90s", "prune"},
     CacheOptionSpec{"--ops", "DIR", "the op info files whose key to explain (as skc compile --ops)", "explain"},
@@ -643,7 +656,8 @@ constexpr std::array cache_option_specs{
     CacheOptionSpec{"--compiler-arg", "ARG", "a compiler argument in the key (repeatable)", "explain", true},
     CacheOptionSpec{"--deterministic", "", "the deterministic flag in the key", "explain"},
     CacheOptionSpec{"--compiler-check", "MODE", "content, mtime, none, string:TEXT or command:CMD", "explain"},
-    CacheOptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", "explain", true},
+    CacheOptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)",
+                    "explain", true},
     CacheOptionSpec{"--key", "KEY", "only the entry of KEY (repeatable; default: every entry)", "export", true},
     CacheOptionSpec{"--output", "FILE", "the export file to write (also -o FILE)", "export"},
 };
@@ -663,12 +677,14 @@ std::string cache_usage() {
         "The cache is --cache-dir, else $SKC_CACHE_DIR, else <DIR>/static_kernel_compile_outputs/static_kernel_cache,\n"
         "one namespace CANN-<version>_<device> per toolchain version and device.\n"
         "\ncommands:\n";
-    for (const CacheCommand& c : cache_commands) r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
+    for (const CacheCommand& c : cache_commands)
+        r += "  " + pad_right(std::string(c.name), 11) + std::string(c.summary) + "\n";
     r += "\noptions:\n";
     for (const CacheOptionSpec& s : cache_option_specs) {
         std::string applies(s.commands);
         std::replace(applies.begin(), applies.end(), ' ', ',');
-        for (std::size_t at = 0; (at = applies.find(',', at)) != std::string::npos; at += 2) applies.insert(at + 1, " ");
+        for (std::size_t at = 0; (at = applies.find(',', at)) != std::string::npos; at += 2)
+            applies.insert(at + 1, " ");
         r += "  " + pad_right(std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value)), 23) +
              (applies.empty() ? "" : applies + ": ") + std::string(s.help) + "\n";
     }
@@ -725,8 +741,8 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             const auto c = std::find_if(cache_commands.begin(), cache_commands.end(),
                                         [&](const CacheCommand& k) { return k.name == a; });
             if (c == cache_commands.end())
-                throw UsageError{"skc cache: unknown command '" + printable(a) + "'; commands: " + cache_command_names() +
-                                 " (see skc cache --help)"};
+                throw UsageError{"skc cache: unknown command '" + printable(a) +
+                                 "'; commands: " + cache_command_names() + " (see skc cache --help)"};
             o.command = std::string(a);
             continue;
         }
@@ -735,10 +751,12 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
         const auto spec = std::find_if(cache_option_specs.begin(), cache_option_specs.end(),
                                        [&](const CacheOptionSpec& s) { return s.name == name; });
         if (spec == cache_option_specs.end())
-            throw UsageError{prefix() + "unknown option '" + printable(name) + "'; options: " + accepted_options(o.command)};
+            throw UsageError{prefix() + "unknown option '" + printable(name) +
+                             "'; options: " + accepted_options(o.command)};
         std::string value;
         if (spec->value.empty()) {
-            if (eq != std::string_view::npos) throw UsageError{prefix() + "option " + std::string(name) + " takes no value"};
+            if (eq != std::string_view::npos)
+                throw UsageError{prefix() + "option " + std::string(name) + " takes no value"};
         } else if (eq != std::string_view::npos) {
             value = std::string(a.substr(eq + 1));
         } else if (i + 1 < args.size()) {
@@ -747,7 +765,8 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             throw UsageError{prefix() + "option " + std::string(name) + " needs a value: " + std::string(spec->value) +
                              ", " + std::string(spec->help)};
         }
-        if (!spec->repeatable && std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == &*spec; }))
+        if (!spec->repeatable &&
+            std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == &*spec; }))
             throw UsageError{prefix() + "option " + std::string(name) + " is given twice; give it once"};
         given.emplace_back(&*spec, std::move(value));
     }
@@ -782,21 +801,26 @@ std::optional<CacheOptions> parse_cache_args(Args args) {
             o.cache_dir_from_env = true;
         }
     if (!o.base && !o.cache_dir)
-        throw UsageError{p + "--base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir "
-                             "DIR, or SKC_CACHE_DIR, for a cache folder of its own)"};
+        throw UsageError{p +
+                         "--base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir "
+                         "DIR, or SKC_CACHE_DIR, for a cache folder of its own)"};
     if (o.ns && (o.ns->size() <= 5 || o.ns->compare(0, 5, "CANN-") != 0 || o.ns->find('/') != std::string::npos ||
                  o.ns->find('\0') != std::string::npos))
-        throw UsageError{p + "bad --namespace '" + printable(*o.ns) +
-                         "': expected a namespace name CANN-<version>_<device>, without '/' (skc cache stats lists them)"};
+        throw UsageError{
+            p + "bad --namespace '" + printable(*o.ns) +
+            "': expected a namespace name CANN-<version>_<device>, without '/' (skc cache stats lists them)"};
     if (o.command == "explain")
         for (const char* required : {"--ops", "--compiler", "--device", "--toolchain-version"})
             if (!o.raw.has(required))
-                throw UsageError{p + "missing " + std::string(required) + "; explain takes the key's options as skc compile does"};
+                throw UsageError{p + "missing " + std::string(required) +
+                                 "; explain takes the key's options as skc compile does"};
     if (o.command == "export" && !o.output) throw UsageError{p + "missing -o FILE: the export file to write"};
-    if (o.command == "import" && !o.file) throw UsageError{p + "missing the export file: skc cache import --base DIR FILE"};
+    if (o.command == "import" && !o.file)
+        throw UsageError{p + "missing the export file: skc cache import --base DIR FILE"};
     if (o.command == "prune" && !o.max_size && !o.max_entries && !o.older_than)
-        throw UsageError{p + "nothing to prune by; give at least one of --max-size SIZE, --max-entries N, "
-                             "--older-than DURATION"};
+        throw UsageError{p +
+                         "nothing to prune by; give at least one of --max-size SIZE, --max-entries N, "
+                         "--older-than DURATION"};
     return o;
 }
 
@@ -832,7 +856,8 @@ Target resolve(const CacheOptions& o) {
                                             : std::string("cannot access: ") + std::strerror(err)) +
                              "; " + hint};
         }
-        if (!S_ISDIR(st.st_mode)) throw UsageError{t.prefix + "--base '" + printable(given) + "': not a directory; " + hint};
+        if (!S_ISDIR(st.st_mode))
+            throw UsageError{t.prefix + "--base '" + printable(given) + "': not a directory; " + hint};
         try {
             skc::check_access(abs, skc::Access::read, "--base");
         } catch (const skc::Error& e) {
@@ -925,7 +950,8 @@ struct Command {
 constexpr std::array commands{
     Command{"compile", "compile a folder of op info files into a run package (or find it in the cache)", run_compile,
             compile_usage},
-    Command{"ops", "inspect a folder of op info files: what it holds and what a compile would select", run_ops, ops_usage},
+    Command{"ops", "inspect a folder of op info files: what it holds and what a compile would select", run_ops,
+            ops_usage},
     Command{"uninstall", "remove packages that 'skc compile --op-library' installed", run_uninstall, uninstall_usage},
     Command{"cache", "inspect and maintain the package cache: stats, ls, verify, prune, clear", run_cache, cache_usage},
 };

@@ -100,7 +100,8 @@ std::int64_t parse_count(std::string_view flag, const std::string& v, std::int64
         used = 0;
     }
     if (used != v.size() || v.empty() || n < 1 || n > max)
-        throw Usage(std::string(flag) + ": expected an integer from 1 to " + std::to_string(max) + ", found \"" + v + "\"");
+        throw Usage(std::string(flag) + ": expected an integer from 1 to " + std::to_string(max) + ", found \"" + v +
+                    "\"");
     return static_cast<std::int64_t>(n);
 }
 
@@ -148,7 +149,8 @@ Config parse_args(int argc, char** argv) {
     if (ffn) c.size.ffn = *ffn;
     if (iters) c.iters = static_cast<int>(*iters);
     if (c.size.hidden % c.size.heads != 0)
-        throw Usage("--heads " + std::to_string(c.size.heads) + " does not divide --hidden " + std::to_string(c.size.hidden));
+        throw Usage("--heads " + std::to_string(c.size.heads) + " does not divide --hidden " +
+                    std::to_string(c.size.hidden));
     if (c.base.empty() || c.device.empty()) throw Usage("--base and --device must not be empty");
     return c;
 }
@@ -193,15 +195,17 @@ skc::OpRecord layer_norm(std::int64_t rows, std::int64_t cols) {
 
 /// y[m, n] = x1[m, k] * x2, x2 stored [k, n], or [n, k] with transpose_x2 (a Linear layer's weight).
 skc::OpRecord matmul(std::int64_t m, std::int64_t k, std::int64_t n, bool tb) {
-    return op("MatMulV2",
-              {tensor("x1", 0, {m, k}), tensor("x2", 1, tb ? skc::RuntimeShape{n, k} : skc::RuntimeShape{k, n}),
-               std::monostate{}, std::monostate{}},
-              {tensor("y", 0, {m, n})},
-              {attr("transpose_x1", "bool", 0, false), attr("transpose_x2", "bool", 1, tb), attr("offset_x", "int", 2, 0)});
+    return op(
+        "MatMulV2",
+        {tensor("x1", 0, {m, k}), tensor("x2", 1, tb ? skc::RuntimeShape{n, k} : skc::RuntimeShape{k, n}),
+         std::monostate{}, std::monostate{}},
+        {tensor("y", 0, {m, n})},
+        {attr("transpose_x1", "bool", 0, false), attr("transpose_x2", "bool", 1, tb), attr("offset_x", "int", 2, 0)});
 }
 
 skc::OpRecord batch_matmul(std::int64_t b, std::int64_t m, std::int64_t k, std::int64_t n) {
-    return op("BatchMatMulV2", {tensor("x1", 0, {b, m, k}), tensor("x2", 1, {b, k, n}), std::monostate{}, std::monostate{}},
+    return op("BatchMatMulV2",
+              {tensor("x1", 0, {b, m, k}), tensor("x2", 1, {b, k, n}), std::monostate{}, std::monostate{}},
               {tensor("y", 0, {b, m, n})},
               {attr("adj_x1", "bool", 0, false), attr("adj_x2", "bool", 1, false), attr("offset_x", "int", 2, 0)});
 }
@@ -281,7 +285,8 @@ public:
         add(transpose({S, NH, D}, {1, 0, 2}), {get("q"), nullptr}, {act("q.heads", S * H)});
         add(transpose({S, NH, D}, {1, 2, 0}), {get("k"), nullptr}, {act("k.heads_t", S * H)});
         add(transpose({S, NH, D}, {1, 0, 2}), {get("v"), nullptr}, {act("v.heads", S * H)});
-        add(batch_matmul(NH, S, D, S), {get("q.heads"), get("k.heads_t"), nullptr, nullptr}, {act("scores", NH * S * S)});
+        add(batch_matmul(NH, S, D, S), {get("q.heads"), get("k.heads_t"), nullptr, nullptr},
+            {act("scores", NH * S * S)});
         add(binary("Mul", {NH, S, S}, {}), {get("scores"), scale.data()}, {act("scores.scaled", NH * S * S)});
         add(softmax({NH, S, S}), {get("scores.scaled")}, {act("probs", NH * S * S)});
         add(batch_matmul(NH, S, S, D), {get("probs"), get("v.heads"), nullptr, nullptr}, {act("context.heads", S * H)});
@@ -342,7 +347,8 @@ struct Agreement {
     bool finite = true;
 };
 
-Agreement compare(const std::map<std::string, std::vector<float>>& ref, const std::map<std::string, std::vector<float>>& got) {
+Agreement compare(const std::map<std::string, std::vector<float>>& ref,
+                  const std::map<std::string, std::vector<float>>& got) {
     Agreement a;
     for (const auto& [name, r] : ref) {
         const std::vector<float>& g = got.at(name);
@@ -392,7 +398,8 @@ std::vector<TypeTiming> time_ops(const Block& block, const Runtime& rt, int iter
                 if (generic || k == nullptr) Runtime::run_generic_kernel(st.op, st.in.data(), st.out.data());
                 else k(st.in.data(), st.out.data());
                 const auto t1 = clock::now();
-                if (it >= 0) (generic ? gen : sta)[s].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+                if (it >= 0)
+                    (generic ? gen : sta)[s].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
             }
         }
     }
@@ -455,13 +462,15 @@ using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_resele
 int run(const Config& cfg) {
     std::error_code ec;
     fs::create_directories(cfg.base, ec);
-    if (ec) throw skc::Error(skc::Errc::io_error, "cannot create the base directory: " + ec.message(),
-                             skc::ErrorContext{cfg.base.string(), {}, {}});
+    if (ec)
+        throw skc::Error(skc::Errc::io_error, "cannot create the base directory: " + ec.message(),
+                         skc::ErrorContext{cfg.base.string(), {}, {}});
     const fs::path base = fs::absolute(cfg.base);
     const fs::path library = cfg.op_library.empty() ? base / "op_library" : fs::absolute(cfg.op_library);
     fs::create_directories(library, ec);
-    if (ec) throw skc::Error(skc::Errc::io_error, "cannot create the op library: " + ec.message(),
-                             skc::ErrorContext{library.string(), {}, {}});
+    if (ec)
+        throw skc::Error(skc::Errc::io_error, "cannot create the op library: " + ec.message(),
+                         skc::ErrorContext{library.string(), {}, {}});
 
     Block block(cfg.size);
     Runtime runtime;
@@ -582,8 +591,8 @@ int run(const Config& cfg) {
                       << pad(fixed(t.generic_us, 1), 11, true) << pad(fixed(t.static_us, 1), 11, true)
                       << pad(fixed(t.speedup(), 2) + "x", 10, true) << "\n";
         std::cout << pad("all", 16, false) << pad(std::to_string(calls), 6, true) << pad(fixed(gen_total, 1), 11, true)
-                  << pad(fixed(sta_total, 1), 11, true) << pad(fixed(sta_total > 0 ? gen_total / sta_total : 0, 2) + "x", 10, true)
-                  << "\n"
+                  << pad(fixed(sta_total, 1), 11, true)
+                  << pad(fixed(sta_total > 0 ? gen_total / sta_total : 0, 2) + "x", 10, true) << "\n"
                   << "geomean speedup over op types: " << fixed(geomean, 2) << "x\n\n";
         std::cout << "cache: " << cache_line(report) << "\n"
                   << "toolchain: " << settings.toolchain_version << " (device " << settings.device << ")\n"

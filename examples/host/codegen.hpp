@@ -102,7 +102,8 @@ inline std::string act_expr(UnaryKind k, const std::string& v) {
     switch (k) {
     case UnaryKind::relu: return v + " > 0.0f ? " + v + " : 0.0f";
     case UnaryKind::gelu_tanh:
-        return "0.5f * " + v + " * (1.0f + std::tanh(0.7978845608f * (" + v + " + 0.044715f * " + v + " * " + v + " * " + v + ")))";
+        return "0.5f * " + v + " * (1.0f + std::tanh(0.7978845608f * (" + v + " + 0.044715f * " + v + " * " + v +
+               " * " + v + ")))";
     case UnaryKind::gelu_erf: return "0.5f * " + v + " * (1.0f + std::erf(" + v + " * 0.70710678118654752f))";
     }
     return v;
@@ -174,7 +175,9 @@ constexpr std::int64_t max_panel_k = 4096;  // the packed panel, K x 8 floats, l
 /// generic kernel's dot products are one dependent chain of additions; a tile has 48 independent
 /// ones), otherwise from `tile_rows` rows on (below, the generic loop nest, which streams B once,
 /// is faster).
-inline bool matmul_uses_tiles(const MatMulPlan& p) { return p.k <= max_panel_k && (p.b.outer != 1 || p.m >= tile_rows); }
+inline bool matmul_uses_tiles(const MatMulPlan& p) {
+    return p.k <= max_panel_k && (p.b.outer != 1 || p.m >= tile_rows);
+}
 
 /// One tile of `rows` rows at row i0 and columns j0 .. j0 + cols (cols <= 8; the panel is padded).
 inline void emit_matmul_tile(Src& s, const MatMulPlan& p, std::int64_t rows, std::int64_t cols) {
@@ -294,7 +297,8 @@ inline void emit(Src& s, const BinaryPlan& p) {
     for (const char* in : {"y", "full"}) {
         s.open(std::string(in) == "y" ? "if (full == y)" : "else");
         s.loop("o", "0", "OUTER");
-        s.line(std::string("for (idx i = 0; i < INNER; ++i) y[o * INNER + i] = ") + in + "[o * INNER + i]" + op + "rep[i];");
+        s.line(std::string("for (idx i = 0; i < INNER; ++i) y[o * INNER + i] = ") + in + "[o * INNER + i]" + op +
+               "rep[i];");
         s.close().close();
     }
 }
@@ -429,7 +433,8 @@ inline void emit(Src& s, const LayerNormPlan& p) {
         const std::string k = n(q);
         s.open("");
         s.line("float* __restrict y = outputs[0] + (r0 + " + k + ") * COLS;");
-        s.line("for (idx c = 0; c < COLS; ++c) y[c] = (x" + k + "[c] - mu" + k + ") * rstd" + k + " * gamma[c] + beta[c];");
+        s.line("for (idx c = 0; c < COLS; ++c) y[c] = (x" + k + "[c] - mu" + k + ") * rstd" + k +
+               " * gamma[c] + beta[c];");
         s.close();
     }
     if (p.mean_out) each("mean[r0 + #] = mu#;");

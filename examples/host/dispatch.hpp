@@ -18,7 +18,8 @@ namespace detail {
 
 template <class Epi>
 void run_matmul(const MatMulPlan& p, const float* a, const float* b, float* c, Epi epi) {
-    kernels::batch_matmul(a, b, c, p.batch, p.m, p.k, p.n, p.a.batch, p.a.outer, p.a.k, p.b.batch, p.b.k, p.b.outer, epi);
+    kernels::batch_matmul(a, b, c, p.batch, p.m, p.k, p.n, p.a.batch, p.a.outer, p.a.k, p.b.batch, p.b.k, p.b.outer,
+                          epi);
 }
 
 /// The matmul with its epilogue: none, the bias alone, or the activation after the bias if any.
@@ -32,7 +33,9 @@ inline void run_matmul(const MatMulPlan& p, const float* const* inputs, float* c
     }
     switch (*p.activation) {
     case UnaryKind::relu: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::relu1>{bias}); return;
-    case UnaryKind::gelu_tanh: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_tanh1>{bias}); return;
+    case UnaryKind::gelu_tanh:
+        run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_tanh1>{bias});
+        return;
     case UnaryKind::gelu_erf: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_erf1>{bias}); return;
     }
 }
@@ -60,7 +63,8 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
                 k::softmax(inputs[0], outputs[0], p.rows, p.cols);
             } else if constexpr (std::is_same_v<P, LayerNormPlan>) {
                 k::layer_norm(inputs[0], inputs[1], inputs[2], outputs[0], p.mean_out ? outputs[1] : nullptr,
-                              p.var_out ? outputs[2] : nullptr, p.rstd_out ? outputs[2] : nullptr, p.rows, p.cols, p.epsilon);
+                              p.var_out ? outputs[2] : nullptr, p.rstd_out ? outputs[2] : nullptr, p.rows, p.cols,
+                              p.epsilon);
             } else {
                 static_assert(std::is_same_v<P, TransposePlan>);
                 k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);

@@ -127,8 +127,7 @@ inline const std::string& string_member(const std::filesystem::path& index, cons
                                         const std::string& at, const char* key) {
     const skc::Value* v = obj.find(key);
     if (v == nullptr) bad_index(index, at, std::string("missing \"") + key + "\"");
-    if (!v->is_string() || v->as_string().empty())
-        bad_index(index, at + "." + key, "must be a non-empty string");
+    if (!v->is_string() || v->as_string().empty()) bad_index(index, at + "." + key, "must be a non-empty string");
     return v->as_string();
 }
 
@@ -189,7 +188,8 @@ inline const std::string& string_member(const std::filesystem::path& index, cons
     for (const skc::Member& m : kernels->as_object()) {
         const std::string at = "kernels." + m.key;
         Want w;
-        if (!detail::parse_digest(m.key, w.digest)) detail::bad_index(index, at, "key is not a 32-lower-case-hex digest");
+        if (!detail::parse_digest(m.key, w.digest))
+            detail::bad_index(index, at, "key is not a 32-lower-case-hex digest");
         if (!m.value.is_object()) detail::bad_index(index, at, "must be an object");
         const std::string& file = detail::string_member(index, m.value, at, "file");
         if (!detail::contained_relative_path(file))
@@ -206,9 +206,10 @@ inline const std::string& string_member(const std::filesystem::path& index, cons
         ::dlerror();
         void* sym = ::dlsym(h, w.symbol.c_str());
         if (sym == nullptr)
-            throw skc::Error(skc::Errc::corrupt,
-                             "kernel symbol \"" + w.symbol + "\" (digest " + w.digest.hex() + ") not found in kernel file",
-                             skc::ErrorContext{w.file.string(), {}, {}});
+            throw skc::Error(
+                skc::Errc::corrupt,
+                "kernel symbol \"" + w.symbol + "\" (digest " + w.digest.hex() + ") not found in kernel file",
+                skc::ErrorContext{w.file.string(), {}, {}});
         // dlsym returns an object pointer; POSIX guarantees it converts to the function's type.
         out.emplace_back(w.digest, reinterpret_cast<KernelFn>(sym));
     }

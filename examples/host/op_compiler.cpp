@@ -108,7 +108,8 @@ struct Args {
 bool safe_name(std::string_view s) {
     if (s.empty() || s.size() > 200 || s.front() == '.') return false;
     for (const char c : s)
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
             return false;
     return true;
 }
@@ -161,7 +162,8 @@ Args parse_args(int argc, char** argv) {
     a.json_dir = *p;
     a.output_dir = *o;
     if (!safe_name(*v))
-        throw UsageError{"-v: device name \"" + *v + "\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'"};
+        throw UsageError{"-v: device name \"" + *v +
+                         "\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'"};
     a.device = *v;
     const auto jobs = parse_uint(*j, 1, 1024);
     if (!jobs) throw UsageError{"-j: \"" + *j + "\" is not a positive integer (1 to 1024)"};
@@ -283,7 +285,8 @@ std::string output_of(int log) {
     std::string text(static_cast<std::size_t>(std::min<off_t>(std::max<off_t>(size, 0), cap)), '\0');
     const ssize_t n = ::pread(log, text.data(), text.size(), 0);
     text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    if (size > static_cast<off_t>(cap)) text += "\n[... " + std::to_string(size - static_cast<off_t>(cap)) + " more bytes]";
+    if (size > static_cast<off_t>(cap))
+        text += "\n[... " + std::to_string(size - static_cast<off_t>(cap)) + " more bytes]";
     while (!text.empty() && text.back() == '\n') text.pop_back();
     return text;
 }
@@ -346,8 +349,7 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
             for (const auto& r : running) ::kill(r.first, SIGTERM);
             for (const auto& r : running) {
                 int ignored = 0;
-                while (::waitpid(r.first, &ignored, 0) < 0 && errno == EINTR) {
-                }
+                while (::waitpid(r.first, &ignored, 0) < 0 && errno == EINTR) {}
             }
             throw Interrupted{stop_signal};
         }
@@ -355,7 +357,8 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
             out.say(skc::LogLevel::debug, "$ " + show(jobs[next].args));
             try {
                 logs.fds[next] = ::memfd_create("job-output", MFD_CLOEXEC);
-                if (logs.fds[next] < 0) throw Failure{1, std::string("cannot create a log in memory: ") + std::strerror(errno)};
+                if (logs.fds[next] < 0)
+                    throw Failure{1, std::string("cannot create a log in memory: ") + std::strerror(errno)};
                 running.emplace(start(jobs[next], logs.fds[next]), next);
             } catch (const Failure& f) {
                 start_failure = f;
@@ -415,8 +418,8 @@ struct Kernel {
     skc::Digest digest;
     std::string symbol;
     std::string op_type;
-    std::string description;  // for progress lines
-    fs::path op_file;         // the first op info file with this content
+    std::string description;         // for progress lines
+    fs::path op_file;                // the first op info file with this content
     std::vector<std::string> files;  // the names of every op info file with this content
     std::string source;
 };
@@ -428,7 +431,8 @@ public:
     explicit Progress(std::size_t total) : total_(total) { print("skc-progress: 0/" + std::to_string(total_) + "\n"); }
     void done(std::string_view file) {
         std::string line = "skc-progress: " + std::to_string(++done_) + "/" + std::to_string(total_) + " ";
-        for (const char c : file) line += static_cast<unsigned char>(c) < 0x20 ? '?' : c;  // one line, whatever the name
+        for (const char c : file)
+            line += static_cast<unsigned char>(c) < 0x20 ? '?' : c;  // one line, whatever the name
         print(line + "\n");
     }
 
@@ -461,7 +465,8 @@ std::string entry_table_source(const std::vector<Kernel>& kernels) {
     for (const Kernel& k : kernels)
         s += "    {\"" + k.digest.hex() + "\", " + c_literal(k.op_type) + ", " + k.symbol + "},\n";
     s += "};\n"
-         "const std::size_t skc_host_kernel_count = " + std::to_string(kernels.size()) + ";\n";
+         "const std::size_t skc_host_kernel_count = " +
+         std::to_string(kernels.size()) + ";\n";
     return s;
 }
 
@@ -573,14 +578,16 @@ int run(const Args& a) {
     {
         const fs::path cpp = src_dir / "entry_table.cpp", obj = src_dir / "entry_table.o";
         write_text(cpp, entry_table_source(kernels));
-        jobs.push_back(Job{"compiling the entry table", {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
+        jobs.push_back(Job{"compiling the entry table",
+                           {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
         objects.push_back(obj.string());
     }
     std::size_t finished = 0;
     run_all(jobs, a.jobs, out, [&](std::size_t i) {
         ++finished;
         const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
-        out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) + "] compiled " + what);
+        out.say(skc::LogLevel::info,
+                "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) + "] compiled " + what);
         if (i < kernels.size())
             for (const std::string& name : kernels[i].files) progress.done(name);
     });
@@ -597,13 +604,14 @@ int run(const Args& a) {
     // replacing anything: the output folder never shows a half-written package).
     write_text(payload / "binary_info_config.json", package_index(a.device, lib_file, kernels));
     write_text(payload / "setup.sh",
-               "#!/bin/sh\n# Startup script required by makeself. skc installs the payload itself and never runs it.\nexit 0\n");
+               "#!/bin/sh\n# Startup script required by makeself. skc installs the payload itself and never runs "
+               "it.\nexit 0\n");
     ::chmod((payload / "setup.sh").c_str(), 0755);
     const fs::path built = work.path() / (stem + ".run");
-    const std::vector<std::string> packed =
-        run_all({Job{"packing " + package.filename().string(),
-                     {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"}}},
-                1, out, [](std::size_t) {});
+    const std::vector<std::string> packed = run_all(
+        {Job{"packing " + package.filename().string(),
+             {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"}}},
+        1, out, [](std::size_t) {});
     if (!fs::is_regular_file(built)) throw Failure{1, "makeself exited with status 0 but wrote no " + built.string()};
     // makeself can exit 0 after a write error (a full disk): only a package that passes the header
     // check and its own integrity check leaves the work folder.
@@ -634,7 +642,8 @@ int main(int argc, char** argv) {
     try {
         return run(parse_args(argc, argv));
     } catch (const Interrupted& i) {
-        std::fprintf(stderr, "host_op_compiler: stopped by %s; no package written\n", skc::detail::signal_name(i.signal).c_str());
+        std::fprintf(stderr, "host_op_compiler: stopped by %s; no package written\n",
+                     skc::detail::signal_name(i.signal).c_str());
         std::fflush(stderr);
         std::signal(i.signal, SIG_DFL);
         std::raise(i.signal);

@@ -169,11 +169,13 @@ inline void check_view(const skc::TensorDesc& t, const std::string& at) {
 }
 
 /// A float tensor in a plain format with elements; a view only where `view_ok`.
-inline const skc::TensorDesc& float_tensor(const skc::TensorDesc* t, std::size_t i, std::string_view side, bool view_ok) {
+inline const skc::TensorDesc& float_tensor(const skc::TensorDesc* t, std::size_t i, std::string_view side,
+                                           bool view_ok) {
     const std::string at = std::string(side) + "[" + std::to_string(i) + "]";
     if (t == nullptr) unsupported(at + " is missing");
     if (t->dtype != "float") unsupported(at + " has dtype " + t->dtype + ": only float is supported");
-    if (!plain_format(t->format)) unsupported(at + " has format " + t->format + ": only plain (ND-like) formats are supported");
+    if (!plain_format(t->format))
+        unsupported(at + " has format " + t->format + ": only plain (ND-like) formats are supported");
     const bool view = t->is_view.value_or(false);
     if (view && !view_ok) unsupported(at + " is a view: only dense tensors are supported");
     const std::int64_t n = count(t->shape);
@@ -202,7 +204,8 @@ inline std::vector<std::int64_t> strides_of(const skc::TensorDesc& t) {
 }
 
 /// Slots from `from` on must be absent or null.
-inline void no_more(const std::vector<skc::TensorSlot>& slots, std::size_t from, std::string_view side, std::string_view what) {
+inline void no_more(const std::vector<skc::TensorSlot>& slots, std::size_t from, std::string_view side,
+                    std::string_view what) {
     for (std::size_t i = from; i < slots.size(); ++i)
         if (slot(slots, i, side) != nullptr)
             unsupported(std::string(side) + "[" + std::to_string(i) + "] is present: " + std::string(what));
@@ -249,7 +252,8 @@ inline std::vector<std::int64_t> int_list(const skc::Value& v, std::string_view 
 inline void expect_shape(const skc::OpRecord& op, std::size_t i, const skc::RuntimeShape& want) {
     const skc::TensorDesc& y = out(op, i);
     if (!(y.shape == want))
-        unsupported("outputs[" + std::to_string(i) + "] has shape " + dims_str(y.shape) + ", expected " + dims_str(want));
+        unsupported("outputs[" + std::to_string(i) + "] has shape " + dims_str(y.shape) + ", expected " +
+                    dims_str(want));
 }
 
 inline void expect_count(const skc::OpRecord& op, std::size_t i, std::int64_t want) {
@@ -302,8 +306,8 @@ inline MatMulPlan plan_matmul(const skc::OpRecord& op, MatMulOp kind) {
     if (slot(op.inputs, 3, "inputs") != nullptr)
         unsupported(kind == MatMulOp::fused_matmul ? "inputs[3] is present: x3 is not supported"
                                                    : "inputs[3] is present: offset_w is not supported");
-    no_more(op.inputs, 4, "inputs", "only x1, x2, bias and " + std::string(kind == MatMulOp::fused_matmul ? "x3" : "offset_w") +
-                                        " are known");
+    no_more(op.inputs, 4, "inputs",
+            "only x1, x2, bias and " + std::string(kind == MatMulOp::fused_matmul ? "x3" : "offset_w") + " are known");
     no_more(op.outputs, 1, "outputs", "only one output is supported");
     if (auto off = int_attr(op, "offset_x"); off && *off != 0) unsupported("offset_x is not 0");
     MatMulPlan p;
@@ -315,18 +319,20 @@ inline MatMulPlan plan_matmul(const skc::OpRecord& op, MatMulOp kind) {
     const OperandDims x1 = operand_dims(a, bool_attr(op, batched ? "adj_x1" : "transpose_x1", false));
     const OperandDims x2 = operand_dims(b, bool_attr(op, batched ? "adj_x2" : "transpose_x2", false));
     if (x1.batch != x2.batch && x1.batch != 1 && x2.batch != 1)
-        unsupported("batch dims " + std::to_string(x1.batch) + " and " + std::to_string(x2.batch) + " do not broadcast");
+        unsupported("batch dims " + std::to_string(x1.batch) + " and " + std::to_string(x2.batch) +
+                    " do not broadcast");
     p.batch = std::max(x1.batch, x2.batch);
     p.m = x1.rows, p.k = x1.cols, p.n = x2.cols;
     if (x2.rows != p.k)
-        unsupported("inner dims differ: " + dims_str(a.shape) + " x " + dims_str(b.shape) + " with the transpose attrs given");
+        unsupported("inner dims differ: " + dims_str(a.shape) + " x " + dims_str(b.shape) +
+                    " with the transpose attrs given");
     p.a = MatMulOperand{x1.s_batch, x1.s_rows, x1.s_cols};
     p.b = MatMulOperand{x2.s_batch, x2.s_cols, x2.s_rows};
     if (!batched && slot(op.inputs, 2, "inputs") != nullptr) {
         const skc::TensorDesc& bias = in(op, 2);
         if (!(bias.shape == skc::RuntimeShape{p.n} || bias.shape == skc::RuntimeShape{1, p.n}))
-            unsupported("bias (inputs[2]) has shape " + dims_str(bias.shape) + ", expected [" + std::to_string(p.n) + "] or [1," +
-                        std::to_string(p.n) + "]");
+            unsupported("bias (inputs[2]) has shape " + dims_str(bias.shape) + ", expected [" + std::to_string(p.n) +
+                        "] or [1," + std::to_string(p.n) + "]");
         p.bias = true;
     }
     expect_shape(op, 0, batched ? skc::RuntimeShape{p.batch, p.m, p.n} : skc::RuntimeShape{p.m, p.n});
@@ -411,7 +417,8 @@ inline std::int64_t axis_attr(const skc::OpRecord& op, std::string_view name, st
     const std::int64_t v = int_attr(op, name).value_or(-1);
     const auto r = static_cast<std::int64_t>(rank);
     if (v < -r || v >= r)
-        unsupported("attr " + std::string(name) + " " + std::to_string(v) + " is out of range for rank " + std::to_string(r));
+        unsupported("attr " + std::string(name) + " " + std::to_string(v) + " is out of range for rank " +
+                    std::to_string(r));
     return v < 0 ? v + r : v;
 }
 
@@ -422,13 +429,14 @@ inline LayerNormPlan plan_layer_norm(const skc::OpRecord& op, bool v3) {
     const skc::TensorDesc& g = in(op, 1);
     const skc::TensorDesc& b = in(op, 2);
     no_more(op.inputs, 3, "inputs", "only x, gamma and beta are supported");
-    no_more(op.outputs, 3, "outputs", v3 ? "only y, mean and rstd are supported" : "only y, mean and variance are supported");
+    no_more(op.outputs, 3, "outputs",
+            v3 ? "only y, mean and rstd are supported" : "only y, mean and variance are supported");
     if (x.shape.rank() == 0) unsupported("layer norm of a scalar");
     const std::int64_t axis = axis_attr(op, "begin_norm_axis", x.shape.rank());
     const std::int64_t params_axis = axis_attr(op, "begin_params_axis", x.shape.rank());
     if (params_axis != axis)
-        unsupported("begin_params_axis is axis " + std::to_string(params_axis) + ", begin_norm_axis axis " + std::to_string(axis) +
-                    ": they must be the same axis");
+        unsupported("begin_params_axis is axis " + std::to_string(params_axis) + ", begin_norm_axis axis " +
+                    std::to_string(axis) + ": they must be the same axis");
     LayerNormPlan p;
     p.rows = 1, p.cols = 1;
     skc::RuntimeShape normalised;

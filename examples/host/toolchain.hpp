@@ -25,7 +25,8 @@ inline std::string toolchain_version(const std::filesystem::path& compiler) {
     std::ifstream in(compiler, std::ios::binary);  // follows symbolic links: a compiler often is one
     std::string id((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in.is_open() || in.bad())
-        throw skc::Error(skc::Errc::io_error, "cannot read the kernel compiler", skc::ErrorContext{compiler.string(), {}, {}});
+        throw skc::Error(skc::Errc::io_error, "cannot read the kernel compiler",
+                         skc::ErrorContext{compiler.string(), {}, {}});
     const char* cxx = std::getenv("CXX");
     id += '\0';
     id += cxx != nullptr && *cxx != '\0' ? cxx : "c++";

@@ -35,19 +35,39 @@ namespace skc_torch {
 
 /// The op types the plugin records: the original's names. Also the rows of counters().
 enum class OpType : std::uint8_t {
-    MatMulV2, FusedMatMul, BatchMatMulV2, Add, Mul, Relu, Gelu, SoftmaxV2, LayerNormV3, Transpose
+    MatMulV2,
+    FusedMatMul,
+    BatchMatMulV2,
+    Add,
+    Mul,
+    Relu,
+    Gelu,
+    SoftmaxV2,
+    LayerNormV3,
+    Transpose
 };
 inline constexpr std::size_t op_type_count = 10;
 
 constexpr std::string_view name(OpType t) noexcept {
     constexpr std::array<std::string_view, op_type_count> names{
-        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add", "Mul", "Relu", "Gelu", "SoftmaxV2", "LayerNormV3", "Transpose"};
+        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add",         "Mul",
+        "Relu",     "Gelu",        "SoftmaxV2",     "LayerNormV3", "Transpose"};
     return names[static_cast<std::size_t>(t)];
 }
 
 /// The aten ops the plugin overrides (in-place and out= variants share their op's entry).
 enum class Aten : std::uint8_t {
-    mm, addmm, addmm_activation, bmm, add, mul, relu, gelu, softmax, native_layer_norm, clone
+    mm,
+    addmm,
+    addmm_activation,
+    bmm,
+    add,
+    mul,
+    relu,
+    gelu,
+    softmax,
+    native_layer_norm,
+    clone
 };
 
 constexpr OpType op_type_of(Aten a) noexcept {
@@ -186,7 +206,9 @@ inline skc::OpRecord op(std::string type, std::vector<skc::TensorSlot> in, std::
 /// An elementwise or row op's input: dense float with elements.
 inline const TensorArg& dense_input(const Call& c, std::size_t i, std::string_view what) {
     const TensorArg& t = c.t[i];
-    if (!is_dense(t)) unsupported(std::string(what) + " is not contiguous (sizes " + dims_str(t.sizes) + ", strides " + dims_str(t.strides) + ")");
+    if (!is_dense(t))
+        unsupported(std::string(what) + " is not contiguous (sizes " + dims_str(t.sizes) + ", strides " +
+                    dims_str(t.strides) + ")");
     if (numel(t.sizes) == 0) unsupported(std::string(what) + " has no elements");
     return t;
 }
@@ -213,14 +235,18 @@ inline Operand operand(const TensorArg& t, std::string name, std::int64_t index)
 
 inline void matrix(const TensorArg& t, std::size_t rank, std::string_view what) {
     if (t.sizes.size() != rank)
-        unsupported(std::string(what) + " has rank " + std::to_string(t.sizes.size()) + ", expected " + std::to_string(rank));
+        unsupported(std::string(what) + " has rank " + std::to_string(t.sizes.size()) + ", expected " +
+                    std::to_string(rank));
     if (numel(t.sizes) == 0) unsupported(std::string(what) + " has no elements");
 }
 
 /// addmm's `self` as a MatMulV2 bias: a dense row of n elements ([n] or [1, n]).
 inline skc::TensorDesc bias(const TensorArg& b, std::int64_t n) {
-    const bool row = (b.sizes.size() == 1 && b.sizes[0] == n) || (b.sizes.size() == 2 && b.sizes[0] == 1 && b.sizes[1] == n);
-    if (!row) unsupported("the added tensor has shape " + dims_str(b.sizes) + ": only a bias row [" + std::to_string(n) + "] or [1, " + std::to_string(n) + "] is supported");
+    const bool row =
+        (b.sizes.size() == 1 && b.sizes[0] == n) || (b.sizes.size() == 2 && b.sizes[0] == 1 && b.sizes[1] == n);
+    if (!row)
+        unsupported("the added tensor has shape " + dims_str(b.sizes) + ": only a bias row [" + std::to_string(n) +
+                    "] or [1, " + std::to_string(n) + "] is supported");
     if (!is_dense(b)) unsupported("the bias is not contiguous");
     return dense("bias", 2, b.sizes);
 }
@@ -237,7 +263,8 @@ inline skc::OpRecord matmul(const Call& c) {
     Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
     std::vector<skc::TensorSlot> in{std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}};
     if (with_bias) in[2] = bias(c.t[0], n);
-    std::vector<skc::Attr> attrs{attr("transpose_x1", "bool", 0, x1.transposed), attr("transpose_x2", "bool", 1, x2.transposed)};
+    std::vector<skc::Attr> attrs{attr("transpose_x1", "bool", 0, x1.transposed),
+                                 attr("transpose_x2", "bool", 1, x2.transposed)};
     if (c.aten == Aten::addmm_activation) {
         attrs.push_back(attr("fused_op_type", "str", 2, c.i0 != 0 ? "gelu_erf" : "relu"));
         return op("FusedMatMul", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
@@ -256,7 +283,8 @@ inline skc::OpRecord batch_matmul(const Call& c) {
     Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
     const std::vector<std::int64_t> y{a.sizes[0], a.sizes[1], b.sizes[2]};
     const bool t1 = x1.transposed, t2 = x2.transposed;
-    return op("BatchMatMulV2", {std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}}, {dense("y", 0, y)},
+    return op("BatchMatMulV2", {std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}},
+              {dense("y", 0, y)},
               {attr("adj_x1", "bool", 0, t1), attr("adj_x2", "bool", 1, t2), attr("offset_x", "int", 2, 0)});
 }
 
@@ -279,7 +307,8 @@ inline skc::OpRecord binary(const Call& c) {
     const TensorArg& b = dense_input(c, 1, "other");
     const auto y = broadcast(a.sizes, b.sizes);
     if (!y) unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not broadcast");
-    return op(c.aten == Aten::add ? "Add" : "Mul", {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)}, {dense("y", 0, *y)}, {});
+    return op(c.aten == Aten::add ? "Add" : "Mul", {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)},
+              {dense("y", 0, *y)}, {});
 }
 
 /// relu(self), relu_, gelu(self, approximate).
@@ -305,17 +334,22 @@ inline skc::OpRecord layer_norm(const Call& c) {
     const TensorArg& g = dense_input(c, 1, "weight");
     const TensorArg& b = dense_input(c, 2, "bias");
     const auto k = static_cast<std::size_t>(c.i0);
-    if (k == 0 || k > x.sizes.size()) unsupported("normalized_shape has " + std::to_string(c.i0) + " dims for an input of rank " + std::to_string(x.sizes.size()));
+    if (k == 0 || k > x.sizes.size())
+        unsupported("normalized_shape has " + std::to_string(c.i0) + " dims for an input of rank " +
+                    std::to_string(x.sizes.size()));
     const std::size_t axis = x.sizes.size() - k;
     const Dims norm = x.sizes.subspan(axis);
-    if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()) || !std::equal(b.sizes.begin(), b.sizes.end(), norm.begin(), norm.end()))
-        unsupported("weight " + dims_str(g.sizes) + " and bias " + dims_str(b.sizes) + " are not the normalized shape " + dims_str(norm));
+    if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()) ||
+        !std::equal(b.sizes.begin(), b.sizes.end(), norm.begin(), norm.end()))
+        unsupported("weight " + dims_str(g.sizes) + " and bias " + dims_str(b.sizes) +
+                    " are not the normalized shape " + dims_str(norm));
     std::vector<std::int64_t> stat(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(axis));
     stat.resize(x.sizes.size(), 1);  // aten keeps the rank: [d0, .., 1, .., 1]
     const auto a = static_cast<std::int64_t>(axis);
     return op("LayerNormV3", {dense("x", 0, x.sizes), dense("gamma", 1, g.sizes), dense("beta", 2, b.sizes)},
               {dense("y", 0, x.sizes), dense("mean", 1, stat), dense("rstd", 2, stat)},
-              {attr("begin_norm_axis", "int", 0, a), attr("begin_params_axis", "int", 1, a), attr("epsilon", "float", 2, c.f0)});
+              {attr("begin_norm_axis", "int", 0, a), attr("begin_params_axis", "int", 1, a),
+               attr("epsilon", "float", 2, c.f0)});
 }
 
 /// clone(self, memory_format=contiguous) of a permuted view of a dense tensor: Transpose. The
@@ -340,7 +374,9 @@ inline skc::OpRecord transpose(const Call& c) {
         in_strides[j] = v.strides[order[j]];
         perm[order[j]] = static_cast<std::int64_t>(j);
     }
-    if (!is_dense(in_dims, in_strides)) unsupported("self (sizes " + dims_str(v.sizes) + ", strides " + dims_str(v.strides) + ") is not a permutation of a dense tensor");
+    if (!is_dense(in_dims, in_strides))
+        unsupported("self (sizes " + dims_str(v.sizes) + ", strides " + dims_str(v.strides) +
+                    ") is not a permutation of a dense tensor");
     // y dim i is x dim perm[i]: y = x.permute(perm).
     skc::TensorDesc p = dense("perm", 1, std::vector<std::int64_t>{static_cast<std::int64_t>(r)});
     p.dtype = "int64";

@@ -82,7 +82,8 @@ using Recorder = skc::OpRecorder<>;
 // ---- configuration ---------------------------------------------------------------------------------
 
 /// The config keys the plugin reads itself; every other key is an skc option (docs/options.md).
-constexpr std::array<std::string_view, 5> plugin_keys{"compiler", "device", "toolchain_version", "op_library", "timing"};
+constexpr std::array<std::string_view, 5> plugin_keys{"compiler", "device", "toolchain_version", "op_library",
+                                                      "timing"};
 
 struct Config {
     skc::Options options;
@@ -106,7 +107,8 @@ std::string config_string(const skc::Value& v, std::string_view key) {
 /// This library's file, for the default compiler beside it.
 fs::path plugin_file() {
     Dl_info info{};
-    if (::dladdr(reinterpret_cast<const void*>(&plugin_file), &info) != 0 && info.dli_fname != nullptr) return info.dli_fname;
+    if (::dladdr(reinterpret_cast<const void*>(&plugin_file), &info) != 0 && info.dli_fname != nullptr)
+        return info.dli_fname;
     return {};
 }
 
@@ -129,7 +131,8 @@ Config parse_config(std::string_view text) {
         c.compiler = default_compiler();
     }
     if (const skc::Value* v = doc.find("device")) c.device = config_string(*v, "device");
-    if (const skc::Value* v = doc.find("toolchain_version")) c.toolchain_version = config_string(*v, "toolchain_version");
+    if (const skc::Value* v = doc.find("toolchain_version"))
+        c.toolchain_version = config_string(*v, "toolchain_version");
     if (const skc::Value* v = doc.find("op_library")) c.op_library = config_string(*v, "op_library");
     if (const skc::Value* v = doc.find("timing")) {
         if (!v->is_bool()) config_error("timing", "expected true or false, found " + skc::detail::found_kind(*v));
@@ -138,9 +141,13 @@ Config parse_config(std::string_view text) {
     const std::string shown = skc::detail::quote(c.compiler.string(), 200);
     struct stat st {};
     if (::stat(c.compiler.c_str(), &st) != 0)
-        config_error("compiler", shown + " does not exist" +
-                                     (doc.find("compiler") ? std::string() : " (the default: host_op_compiler beside the plugin or where it was built)"));
-    if (!S_ISREG(st.st_mode) || ::access(c.compiler.c_str(), X_OK) != 0) config_error("compiler", shown + " is not an executable file");
+        config_error(
+            "compiler",
+            shown + " does not exist" +
+                (doc.find("compiler") ? std::string()
+                                      : " (the default: host_op_compiler beside the plugin or where it was built)"));
+    if (!S_ISREG(st.st_mode) || ::access(c.compiler.c_str(), X_OK) != 0)
+        config_error("compiler", shown + " is not an executable file");
     return c;
 }
 
@@ -169,7 +176,7 @@ struct Instance {
 
     OpType type;
     mutable std::atomic<bool> said_stock{false};        // SKC_TORCH_VERBOSE said it had no kernel
-    skc::Digest digest{};                              // the record's digest, when supported
+    skc::Digest digest{};                               // the record's digest, when supported
     mutable std::atomic<std::uint64_t> recorded_in{0};  // the last session it was given to
     struct Cold {
         std::optional<skc::OpRecord> record;  // what is recorded, when supported
@@ -215,7 +222,8 @@ struct CompilerOf final : AnyCompiler {
         return report;
     }
     void flush_files() override { compiler.flush(); }
-    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>> compiler;
+    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>>
+        compiler;
 };
 
 // ---- the plugin ---------------------------------------------------------------------------------------
@@ -277,8 +285,8 @@ public:
         d.timing = timing_.load(std::memory_order_relaxed);
         d.kernel = table_.find(inst->digest);
         if (d.kernel == nullptr && verbose() && table_.size() > 0 && !inst->said_stock.exchange(true))
-            std::fprintf(stderr, "skc_torch: no static kernel for %s %s: stock\n", std::string(name(inst->type)).c_str(),
-                         inst->digest.hex().c_str());
+            std::fprintf(stderr, "skc_torch: no static kernel for %s %s: stock\n",
+                         std::string(name(inst->type)).c_str(), inst->digest.hex().c_str());
         const std::uint64_t session = session_.load(std::memory_order_acquire);
         if (session != 0 && inst->recorded_in.load(std::memory_order_relaxed) != session) record(*inst, session, d);
         return d;
@@ -314,8 +322,9 @@ public:
     void enable(std::string_view text) {
         std::lock_guard lock(mu_);
         if (recorder_ != nullptr)
-            throw skc::Error(skc::Errc::session_active,
-                             "a recording session is already active: call torch.ops.skc.compile() or torch.ops.skc.disable() first");
+            throw skc::Error(
+                skc::Errc::session_active,
+                "a recording session is already active: call torch.ops.skc.compile() or torch.ops.skc.disable() first");
         Config c = parse_config(text);
         if (!c.options.static_kernel_compile) {  // the feature is off: stock kernels, nothing recorded
             turn_off();
@@ -324,7 +333,8 @@ public:
         }
         const fs::path base = skc::resolve_base(c.options);  // the error names the path
         skc::CompilerSettings s;
-        s.toolchain_version = c.toolchain_version.empty() ? skc_host::toolchain_version(c.compiler) : c.toolchain_version;
+        s.toolchain_version =
+            c.toolchain_version.empty() ? skc_host::toolchain_version(c.compiler) : c.toolchain_version;
         s.device = c.device;
         s.op_library = c.op_library.empty() ? base / "op_library" : c.op_library;
         s.backend = "host";
@@ -332,9 +342,9 @@ public:
         std::unique_ptr<AnyCompiler> compiler;
         const TableReselect hook{&table_};
         if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env())
-            compiler = std::make_unique<CompilerOf<skc::LocalFsGather>>(c, s, hook, skc::LocalFsGather(std::move(*ranks), c.options.compile_timeout));
-        else
-            compiler = std::make_unique<CompilerOf<skc::SingleRank>>(c, s, hook, skc::SingleRank());
+            compiler = std::make_unique<CompilerOf<skc::LocalFsGather>>(
+                c, s, hook, skc::LocalFsGather(std::move(*ranks), c.options.compile_timeout));
+        else compiler = std::make_unique<CompilerOf<skc::SingleRank>>(c, s, hook, skc::SingleRank());
         std::error_code ec;
         fs::create_directories(s.op_library, ec);
         if (ec)
@@ -395,13 +405,14 @@ public:
             const TypeCounters& c = counters_[i];
             const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
             if (get(c.static_calls) + get(c.stock_calls) + get(c.recorded) + get(c.unsupported) == 0) continue;
-            o.push_back({std::string(name(static_cast<OpType>(i))),
-                         skc::Value(skc::Object{{"static", skc::Value(get(c.static_calls))},
-                                                {"stock", skc::Value(get(c.stock_calls))},
-                                                {"recorded", skc::Value(get(c.recorded))},
-                                                {"unsupported", skc::Value(get(c.unsupported))},
-                                                {"static_ms", skc::Value(static_cast<double>(get(c.static_ns)) / 1e6)},
-                                                {"stock_ms", skc::Value(static_cast<double>(get(c.stock_ns)) / 1e6)}})});
+            o.push_back(
+                {std::string(name(static_cast<OpType>(i))),
+                 skc::Value(skc::Object{{"static", skc::Value(get(c.static_calls))},
+                                        {"stock", skc::Value(get(c.stock_calls))},
+                                        {"recorded", skc::Value(get(c.recorded))},
+                                        {"unsupported", skc::Value(get(c.unsupported))},
+                                        {"static_ms", skc::Value(static_cast<double>(get(c.static_ns)) / 1e6)},
+                                        {"stock_ms", skc::Value(static_cast<double>(get(c.stock_ns)) / 1e6)}})});
         }
         return skc::dump_json(skc::Value(std::move(o)));
     }
@@ -413,7 +424,8 @@ private:
         Timer(const Timer&) = delete;
         Timer& operator=(const Timer&) = delete;
         ~Timer() {
-            to_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count()),
+            to_.fetch_add(static_cast<std::uint64_t>(
+                              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count()),
                           std::memory_order_relaxed);
         }
         std::atomic<std::uint64_t>& to_;
@@ -558,7 +570,8 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
 bool fits(const at::Tensor& o, at::IntArrayRef sizes, std::initializer_list<const at::Tensor*> inputs) {
     if (!f32(o) || !o.is_contiguous() || o.sizes() != sizes) return false;
     for (const at::Tensor* t : inputs)
-        if (overlap(o, *t) && !(t->data_ptr() == o.data_ptr() && t->sizes() == o.sizes() && t->is_contiguous())) return false;
+        if (overlap(o, *t) && !(t->data_ptr() == o.data_ptr() && t->sizes() == o.sizes() && t->is_contiguous()))
+            return false;
     return true;
 }
 
@@ -700,7 +713,8 @@ at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar
     return binary<Aten::add>(self, other, is_one(alpha), [&] { return at::cpu::add(self, other, alpha); });
 }
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return binary_<Aten::add>(self, other, is_one(alpha), [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); });
+    return binary_<Aten::add>(self, other, is_one(alpha),
+                              [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); });
 }
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
     return binary<Aten::mul>(self, other, true, [&] { return at::cpu::mul(self, other); });
@@ -738,8 +752,9 @@ at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
     if (!intercept()) return at::cpu::gelu(self, approximate);
     const bool tanh = approximate == "tanh";
     const Call c{Aten::gelu, {arg(self)}, 1, tanh ? 1 : 0};
-    const Decision d = Plugin::get().decide(f32(self) && (tanh || approximate == "none"), c,
-                                            "self is not a plain float32 tensor, or approximate is neither none nor tanh");
+    const Decision d =
+        Plugin::get().decide(f32(self) && (tanh || approximate == "none"), c,
+                             "self is not a plain float32 tensor, or approximate is neither none nor tanh");
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(self.sizes());
         run(d, {in(self)}, {out(y)});
@@ -759,8 +774,9 @@ at::Tensor softmax(const at::Tensor& self, std::int64_t dim, bool half_to_float)
     if (!intercept()) return at::cpu::_softmax(self, dim, half_to_float);
     const std::int64_t wrapped = softmax_dim(self, dim);
     const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
-    const Decision d = Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
-                                            "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    const Decision d =
+        Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
+                             "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(self.sizes());
         run(d, {in(self)}, {out(y)});
@@ -773,8 +789,9 @@ at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_f
     if (!intercept()) return at::cpu::_softmax_outf(self, dim, half_to_float, result);
     const std::int64_t wrapped = softmax_dim(self, dim);
     const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
-    const Decision d = Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
-                                            "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    const Decision d =
+        Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
+                             "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
     if (d.kernel != nullptr && fits(result, self.sizes(), {&self})) {  // the fast path runs it in place
         run(d, {in(self)}, {out(result)});
         return result;
@@ -782,7 +799,8 @@ at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_f
     return stock(d, [&]() -> at::Tensor& { return at::cpu::_softmax_outf(self, dim, half_to_float, result); });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input,
+                                                                 c10::SymIntArrayRef normalized_shape,
                                                                  const c10::optional<at::Tensor>& weight,
                                                                  const c10::optional<at::Tensor>& bias, double eps) {
     auto stock_fn = [&] { return at::cpu::native_layer_norm_symint(input, normalized_shape, weight, bias, eps); };
@@ -809,8 +827,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
 at::Tensor clone(const at::Tensor& self, c10::optional<at::MemoryFormat> memory_format) {
     if (!intercept()) return at::compositeexplicitautograd::clone(self, memory_format);
     const Call c{Aten::clone, {arg(self)}, 1};
-    const Decision d = Plugin::get().decide(f32(self) && memory_format == at::MemoryFormat::Contiguous, c,
-                                            "self is not a plain float32 tensor, or the clone is not to a contiguous tensor");
+    const Decision d =
+        Plugin::get().decide(f32(self) && memory_format == at::MemoryFormat::Contiguous, c,
+                             "self is not a plain float32 tensor, or the clone is not to a contiguous tensor");
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(self.sizes());
         run(d, {in(self), nullptr}, {out(y)});  // self's first element is the dense tensor's
@@ -831,10 +850,18 @@ decltype(auto) entry(Fn&& fn) {
     }
 }
 
-void op_enable(std::string config) { entry([&] { Plugin::get().enable(config); }); }
-std::string op_compile() { return entry([] { return Plugin::get().compile(); }); }
-std::string op_counters() { return entry([] { return Plugin::get().counters(); }); }
-void op_disable() { entry([] { Plugin::get().disable(); }); }
+void op_enable(std::string config) {
+    entry([&] { Plugin::get().enable(config); });
+}
+std::string op_compile() {
+    return entry([] { return Plugin::get().compile(); });
+}
+std::string op_counters() {
+    return entry([] { return Plugin::get().counters(); });
+}
+void op_disable() {
+    entry([] { Plugin::get().disable(); });
+}
 
 /// Overriding aten's kernels makes the dispatcher warn once per op ("Overriding a previously
 /// registered kernel ..."); that is this plugin's purpose, so those warnings are dropped while the

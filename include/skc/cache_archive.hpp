@@ -153,8 +153,9 @@ inline std::optional<ExportRecord> parse_record_line(std::string_view l) {
     l.remove_prefix(6);
     const std::vector<std::string_view> f = split(l, ' ');
     ExportRecord r;
-    if (f.size() != 4 || !valid_namespace(f[0]) || !parse_u64(f[1], r.entry_bytes) || !parse_u64(f[2], r.op_list_bytes) ||
-        !parse_u64(f[3], r.package_bytes) || r.entry_bytes > (1u << 20) || r.op_list_bytes > (std::uint64_t{1} << 26))
+    if (f.size() != 4 || !valid_namespace(f[0]) || !parse_u64(f[1], r.entry_bytes) ||
+        !parse_u64(f[2], r.op_list_bytes) || !parse_u64(f[3], r.package_bytes) || r.entry_bytes > (1u << 20) ||
+        r.op_list_bytes > (std::uint64_t{1} << 26))
         return std::nullopt;
     r.ns = std::string(f[0]);
     return r;
@@ -193,8 +194,8 @@ inline ExportReport export_cache(const std::filesystem::path& root, const std::f
             }
             const std::optional<std::string> ops = cache->storage().read("oplists/" + listed.key);
             const std::string op_text = ops && detail::decode_op_list(*ops) ? *ops : std::string();
-            out.write("entry " + stem + " " + std::to_string(text->size()) + " " + std::to_string(op_text.size()) + " " +
-                      std::to_string(hit->entry.size) + "\n");
+            out.write("entry " + stem + " " + std::to_string(text->size()) + " " + std::to_string(op_text.size()) +
+                      " " + std::to_string(hit->entry.size) + "\n");
             out.write(*text);
             out.write(op_text);
             std::uint64_t copied = 0;
@@ -217,7 +218,8 @@ inline ExportReport export_cache(const std::filesystem::path& root, const std::f
 /// Adds the entries of export file `file` to cache folder `root` (see the header comment): all of
 /// them, or none with Error(corrupt) naming the file and what is wrong. `config` is used for each
 /// namespace (its limits apply after each entry, as after a publish).
-inline ImportReport import_cache(const std::filesystem::path& root, const std::filesystem::path& file, CacheConfig config = {}) {
+inline ImportReport import_cache(const std::filesystem::path& root, const std::filesystem::path& file,
+                                 CacheConfig config = {}) {
     // Pass 1: check everything, keep nothing.
     std::uint64_t count = 0;
     {
@@ -245,7 +247,8 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
             if (e->size != r->package_bytes) in.bad("entry " + e->key + ": the package's size is not the entry's");
             detail::Hasher h;
             in.bytes(r->package_bytes, [&](std::string_view c) { h.update(c); });
-            if (h.digest() != e->checksum) in.bad("entry " + e->key + ": the package's checksum does not match the entry");
+            if (h.digest() != e->checksum)
+                in.bad("entry " + e->key + ": the package's checksum does not match the entry");
             ++count;
         }
     }
@@ -268,7 +271,9 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
         // that is not its entry's.
         const std::optional<std::string> line = in.line();
         const std::optional<detail::ExportRecord> r = line ? detail::parse_record_line(*line) : std::nullopt;
-        if (!r) throw Error(Errc::corrupt, "the export file changed while it was imported", ErrorContext{file.string(), {}, {}});
+        if (!r)
+            throw Error(Errc::corrupt, "the export file changed while it was imported",
+                        ErrorContext{file.string(), {}, {}});
         std::string text, ops;
         in.bytes(r->entry_bytes, [&](std::string_view c) { text.append(c); });
         in.bytes(r->op_list_bytes, [&](std::string_view c) { ops.append(c); });
@@ -278,7 +283,9 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
             package.commit(/*durable=*/false);  // the cache's own copy is made durable
         }
         const std::optional<CacheEntry> e = detail::decode_entry(text);
-        if (!e) throw Error(Errc::corrupt, "the export file changed while it was imported", ErrorContext{file.string(), {}, {}});
+        if (!e)
+            throw Error(Errc::corrupt, "the export file changed while it was imported",
+                        ErrorContext{file.string(), {}, {}});
         auto& cache = caches[r->ns];
         if (!cache) cache = open_cache_namespace(root, r->ns, config);
         if (cache->import_entry(*e, tmp, ops)) {

@@ -37,11 +37,11 @@ struct MissExplanation {
     CacheEntry entry;                   // the nearest entry (with its components)
     std::vector<PartDifference> parts;  // the key parts besides the ops that differ
     bool ops_differ = false;
-    bool ops_known = false;             // both sides have op lists: the lists below are complete
-    std::vector<std::string> added;     // op info files of the key that the entry lacks
-    std::vector<std::string> removed;   // op info files of the entry that the key lacks
+    bool ops_known = false;                                    // both sides have op lists: the lists below are complete
+    std::vector<std::string> added;                            // op info files of the key that the entry lacks
+    std::vector<std::string> removed;                          // op info files of the entry that the key lacks
     std::vector<std::pair<std::string, std::string>> changed;  // (entry's file, key's file)
-    std::size_t common_ops = 0;         // ops in both
+    std::size_t common_ops = 0;                                // ops in both
 
     /// Key parts that differ, the ops counting as one.
     [[nodiscard]] std::size_t distance() const noexcept { return parts.size() + (ops_differ ? 1 : 0); }
@@ -68,7 +68,8 @@ inline std::string_view op_file_stem(std::string_view name) {
 
 /// The key parts: components grouped (every `compiler_option[i]` is one part, `ops` and
 /// `op_count` are the op set).
-inline std::vector<std::pair<std::string, std::string>> key_parts(const std::vector<std::pair<std::string, std::string>>& components) {
+inline std::vector<std::pair<std::string, std::string>> key_parts(
+    const std::vector<std::pair<std::string, std::string>>& components) {
     std::vector<std::pair<std::string, std::string>> parts;
     std::string options;
     bool any_option = false;
@@ -85,7 +86,8 @@ inline std::vector<std::pair<std::string, std::string>> key_parts(const std::vec
     return parts;
 }
 
-inline std::string component(const std::vector<std::pair<std::string, std::string>>& components, std::string_view name) {
+inline std::string component(const std::vector<std::pair<std::string, std::string>>& components,
+                             std::string_view name) {
     for (const auto& [n, v] : components)
         if (n == name) return v;
     return {};
@@ -144,7 +146,8 @@ inline std::string MissExplanation::summary() const {
     std::string s = "nearest cache entry " + entry.key + " (" + ns + ") differs in ";
     bool first = true;
     for (const PartDifference& d : parts) {
-        s += (first ? "" : "; ") + d.part + " (" + detail::short_value(d.entry) + " -> " + detail::short_value(d.wanted) + ")";
+        s += (first ? "" : "; ") + d.part + " (" + detail::short_value(d.entry) + " -> " +
+             detail::short_value(d.wanted) + ")";
         first = false;
     }
     if (ops_differ) {
@@ -159,7 +162,8 @@ inline std::string MissExplanation::summary() const {
                 s += " " + std::to_string(changed.size()) + " changed (" + detail::name_list(names) + ")";
             }
             if (!added.empty()) s += " " + std::to_string(added.size()) + " added (" + detail::name_list(added) + ")";
-            if (!removed.empty()) s += " " + std::to_string(removed.size()) + " removed (" + detail::name_list(removed) + ")";
+            if (!removed.empty())
+                s += " " + std::to_string(removed.size()) + " removed (" + detail::name_list(removed) + ")";
         }
     }
     return s;
@@ -175,8 +179,9 @@ inline std::optional<MissExplanation> explain_miss(const std::filesystem::path& 
     for (const std::string& stem : cache_namespaces(root, only_ns)) {
         CacheConfig config{{}, std::chrono::seconds(1), null_log()};
         config.mode = CacheMode::read_only;
-        IndexCache<FilesystemStorage, FileLock> cache(FilesystemStorage(root / stem), FileLock(root, LockAccess::read_only),
-                                                      config, CacheLockNames{stem + "/keys/", stem});
+        IndexCache<FilesystemStorage, FileLock> cache(FilesystemStorage(root / stem),
+                                                      FileLock(root, LockAccess::read_only), config,
+                                                      CacheLockNames{stem + "/keys/", stem});
         for (CacheEntry& e : cache.entries()) {
             MissExplanation x;
             x.ns = stem;
@@ -184,7 +189,8 @@ inline std::optional<MissExplanation> explain_miss(const std::filesystem::path& 
             const std::vector<std::pair<std::string, std::string>> have = detail::key_parts(e.components);
             // (Pairs, not structured bindings: a lambda may not capture those before C++20's last fixes.)
             for (const auto& w : wanted) {
-                const auto h = std::find_if(have.begin(), have.end(), [&](const auto& p) { return p.first == w.first; });
+                const auto h =
+                    std::find_if(have.begin(), have.end(), [&](const auto& p) { return p.first == w.first; });
                 const std::string entry_value = h == have.end() ? std::string("(none)") : h->second;
                 if (entry_value != w.second) x.parts.push_back({w.first, entry_value, w.second});
             }

@@ -4,8 +4,9 @@
 // strides, attribute values. Building the OpRecord those arguments describe and hashing its
 // canonical encoding (skc::digest) costs about a microsecond, and a model calls the same few
 // hundred op instances over and over. So a plugin keys every call by its raw arguments instead:
-// CallKey copies them into at most `Words` 64-bit words on the stack, and CallMap remembers, once per distinct key, what the plugin derived from the
-// arguments the first time (the record's digest, which the recorder and the KernelTable know).
+// CallKey copies them into at most `Words` 64-bit words on the stack, and CallMap remembers, once per distinct key,
+// what the plugin derived from the arguments the first time (the record's digest, which the recorder and the
+// KernelTable know).
 //
 // Exactness: CallMap compares the whole key, word for word, not only its hash, so two calls that
 // differ in any word never share an entry. The plugin's side of the contract: the record must be a
@@ -222,7 +223,8 @@ private:
 
         /// A new entry holding a copy of `w`; the value is made in place (T need not be movable).
         template <class Make>
-        static std::unique_ptr<Entry, void (*)(Entry*)> make(std::uint64_t h, std::span<const std::uint64_t> w, Make&& make) {
+        static std::unique_ptr<Entry, void (*)(Entry*)> make(std::uint64_t h, std::span<const std::uint64_t> w,
+                                                             Make&& make) {
             void* raw = ::operator new(sizeof(Entry) + w.size() * sizeof(std::uint64_t));
             Entry* e = nullptr;
             try {
@@ -242,7 +244,9 @@ private:
             return reinterpret_cast<std::uint64_t*>(reinterpret_cast<unsigned char*>(this) + sizeof(Entry));
         }
         [[nodiscard]] std::span<const std::uint64_t> words() const noexcept {
-            return {reinterpret_cast<const std::uint64_t*>(reinterpret_cast<const unsigned char*>(this) + sizeof(Entry)), size};
+            return {
+                reinterpret_cast<const std::uint64_t*>(reinterpret_cast<const unsigned char*>(this) + sizeof(Entry)),
+                size};
         }
 
         std::uint64_t hash;
@@ -290,8 +294,8 @@ private:
     std::atomic<const Table*> current_{nullptr};
     mutable std::mutex mu_;
     std::size_t count_ = 0;
-    std::vector<EntryPtr> entries_;                // insertion order
-    std::vector<std::unique_ptr<Table>> tables_;   // every table published; the last is current
+    std::vector<EntryPtr> entries_;               // insertion order
+    std::vector<std::unique_ptr<Table>> tables_;  // every table published; the last is current
 };
 
 }  // namespace skc

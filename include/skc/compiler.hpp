@@ -108,7 +108,7 @@ struct CompilerSettings {
     std::string backend = "host";      // L/static_kernel/<backend>
     bool persistent_install = false;   // the install outlives the process (as running the package by hand)
     std::chrono::seconds install_timeout{300};
-    CacheConfig cache{};               // limits, wait timeout for another process's compile, log
+    CacheConfig cache{};  // limits, wait timeout for another process's compile, log
     /// The compiler's fingerprint for the cache key. Empty: taken from the invoker's compiler_path()
     /// (ProcessInvoker has one) as options.compiler_check says; an invoker without one adds none.
     std::string compiler_fingerprint;
@@ -156,15 +156,15 @@ constexpr std::string_view describe(CompileOutcome o) noexcept {
 /// What one compile() did.
 struct CompileReport {
     CompileOutcome outcome = CompileOutcome::skipped;
-    std::string key;                 // the cache key in hex; empty when skipped
-    std::filesystem::path run_dir;   // ts<timestamp>_pid<pid>_outputs
-    std::filesystem::path package;   // the package used (the cache's copy on a hit or after a compile)
-    std::string installed;           // stem of the installed package; empty when nothing was installed
+    std::string key;                // the cache key in hex; empty when skipped
+    std::filesystem::path run_dir;  // ts<timestamp>_pid<pid>_outputs
+    std::filesystem::path package;  // the package used (the cache's copy on a hit or after a compile)
+    std::string installed;          // stem of the installed package; empty when nothing was installed
 
-    std::size_t recorded = 0;          // distinct ops (`<pid>_debug`)
-    std::size_t targets = 0;           // `<pid>`
-    std::size_t supported = 0;         // `<pid>_opcompile`
-    std::size_t selected = 0;          // compiled (or looked up)
+    std::size_t recorded = 0;   // distinct ops (`<pid>_debug`)
+    std::size_t targets = 0;    // `<pid>`
+    std::size_t supported = 0;  // `<pid>_opcompile`
+    std::size_t selected = 0;   // compiled (or looked up)
     std::size_t blacklisted = 0;
     std::size_t already_compiled = 0;  // by this process earlier
     std::size_t unsupported = 0;       // only when selecting from `<pid>_debug`
@@ -346,9 +346,10 @@ struct chosen_policies {
     static_assert((is_selector<Ps> && ...) || (!is_selector<Ps> && ...),
                   "skc::StaticKernelCompiler: name every policy (with_gather<...>, ...) or give them all by position, "
                   "not both");
-    static_assert(sizeof...(Ps) <= 7,
-                  "skc::StaticKernelCompiler: at most 7 policies by position (Storage, Lock, Install, Reselect, Gather, "
-                  "Support, Targets)");
+    static_assert(
+        sizeof...(Ps) <= 7,
+        "skc::StaticKernelCompiler: at most 7 policies by position (Storage, Lock, Install, Reselect, Gather, "
+        "Support, Targets)");
     static constexpr bool named = sizeof...(Ps) > 0 && (is_selector<Ps> && ...);
     static_assert(roles_distinct<named, Ps...>(),
                   "skc::StaticKernelCompiler: a policy is chosen twice (two with_<role> of the same role)");
@@ -366,8 +367,9 @@ struct policies_for<true, Ps...> {
 /// The constructor's policy objects: the one of type T among `ps`, else T().
 template <class T>
 T pick() {
-    static_assert(std::is_default_constructible_v<T>,
-                  "skc::StaticKernelCompiler: a policy without a default constructor must be passed to the constructor");
+    static_assert(
+        std::is_default_constructible_v<T>,
+        "skc::StaticKernelCompiler: a policy without a default constructor must be passed to the constructor");
     return T();
 }
 template <class T, class P, class... Ps>
@@ -381,14 +383,14 @@ template <class P, class... Roles>
 inline constexpr std::size_t roles_of = (std::size_t{std::is_same_v<std::remove_cvref_t<P>, Roles>} + ...);
 }  // namespace detail
 
-#define SKC_POLICY_SELECTOR(NAME, ROLE)                                                                   \
-    template <class P>                                                                                    \
-    struct NAME : detail::policy_selector {                                                               \
-        static constexpr detail::PolicyRole role = detail::PolicyRole::ROLE;                              \
-        template <class B>                                                                                \
-        struct apply : B {                                                                                \
-            using ROLE = P;                                                                               \
-        };                                                                                                \
+#define SKC_POLICY_SELECTOR(NAME, ROLE)                                      \
+    template <class P>                                                       \
+    struct NAME : detail::policy_selector {                                  \
+        static constexpr detail::PolicyRole role = detail::PolicyRole::ROLE; \
+        template <class B>                                                   \
+        struct apply : B {                                                   \
+            using ROLE = P;                                                  \
+        };                                                                   \
     };
 /// Selectors: `StaticKernelCompiler<Invoker, with_gather<G>, with_reselect<R>>`.
 SKC_POLICY_SELECTOR(with_storage, storage)
@@ -435,9 +437,8 @@ public:
     /// whose type it has (`Compiler(invoker, options, settings, std::move(gather))`); the others are
     /// default-constructed. A type that fills two roles must be passed by position (below).
     template <class... Ps>
-        requires(sizeof...(Ps) > 0 &&
-                 ((detail::roles_of<Ps, Install, Reselect, Gather, Support, Targets> == 1) && ...))
-    StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Ps&&... policies)
+    requires(sizeof...(Ps) > 0 && ((detail::roles_of<Ps, Install, Reselect, Gather, Support, Targets> == 1) && ...))
+        StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Ps&&... policies)
         : StaticKernelCompiler(std::move(invoker), std::move(options), std::move(settings),
                                detail::pick<Install>(std::forward<Ps>(policies)...),
                                detail::pick<Reselect>(std::forward<Ps>(policies)...),
@@ -464,12 +465,16 @@ public:
                         ErrorContext{{}, {}, "static_kernel_compile"});
         if (settings_.device.empty()) throw Error(Errc::invalid_argument, "the device name is empty");
         if (settings_.toolchain_version.empty()) throw Error(Errc::invalid_argument, "the toolchain version is empty");
-        if (options_.jobs == 0) throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
-        const std::string stem = Layout::cache_stem(settings_.toolchain_version, settings_.device);  // checks both names
+        if (options_.jobs == 0)
+            throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
+        const std::string stem =
+            Layout::cache_stem(settings_.toolchain_version, settings_.device);  // checks both names
         if (!settings_.op_library.empty()) check_path_safety(settings_.op_library, "op_library");
         if (const std::optional<CacheMode> m = requested_cache_mode(options_)) settings_.cache.mode = *m;
         const bool read_only = settings_.cache.mode == CacheMode::read_only;
-        if constexpr (requires(const Invoker& i) { { i.compiler_path() } -> std::convertible_to<std::filesystem::path>; }) {
+        if constexpr (requires(const Invoker& i) {
+                          { i.compiler_path() } -> std::convertible_to<std::filesystem::path>;
+                      }) {
             if (settings_.compiler_fingerprint.empty()) {
                 // Remembered beside the cache when it is on (it is then read and written anyway).
                 std::filesystem::path memo;
@@ -477,8 +482,9 @@ public:
                     memo = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
                     if (!read_only) detail::make_cache_dir(memo);
                 }
-                settings_.compiler_fingerprint = compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo,
-                                                                      read_only ? MemoAccess::read_only : MemoAccess::read_write);
+                settings_.compiler_fingerprint =
+                    compiler_fingerprint(invoker_.compiler_path(), options_.compiler_check, memo,
+                                         read_only ? MemoAccess::read_only : MemoAccess::read_write);
             }
         }
         if (options_.cache_enabled()) {
@@ -488,7 +494,8 @@ public:
                 cache_ = open_cache(root, settings_.toolchain_version, settings_.device, settings_.cache);
             } else {
                 if (!read_only) detail::make_dir(root / stem);
-                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(root / stem), detail::make_for_dir<Lock>(root, settings_.cache.mode),
+                cache_ = std::make_unique<Cache>(detail::make_for_dir<Storage>(root / stem),
+                                                 detail::make_for_dir<Lock>(root, settings_.cache.mode),
                                                  settings_.cache, CacheLockNames{stem + "/keys/", stem});
             }
         }
@@ -504,9 +511,9 @@ public:
             writer_.wait();
         } catch (const std::exception& e) {
             try {
-                log(LogLevel::warning, std::string("the op info folders of the last compile are incomplete: ") + e.what());
-            } catch (...) {
-            }
+                log(LogLevel::warning,
+                    std::string("the op info folders of the last compile are incomplete: ") + e.what());
+            } catch (...) {}
         }
     }
 
@@ -514,7 +521,9 @@ public:
     /// info folders are written in the background (session_files.hpp): complete before the kernel
     /// compiler starts, and by the return of flush() or the compiler's destruction.
     template <class Recorder>
-        requires requires(Recorder& r) { { r.take() } -> std::same_as<std::vector<RecordedOp>>; }
+    requires requires(Recorder& r) {
+        { r.take() } -> std::same_as<std::vector<RecordedOp>>;
+    }
     CompileReport compile(Recorder& recorder) {
         CompileReport rep;
         detail::StageClock clock(rep);
@@ -579,13 +588,15 @@ private:
         std::shared_ptr<const SessionPlan> plan;
         std::exception_ptr select_error;
         try {
-            plan = std::make_shared<const SessionPlan>(plan_session(
-                run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()}, process_compiled(), support_));
+            plan = std::make_shared<const SessionPlan>(
+                plan_session(run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()},
+                             process_compiled(), support_));
             writer_.submit(plan);
         } catch (...) {
             if (!many) throw;
             select_error = std::current_exception();
-            plan = std::make_shared<const SessionPlan>(SessionPlan{run, std::make_shared<const std::vector<RecordedOp>>(), {}, {}, {}, {}, false, false});
+            plan = std::make_shared<const SessionPlan>(
+                SessionPlan{run, std::make_shared<const std::vector<RecordedOp>>(), {}, {}, {}, {}, false, false});
         }
         rep.recorded = plan->recorded.recorded;
         rep.targets = plan->recorded.targets;
@@ -598,17 +609,26 @@ private:
         clock.lap("select");
 
         std::unique_ptr<Pin> pin;  // a cache hit stays pinned until every rank has reselected
-        const GatherRequest req{layout_, run, plan->selected, plan->compile_dir(),
+        const GatherRequest req{layout_,
+                                run,
+                                plan->selected,
+                                plan->compile_dir(),
                                 std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout),
-                                [this] { writer_.wait(); }, [this] { writer_.start(); },
+                                [this] { writer_.wait(); },
+                                [this] { writer_.start(); },
                                 [this](std::function<void()> job) { writer_.defer(std::move(job)); }};
         bool led = false;
         if (many)
-            report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},
-                                   rep.local_rank == 0 ? "the node's other ranks"
-                                                       : "the node's leader (local rank 0) compiling or looking up the node's ops",
-                                   {}, std::chrono::nanoseconds{0}});
+            report(CompileProgress{CompileProgress::Phase::waiting,
+                                   0,
+                                   0,
+                                   {},
+                                   rep.local_rank == 0
+                                       ? "the node's other ranks"
+                                       : "the node's leader (local rank 0) compiling or looking up the node's ops",
+                                   {},
+                                   std::chrono::nanoseconds{0}});
         gather_.coordinate(
             req,
             [&](const GatheredSet& set) -> Value {
@@ -644,7 +664,8 @@ private:
                std::unique_ptr<Pin>& pin) {
         rep.gathered = set.digests.size();
         if (set.digests.empty()) return Value(Object{{"outcome", Value(to_string(CompileOutcome::skipped))}});
-        CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device, settings_.compiler_fingerprint));
+        CacheKey key = make_cache_key(set.digests, key_inputs(options_, settings_.toolchain_version, settings_.device,
+                                                              settings_.compiler_fingerprint));
         if (set.names.size() == set.digests.size())
             for (std::size_t i = 0; i < set.digests.size(); ++i) key.ops.push_back(KeyOp{set.digests[i], set.names[i]});
         rep.key = key.hex();
@@ -671,25 +692,42 @@ private:
                 req.on_progress = [&](std::size_t done, std::size_t total, std::string_view op) {
                     if (done <= last_done) return;
                     last_done = done;
-                    report(CompileProgress{CompileProgress::Phase::compiling, done, total, std::string(op), {}, rep.key,
+                    report(CompileProgress{CompileProgress::Phase::compiling,
+                                           done,
+                                           total,
+                                           std::string(op),
+                                           {},
+                                           rep.key,
                                            std::chrono::steady_clock::now() - started});
                 };
-            report(CompileProgress{CompileProgress::Phase::compiling, 0, set.digests.size(), {}, {}, rep.key,
+            report(CompileProgress{CompileProgress::Phase::compiling,
+                                   0,
+                                   set.digests.size(),
+                                   {},
+                                   {},
+                                   rep.key,
                                    std::chrono::nanoseconds{0}});
             CompileResult res = invoker_.compile(req);
             compile_time = res.elapsed;
             // A package that cannot be installed never enters the cache (a full disk can cut it short).
             if (std::optional<std::string> fault = package_fault(res.package))
-                throw Error(Errc::compile_failed, "the compiler's package is unusable, so it is neither stored nor installed: " + *fault,
+                throw Error(Errc::compile_failed,
+                            "the compiler's package is unusable, so it is neither stored nor installed: " + *fault,
                             ErrorContext{res.package.string(), {}, {}});
             return res.package;
         };
         if (cache_) {
             if (key_busy(key))
-                report(CompileProgress{CompileProgress::Phase::waiting, 0, 0, {},
-                                       "another process compiling cache key " + rep.key, rep.key, std::chrono::nanoseconds{0}});
+                report(CompileProgress{CompileProgress::Phase::waiting,
+                                       0,
+                                       0,
+                                       {},
+                                       "another process compiling cache key " + rep.key,
+                                       rep.key,
+                                       std::chrono::nanoseconds{0}});
             else
-                report(CompileProgress{CompileProgress::Phase::lookup, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
+                report(CompileProgress{
+                    CompileProgress::Phase::lookup, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
             auto out = cache_->get_or_compile(key, run_compiler);
             if (!conclude(out, run, rep, clock, compile_time)) {
                 // The cached package was damaged and is discarded: compile again, once (a read-only
@@ -718,7 +756,8 @@ private:
     /// On a miss in a cache folder on disk: one line naming the nearest entry and what differs, when
     /// one is near (cache_explain.hpp). A miss is about to compile: reading the entries is cheap beside it.
     void explain_miss_in_log(const CacheKey& key) {
-        if (!cache_ || cache_root_.empty() || settings_.cache.mode == CacheMode::recache || !settings_.cache.log) return;
+        if (!cache_ || cache_root_.empty() || settings_.cache.mode == CacheMode::recache || !settings_.cache.log)
+            return;
         try {
             if (const std::optional<MissExplanation> x = explain_miss(cache_root_, key); x && x->near())
                 settings_.cache.log(LogLevel::info, "cache miss for key " + key.hex() + ": " + x->summary());
@@ -754,8 +793,9 @@ private:
             if (!fault) throw;
             if constexpr (requires { cache_->discard_damaged(out.hit->entry.key, out.hit->entry.checksum, *fault); }) {
                 if (settings_.cache.log)
-                    settings_.cache.log(LogLevel::warning, "the cached package for key " + rep.key + " cannot be installed (" +
-                                                               e.message() + "); it is damaged (" + *fault +
+                    settings_.cache.log(LogLevel::warning, "the cached package for key " + rep.key +
+                                                               " cannot be installed (" + e.message() +
+                                                               "); it is damaged (" + *fault +
                                                                "), so it is discarded and compiled again");
                 const std::string hex = out.hit->entry.key;
                 const Digest checksum = out.hit->entry.checksum;
@@ -777,10 +817,11 @@ private:
 
     /// Why `package` cannot be installed, when the Install policy can tell (RunPackageInstaller::check).
     [[nodiscard]] std::optional<std::string> package_fault(const std::filesystem::path& package) const {
-        if constexpr (requires(const Install& i) { { i.check(package) } -> std::convertible_to<std::optional<std::string>>; })
+        if constexpr (requires(const Install& i) {
+                          { i.check(package) } -> std::convertible_to<std::optional<std::string>>;
+                      })
             return installer_.check(package);
-        else
-            return std::nullopt;
+        else return std::nullopt;
     }
 
     /// On every rank, between the barriers: a follower takes the leader's outcome and holds the
@@ -800,7 +841,8 @@ private:
             if (const Value* g = shared.find("gathered"); g && g->is_number())
                 rep.gathered = static_cast<std::size_t>(g->as_double());
             if (!text("installed").empty() && !settings_.op_library.empty()) {
-                report(CompileProgress{CompileProgress::Phase::installing, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
+                report(CompileProgress{
+                    CompileProgress::Phase::installing, 0, 0, {}, {}, rep.key, std::chrono::nanoseconds{0}});
                 Installation inst = installer_.install(rep.package, settings_.op_library, install_options());
                 rep.installed = inst.stem();
                 rep.extracted = inst.extracted();
@@ -821,11 +863,11 @@ private:
         io.timeout = settings_.install_timeout;
         // Extractions are kept for the next process within the cache's size limit; packages without
         // a cache have fresh names every time, so keeping one would never pay.
-        io.keep_bytes = !cache_ ? 0 : settings_.cache.limits.max_bytes != 0 ? settings_.cache.limits.max_bytes
-                                                                            : default_cache_limits.max_bytes;
+        io.keep_bytes = !cache_                                 ? 0
+                        : settings_.cache.limits.max_bytes != 0 ? settings_.cache.limits.max_bytes
+                                                                : default_cache_limits.max_bytes;
         return io;
     }
-
 
     /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages
     /// that keep no files (MemoryStorage).
@@ -852,10 +894,8 @@ private:
         } catch (const std::exception& e) {
             try {
                 log(LogLevel::debug, std::string("the progress callback failed: ") + e.what());
-            } catch (...) {
-            }
-        } catch (...) {
-        }
+            } catch (...) {}
+        } catch (...) {}
     }
 
     /// Whether another process compiles `key` right now, so that the lookup is about to wait
@@ -883,7 +923,7 @@ private:
     Targets targets_;
     Layout layout_;
     std::unique_ptr<Cache> cache_;
-    std::filesystem::path cache_root_;  // the cache folder, when the cache is on disk (explains misses)
+    std::filesystem::path cache_root_;    // the cache folder, when the cache is on disk (explains misses)
     std::vector<Installation> installs_;  // destroyed first: released before the cache goes
     FileWriter writer_;                   // the op info folders, written in the background
 };

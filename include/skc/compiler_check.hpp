@@ -47,7 +47,8 @@ inline std::filesystem::path resolve_program(const std::filesystem::path& compil
     std::string_view dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
     while (true) {
         const std::size_t colon = dirs.find(':');
-        const std::filesystem::path candidate = std::filesystem::path(dirs.substr(0, colon).empty() ? "." : std::string(dirs.substr(0, colon))) / compiler;
+        const std::filesystem::path candidate =
+            std::filesystem::path(dirs.substr(0, colon).empty() ? "." : std::string(dirs.substr(0, colon))) / compiler;
         if (::access(candidate.c_str(), X_OK) == 0) return candidate;
         if (colon == std::string_view::npos) break;
         dirs.remove_prefix(colon + 1);
@@ -59,7 +60,8 @@ inline struct stat stat_compiler(const std::filesystem::path& p) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0)
         throw Error(errno == EACCES ? Errc::permission_denied : Errc::io_error,
-                    std::string("cannot inspect the compiler: ") + std::strerror(errno), ErrorContext{p.string(), {}, {}});
+                    std::string("cannot inspect the compiler: ") + std::strerror(errno),
+                    ErrorContext{p.string(), {}, {}});
     return st;
 }
 
@@ -81,7 +83,8 @@ inline Digest hash_file(const std::filesystem::path& p) {
         if (n < 0) {
             const int err = errno;
             ::close(fd);
-            throw Error(Errc::io_error, std::string("cannot read the compiler: ") + std::strerror(err), ErrorContext{p.string(), {}, {}});
+            throw Error(Errc::io_error, std::string("cannot read the compiler: ") + std::strerror(err),
+                        ErrorContext{p.string(), {}, {}});
         }
         if (n == 0) break;
         h.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));
@@ -136,8 +139,7 @@ inline std::string command_output(const std::string& cmd, std::chrono::seconds t
     int status = 0;
     if (!wait_until(pid, std::chrono::steady_clock::now() + timeout, status)) {
         ::kill(-pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
         ::close(fd);
         throw Error(Errc::timeout, "the compiler check command ran longer than " + std::to_string(timeout.count()) +
                                        " s: " + quote(cmd, 200));
@@ -154,7 +156,8 @@ inline std::string command_output(const std::string& cmd, std::chrono::seconds t
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw Error(Errc::invalid_option,
                     "the compiler check command " + quote(cmd, 200) + " failed (" +
-                        (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : signal_name(WTERMSIG(status))) +
+                        (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                           : signal_name(WTERMSIG(status))) +
                         "): " + quote(out.substr(0, 400), 400),
                     ErrorContext{{}, {}, "compiler_check"});
     return out;
@@ -192,7 +195,8 @@ inline std::string compiler_fingerprint(const std::filesystem::path& compiler, c
     if (const std::filesystem::path canonical = std::filesystem::canonical(path, ec); !ec) path = canonical;
     const struct stat st = detail::stat_compiler(path);
     const std::string path_hex = detail::hash_bytes(path.string()).hex();
-    const std::string prefix = path_hex + " " + std::to_string(st.st_size) + " " + std::to_string(detail::mtime_ns(st)) + " ";
+    const std::string prefix =
+        path_hex + " " + std::to_string(st.st_size) + " " + std::to_string(detail::mtime_ns(st)) + " ";
     const std::filesystem::path memo = memo_dir.empty() ? std::filesystem::path() : memo_dir / "compilers";
     if (!memo.empty())
         if (const std::optional<std::string> d = detail::memo_lookup(memo, prefix)) return "content:" + *d;

@@ -14,35 +14,83 @@
 namespace skc {
 
 enum class DType : unsigned char {
-    float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-    boolean, complex64, complex128, hifloat8, float8_e5m2, float8_e4m3fn, int4,
+    float32,
+    float16,
+    bfloat16,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    boolean,
+    complex64,
+    complex128,
+    hifloat8,
+    float8_e5m2,
+    float8_e4m3fn,
+    int4,
 };
 
 enum class Format : unsigned char {
-    ND, NCHW, NHWC, HWCN, NDHWC, NCDHW, NC1HWC0, NC1HWC0_C04, NDC1HWC0, FRACTAL_Z, FRACTAL_Z_C04,
-    FRACTAL_Z_3D, FRACTAL_NZ, C1HWNCoC0,
+    ND,
+    NCHW,
+    NHWC,
+    HWCN,
+    NDHWC,
+    NCDHW,
+    NC1HWC0,
+    NC1HWC0_C04,
+    NDC1HWC0,
+    FRACTAL_Z,
+    FRACTAL_Z_C04,
+    FRACTAL_Z_3D,
+    FRACTAL_NZ,
+    C1HWNCoC0,
 };
 
 namespace detail {
 
 inline constexpr std::array<std::pair<DType, std::string_view>, 19> dtype_names{{
-    {DType::float32, "float"},          {DType::float16, "float16"},     {DType::bfloat16, "bfloat16"},
-    {DType::float64, "double"},         {DType::int8, "int8"},           {DType::int16, "int16"},
-    {DType::int32, "int32"},            {DType::int64, "int64"},         {DType::uint8, "uint8"},
-    {DType::uint16, "uint16"},          {DType::uint32, "uint32"},       {DType::uint64, "uint64"},
-    {DType::boolean, "bool"},           {DType::complex64, "complex64"}, {DType::complex128, "complex128"},
-    {DType::hifloat8, "hifloat8"},      {DType::float8_e5m2, "float8_e5m2"},
-    {DType::float8_e4m3fn, "float8_e4m3fn"}, {DType::int4, "int4"},
+    {DType::float32, "float"},
+    {DType::float16, "float16"},
+    {DType::bfloat16, "bfloat16"},
+    {DType::float64, "double"},
+    {DType::int8, "int8"},
+    {DType::int16, "int16"},
+    {DType::int32, "int32"},
+    {DType::int64, "int64"},
+    {DType::uint8, "uint8"},
+    {DType::uint16, "uint16"},
+    {DType::uint32, "uint32"},
+    {DType::uint64, "uint64"},
+    {DType::boolean, "bool"},
+    {DType::complex64, "complex64"},
+    {DType::complex128, "complex128"},
+    {DType::hifloat8, "hifloat8"},
+    {DType::float8_e5m2, "float8_e5m2"},
+    {DType::float8_e4m3fn, "float8_e4m3fn"},
+    {DType::int4, "int4"},
 }};
 
 inline constexpr std::array<std::pair<Format, std::string_view>, 14> format_names{{
-    {Format::ND, "ND"},           {Format::NCHW, "NCHW"},
-    {Format::NHWC, "NHWC"},       {Format::HWCN, "HWCN"},
-    {Format::NDHWC, "NDHWC"},     {Format::NCDHW, "NCDHW"},
-    {Format::NC1HWC0, "NC1HWC0"}, {Format::NC1HWC0_C04, "NC1HWC0_C04"},
-    {Format::NDC1HWC0, "NDC1HWC0"}, {Format::FRACTAL_Z, "FRACTAL_Z"},
-    {Format::FRACTAL_Z_C04, "FRACTAL_Z_C04"}, {Format::FRACTAL_Z_3D, "FRACTAL_Z_3D"},
-    {Format::FRACTAL_NZ, "FRACTAL_NZ"}, {Format::C1HWNCoC0, "C1HWNCoC0"},
+    {Format::ND, "ND"},
+    {Format::NCHW, "NCHW"},
+    {Format::NHWC, "NHWC"},
+    {Format::HWCN, "HWCN"},
+    {Format::NDHWC, "NDHWC"},
+    {Format::NCDHW, "NCDHW"},
+    {Format::NC1HWC0, "NC1HWC0"},
+    {Format::NC1HWC0_C04, "NC1HWC0_C04"},
+    {Format::NDC1HWC0, "NDC1HWC0"},
+    {Format::FRACTAL_Z, "FRACTAL_Z"},
+    {Format::FRACTAL_Z_C04, "FRACTAL_Z_C04"},
+    {Format::FRACTAL_Z_3D, "FRACTAL_Z_3D"},
+    {Format::FRACTAL_NZ, "FRACTAL_NZ"},
+    {Format::C1HWNCoC0, "C1HWNCoC0"},
 }};
 
 }  // namespace detail
@@ -76,11 +124,23 @@ constexpr std::optional<Format> parse_format(std::string_view name) noexcept {
 /// Bytes per element; 0 for sub-byte types (int4).
 constexpr std::size_t size_of(DType t) noexcept {
     switch (t) {
-    case DType::int8: case DType::uint8: case DType::boolean: case DType::hifloat8:
-    case DType::float8_e5m2: case DType::float8_e4m3fn: return 1;
-    case DType::float16: case DType::bfloat16: case DType::int16: case DType::uint16: return 2;
-    case DType::float32: case DType::int32: case DType::uint32: return 4;
-    case DType::float64: case DType::int64: case DType::uint64: case DType::complex64: return 8;
+    case DType::int8:
+    case DType::uint8:
+    case DType::boolean:
+    case DType::hifloat8:
+    case DType::float8_e5m2:
+    case DType::float8_e4m3fn: return 1;
+    case DType::float16:
+    case DType::bfloat16:
+    case DType::int16:
+    case DType::uint16: return 2;
+    case DType::float32:
+    case DType::int32:
+    case DType::uint32: return 4;
+    case DType::float64:
+    case DType::int64:
+    case DType::uint64:
+    case DType::complex64: return 8;
     case DType::complex128: return 16;
     case DType::int4: return 0;
     }

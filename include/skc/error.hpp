@@ -14,21 +14,21 @@
 namespace skc {
 
 enum class Errc {
-    invalid_json,         // the text is not JSON at all (or empty)
-    invalid_op_info,      // JSON, but not a valid op info object (wrong type, missing field, bad value)
-    limit_exceeded,       // a size, depth, rank or count limit was hit
-    invalid_option,       // unknown option, wrongly typed or out-of-range option value
-    invalid_name,         // an op type, dtype or format that cannot be used in a file name
-    unsafe_path,          // NUL byte, `..` component, symlinked component, relative where absolute needed
-    permission_denied,    // the process lacks a needed permission on a path
-    io_error,             // an operating-system call failed
-    session_active,       // a recording session is already active in this process
-    no_session,           // an operation needs an active recording session
-    invalid_argument,     // a precondition of a call was violated by its arguments
-    timeout,              // a bounded wait ended before what it waited for happened
-    corrupt,              // stored data failed its integrity check
-    compile_failed,       // the kernel compiler failed (exit status, signal, no package)
-    peer_failed,          // another rank of the job failed or died, so this one cannot go on
+    invalid_json,       // the text is not JSON at all (or empty)
+    invalid_op_info,    // JSON, but not a valid op info object (wrong type, missing field, bad value)
+    limit_exceeded,     // a size, depth, rank or count limit was hit
+    invalid_option,     // unknown option, wrongly typed or out-of-range option value
+    invalid_name,       // an op type, dtype or format that cannot be used in a file name
+    unsafe_path,        // NUL byte, `..` component, symlinked component, relative where absolute needed
+    permission_denied,  // the process lacks a needed permission on a path
+    io_error,           // an operating-system call failed
+    session_active,     // a recording session is already active in this process
+    no_session,         // an operation needs an active recording session
+    invalid_argument,   // a precondition of a call was violated by its arguments
+    timeout,            // a bounded wait ended before what it waited for happened
+    corrupt,            // stored data failed its integrity check
+    compile_failed,     // the kernel compiler failed (exit status, signal, no package)
+    peer_failed,        // another rank of the job failed or died, so this one cannot go on
 };
 
 /// A short, stable name for each code (`invalid_json`, ...), used in logs and machine output.
@@ -63,7 +63,9 @@ struct ErrorContext {
 class Error : public std::runtime_error {
 public:
     Error(Errc code, std::string message, ErrorContext where = {})
-        : std::runtime_error(compose(message, where)), code_(code), message_(std::move(message)),
+        : std::runtime_error(compose(message, where)),
+          code_(code),
+          message_(std::move(message)),
           where_(std::move(where)) {}
 
     [[nodiscard]] Errc code() const noexcept { return code_; }

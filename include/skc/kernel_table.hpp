@@ -151,7 +151,7 @@ private:
     }
 
     std::atomic<const Snapshot*> current_{nullptr};
-    std::mutex mu_;                                // serialises reloads
+    std::mutex mu_;                               // serialises reloads
     std::vector<std::unique_ptr<Snapshot>> all_;  // every table ever published (see the header comment)
 };
 

@@ -37,8 +37,7 @@ namespace skc {
 
 /// `YYYYmmddHHMMSSffffff` in local time (microseconds), as the original names its folders.
 inline std::string timestamp(std::chrono::system_clock::time_point t) {
-    const std::int64_t us_total =
-        std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    const std::int64_t us_total = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
     std::int64_t secs = us_total / 1000000;
     std::int64_t micros = us_total % 1000000;
     if (micros < 0) {  // before the epoch: floor, not truncation
@@ -61,11 +60,10 @@ inline std::string timestamp(std::chrono::system_clock::time_point t) {
 /// it (made absolute against the working directory) is a symbolic link. Returns the absolute path.
 inline std::filesystem::path check_path_safety(const std::filesystem::path& p, std::string_view option = {}) {
     const std::string& s = p.native();
-    const ErrorContext where{std::string(s.data(), s.find('\0') == std::string::npos ? s.size() : s.find('\0')), {},
-                             std::string(option)};
+    const ErrorContext where{
+        std::string(s.data(), s.find('\0') == std::string::npos ? s.size() : s.find('\0')), {}, std::string(option)};
     if (s.empty()) throw Error(Errc::unsafe_path, "the path is empty", where);
-    if (s.find('\0') != std::string::npos)
-        throw Error(Errc::unsafe_path, "the path contains a NUL byte", where);
+    if (s.find('\0') != std::string::npos) throw Error(Errc::unsafe_path, "the path contains a NUL byte", where);
     for (const auto& part : p)
         if (part == "..")
             throw Error(Errc::unsafe_path, "the path contains a '..' component; give a path without one", where);
@@ -113,7 +111,8 @@ inline void check_access(const std::filesystem::path& p, Access need = Access::r
 
 /// SPEC section 3: an explicit base_dir wins; else the model compile cache's directory when it is
 /// on and force_eager is off; else `cwd`. The result is checked for safety and access.
-inline std::filesystem::path resolve_base(const Options& o, const std::filesystem::path& cwd = std::filesystem::current_path()) {
+inline std::filesystem::path resolve_base(const Options& o,
+                                          const std::filesystem::path& cwd = std::filesystem::current_path()) {
     std::filesystem::path base;
     std::string_view option;
     if (!o.base_dir.empty()) {
@@ -162,7 +161,8 @@ inline std::filesystem::path resolve_cache_dir(const Options& o, const std::file
     try {
         detail::make_cache_dir(dir);
     } catch (const Error& e) {
-        throw Error(e.code(), "cannot create the cache folder: " + e.message(), ErrorContext{dir.string(), {}, std::string(from)});
+        throw Error(e.code(), "cannot create the cache folder: " + e.message(),
+                    ErrorContext{dir.string(), {}, std::string(from)});
     }
     check_access(dir, Access::read_write, from);
     return dir;
@@ -172,7 +172,8 @@ namespace detail {
 
 /// Spaces become '-'; '/', NUL and a leading '.' are refused (they would leave the cache folder).
 inline std::string cache_name_part(std::string_view s, std::string_view what) {
-    if (s.empty() || s.front() == '.' || s.find('/') != std::string_view::npos || s.find('\0') != std::string_view::npos)
+    if (s.empty() || s.front() == '.' || s.find('/') != std::string_view::npos ||
+        s.find('\0') != std::string_view::npos)
         throw Error(Errc::invalid_name, std::string(what) + " \"" + std::string(s.substr(0, s.find('\0'))) +
                                             "\" cannot be used in a file name: it must be non-empty and contain no "
                                             "'/', no NUL byte and no leading '.'");
@@ -206,7 +207,8 @@ inline void make_cache_dir(const std::filesystem::path& p) {
 
 /// Refuses cache folder `root`/`sub` (`sub` empty: the cache folder itself) with status `st` when
 /// every user may write it, or its group without it being set up as group-shared (`group_matters`).
-inline void judge_cache_folder(const struct stat& st, const std::filesystem::path& root, std::string_view sub, bool group_matters) {
+inline void judge_cache_folder(const struct stat& st, const std::filesystem::path& root, std::string_view sub,
+                               bool group_matters) {
     if (!S_ISDIR(st.st_mode)) return;
     const bool world = (st.st_mode & S_IWOTH) != 0;
     if (!world && !(group_matters && (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_ISGID) == 0)) return;
@@ -254,7 +256,8 @@ inline void check_cache_subfolders_trust(int root_fd, const std::filesystem::pat
     for (const char* name : {"entries", "packages", "oplists", "keys"}) {
         sub.resize(stem.size() + 1);
         sub += name;
-        if (::fstatat(root_fd, sub.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) detail::judge_cache_folder(st, root, sub, false);
+        if (::fstatat(root_fd, sub.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+            detail::judge_cache_folder(st, root, sub, false);
     }
 }
 
@@ -288,7 +291,9 @@ public:
 
     [[nodiscard]] const std::filesystem::path& base() const noexcept { return base_; }
     [[nodiscard]] std::filesystem::path outputs() const { return base_ / "static_kernel_compile_outputs"; }
-    [[nodiscard]] std::filesystem::path cache_dir() const { return base_ / "static_kernel_compile_outputs/static_kernel_cache"; }
+    [[nodiscard]] std::filesystem::path cache_dir() const {
+        return base_ / "static_kernel_compile_outputs/static_kernel_cache";
+    }
     /// `CANN-<version>_<device>` with spaces turned into '-'.
     /// The longest cache namespace name (the stem): what the cache writes beside and below it
     /// (`<stem>.json`, temporaries `.tmp.<pid>.<n>.<name>`) must stay under 255 bytes.
@@ -298,9 +303,10 @@ public:
         std::string stem = "CANN-" + detail::cache_name_part(toolchain_version, "toolchain version") + "_" +
                            detail::cache_name_part(device, "device name");
         if (stem.size() > max_cache_stem)
-            throw Error(Errc::invalid_name, "the toolchain version and the device name are too long together: the cache "
-                                            "namespace would be " + std::to_string(stem.size()) + " bytes, at most " +
-                                            std::to_string(max_cache_stem));
+            throw Error(Errc::invalid_name,
+                        "the toolchain version and the device name are too long together: the cache "
+                        "namespace would be " +
+                            std::to_string(stem.size()) + " bytes, at most " + std::to_string(max_cache_stem));
         return stem;
     }
     [[nodiscard]] std::filesystem::path cache_index(std::string_view version, std::string_view device) const {

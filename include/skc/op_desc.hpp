@@ -238,9 +238,7 @@ struct AttrsOf<desc::Attrs<As...>> {
     static constexpr void encode(Sink& s) {
         encode_all<Sink>(s, std::index_sequence_for<As...>{});
     }
-    static SKC_CONSTEXPR_RECORD std::vector<skc::Attr> record() {
-        return record_all(std::index_sequence_for<As...>{});
-    }
+    static SKC_CONSTEXPR_RECORD std::vector<skc::Attr> record() { return record_all(std::index_sequence_for<As...>{}); }
 
 private:
     template <class Sink, std::size_t... I>
@@ -264,20 +262,39 @@ private:
     static SKC_CONSTEXPR_RECORD std::vector<skc::Attr> record_all(std::index_sequence<I...>) {
         std::vector<skc::Attr> v;
         v.reserve(sizeof...(As));
-        (v.push_back(skc::Attr{str(As::name), str(attr_dtype<As>()), static_cast<std::int64_t>(I),
-                               attr_value<As>(), {}}),
+        (v.push_back(
+             skc::Attr{str(As::name), str(attr_dtype<As>()), static_cast<std::int64_t>(I), attr_value<As>(), {}}),
          ...);
         return v;
     }
 };
 
-template <class C> concept has_tune_mode = requires { C::tune_mode; };
-template <class C> concept has_impl_mode = requires { C::impl_mode; };
-template <class C> concept has_deterministic = requires { C::deterministic; };
-template <class C> concept has_deterministic_level = requires { C::deterministic_level; };
-template <class C> concept has_vector_core_cnt = requires { C::vector_core_cnt; };
-template <class C> concept has_cube_core_cnt = requires { C::cube_core_cnt; };
-template <class C> constexpr bool has_platform_info = has_vector_core_cnt<C> || has_cube_core_cnt<C>;
+template <class C>
+concept has_tune_mode = requires {
+    C::tune_mode;
+};
+template <class C>
+concept has_impl_mode = requires {
+    C::impl_mode;
+};
+template <class C>
+concept has_deterministic = requires {
+    C::deterministic;
+};
+template <class C>
+concept has_deterministic_level = requires {
+    C::deterministic_level;
+};
+template <class C>
+concept has_vector_core_cnt = requires {
+    C::vector_core_cnt;
+};
+template <class C>
+concept has_cube_core_cnt = requires {
+    C::cube_core_cnt;
+};
+template <class C>
+constexpr bool has_platform_info = has_vector_core_cnt<C> || has_cube_core_cnt<C>;
 
 }  // namespace detail::descimpl
 

@@ -91,13 +91,16 @@ public:
     bool number_unsigned(number_unsigned_t v) override { return add(Value(static_cast<std::uint64_t>(v))); }
     bool number_float(number_float_t v, const string_t& raw) override {
         if (raw.find_first_of(".eE") == string_t::npos)
-            return fail_with(Errc::limit_exceeded, "integer " + raw.substr(0, 40) + (raw.size() > 40 ? "..." : "") +
-                                                       " is outside the 64-bit range; skc keeps integers exact",
+            return fail_with(Errc::limit_exceeded,
+                             "integer " + raw.substr(0, 40) + (raw.size() > 40 ? "..." : "") +
+                                 " is outside the 64-bit range; skc keeps integers exact",
                              pending_path());
         return add(Value(static_cast<double>(v)));
     }
     bool string(string_t& s) override { return add(Value(std::move(s))); }
-    bool binary(binary_t&) override { return fail_with(Errc::invalid_json, "binary values are not JSON", pending_path()); }
+    bool binary(binary_t&) override {
+        return fail_with(Errc::invalid_json, "binary values are not JSON", pending_path());
+    }
     bool start_object(std::size_t) override { return open(Value(Object{})); }
     bool key(string_t& k) override {
         stack_.back().key = std::move(k);
@@ -160,17 +163,14 @@ private:
             return true;
         }
         Frame& top = stack_.back();
-        if (top.value.is_object())
-            top.value.as_object().push_back(Member{std::move(top.key), std::move(v)});
-        else
-            top.value.as_array().push_back(std::move(v));
+        if (top.value.is_object()) top.value.as_object().push_back(Member{std::move(top.key), std::move(v)});
+        else top.value.as_array().push_back(std::move(v));
         return true;
     }
     bool open(Value container) {
         if (stack_.size() >= max_depth_)
             return fail_with(Errc::limit_exceeded,
-                             "nesting deeper than " + std::to_string(max_depth_) + " levels of arrays and objects",
-                             {});
+                             "nesting deeper than " + std::to_string(max_depth_) + " levels of arrays and objects", {});
         std::string segment = next_segment();
         stack_.push_back(Frame{std::move(container), {}, std::move(segment)});
         return true;
@@ -348,8 +348,8 @@ inline void write_new_file(const std::filesystem::path& dir, const std::string& 
     reject_nul(dir);
     static std::atomic<std::uint64_t> tmp_counter{0};
     const std::filesystem::path final_path = dir / name;
-    const std::filesystem::path tmp = dir / (".tmp." + std::to_string(::getpid()) + "." +
-                                             std::to_string(tmp_counter.fetch_add(1)) + "." + name);
+    const std::filesystem::path tmp =
+        dir / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(tmp_counter.fetch_add(1)) + "." + name);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw_errno("cannot create", tmp, errno);
     try {
@@ -409,8 +409,8 @@ struct LoadedOp {
 };
 
 struct DirReadResult {
-    std::vector<LoadedOp> ops;   // sorted by file name
-    std::vector<Error> errors;   // files that could not be read (only when collecting errors)
+    std::vector<LoadedOp> ops;  // sorted by file name
+    std::vector<Error> errors;  // files that could not be read (only when collecting errors)
 };
 
 enum class OnBadFile { fail, collect };

@@ -99,7 +99,7 @@ struct OpRecord {
     std::optional<std::string> impl_mode;
     std::optional<std::string> deterministic;  // "true" or "false", as the files spell it
     std::optional<std::int64_t> deterministic_level;
-    std::optional<Value> extra_params;  // communication ops
+    std::optional<Value> extra_params;     // communication ops
     std::optional<std::int64_t> bin_type;  // 0 static, 1 dynamic; not part of the identity
     std::optional<Value> bin_info;         // the kernel object used; not part of the identity
     Object extra;
@@ -181,8 +181,7 @@ inline void validate_dims(const RuntimeShape& s, const std::string& path, bool n
         if (s[i] < 0)
             fail(Errc::invalid_op_info, path_index(path, i),
                  "dim " + std::to_string(s[i]) + " is negative: dims must be >= 0");
-    if (need_count && !s.element_count())
-        fail(Errc::limit_exceeded, path, "element count overflows 64 bits");
+    if (need_count && !s.element_count()) fail(Errc::limit_exceeded, path, "element count overflows 64 bits");
 }
 
 /// Objects inside a Value must not repeat a key (the identity would be ambiguous). Values read from
@@ -199,7 +198,8 @@ inline void validate_keys(const Value& v, const std::string& path) {
     }
 }
 
-inline void validate_extra(const Object& extra, std::initializer_list<std::string_view> known, const std::string& path) {
+inline void validate_extra(const Object& extra, std::initializer_list<std::string_view> known,
+                           const std::string& path) {
     const std::vector<const Member*> sorted = sorted_members(extra);
     for (std::size_t i = 1; i < sorted.size(); ++i)
         if (sorted[i]->key == sorted[i - 1]->key)
@@ -209,7 +209,8 @@ inline void validate_extra(const Object& extra, std::initializer_list<std::strin
         for (std::string_view k : known)
             if (m.key == k)
                 fail(Errc::invalid_op_info, path_join(path, m.key),
-                     "field " + quote(m.key) + " is known and must be set through its typed member, not as an extra field");
+                     "field " + quote(m.key) +
+                         " is known and must be set through its typed member, not as an extra field");
 }
 
 inline void validate_tensor(const TensorDesc& t, const std::string& path) {
@@ -224,8 +225,8 @@ inline void validate_tensor(const TensorDesc& t, const std::string& path) {
     if (t.offset && *t.offset < 0)
         fail(Errc::invalid_op_info, path_join(path, "offset"), "offset " + std::to_string(*t.offset) + " is negative");
     validate_extra(t.extra,
-                   {"name", "index", "param_type", "dtype", "shape", "format", "sub_format", "c0_format", "origin_shape",
-                    "origin_format", "value_depend", "is_view", "stride", "offset", "const_data"},
+                   {"name", "index", "param_type", "dtype", "shape", "format", "sub_format", "c0_format",
+                    "origin_shape", "origin_format", "value_depend", "is_view", "stride", "offset", "const_data"},
                    path);
 }
 
@@ -257,7 +258,8 @@ inline void validate(const OpRecord& r) {
         }
     if (r.extra_params) detail::validate_keys(*r.extra_params, "extra_params");
     if (r.bin_info) detail::validate_keys(*r.bin_info, "bin_info");
-    if (r.platform_info) detail::validate_extra(r.platform_info->extra, {"vector_core_cnt", "cube_core_cnt"}, "platform_info");
+    if (r.platform_info)
+        detail::validate_extra(r.platform_info->extra, {"vector_core_cnt", "cube_core_cnt"}, "platform_info");
     detail::validate_extra(r.extra,
                            {"op_type", "inputs", "outputs", "attrs", "tune_mode", "platform_info", "impl_mode",
                             "deterministic", "deterministic_level", "extra_params", "bin_type", "bin_info"},
@@ -290,7 +292,8 @@ public:
 
 private:
     SKC_CONSTEXPR_RECORD void flush_before(std::string_view key) {
-        for (; next_ < extras_.size() && std::string_view(extras_[next_]->key) < key; ++next_) emit_extra(*extras_[next_]);
+        for (; next_ < extras_.size() && std::string_view(extras_[next_]->key) < key; ++next_)
+            emit_extra(*extras_[next_]);
     }
     SKC_CONSTEXPR_RECORD void emit_extra(const Member& m) {
         canon::put_key(s_, m.key);
@@ -315,9 +318,9 @@ SKC_CONSTEXPR_RECORD std::size_t count_present(const Opts&... o) {
 
 template <class Sink>
 SKC_CONSTEXPR_RECORD void encode_tensor(Sink& s, const TensorDesc& t) {
-    const std::size_t known = 3 + count_present(t.name, t.index, t.param_type, t.sub_format, t.c0_format, t.origin_shape,
-                                                t.origin_format, t.value_depend, t.is_view, t.stride, t.offset,
-                                                t.const_data);
+    const std::size_t known =
+        3 + count_present(t.name, t.index, t.param_type, t.sub_format, t.c0_format, t.origin_shape, t.origin_format,
+                          t.value_depend, t.is_view, t.stride, t.offset, t.const_data);
     ObjectEmitter<Sink> o(s, t.extra, known);
     o.field("c0_format", t.c0_format.has_value(), [&] { encode_value(s, *t.c0_format); });
     o.field("const_data", t.const_data.has_value(), [&] { encode_value(s, *t.const_data); });
@@ -372,7 +375,8 @@ SKC_CONSTEXPR_RECORD void encode_record(Sink& s, const OpRecord& r) {
         for (const Attr& a : *r.attrs) encode_attr(s, a);
     });
     o.field("deterministic", r.deterministic.has_value(), [&] { canon::put_string(s, *r.deterministic); });
-    o.field("deterministic_level", r.deterministic_level.has_value(), [&] { canon::put_int(s, *r.deterministic_level); });
+    o.field("deterministic_level", r.deterministic_level.has_value(),
+            [&] { canon::put_int(s, *r.deterministic_level); });
     o.field("extra_params", r.extra_params.has_value(), [&] { encode_value(s, *r.extra_params); });
     o.field("impl_mode", r.impl_mode.has_value(), [&] { canon::put_string(s, *r.impl_mode); });
     o.field("inputs", true, [&] { encode_slots(s, r.inputs); });
@@ -512,7 +516,8 @@ class FieldReader {
 public:
     FieldReader(const Value& v, std::string path) : path_(std::move(path)) {
         if (!v.is_object())
-            fail(Errc::invalid_op_info, path_, std::string("expected an object, found ") + std::string(to_string(v.kind())));
+            fail(Errc::invalid_op_info, path_,
+                 std::string("expected an object, found ") + std::string(to_string(v.kind())));
         obj_ = &v.as_object();
         used_.assign(obj_->size(), false);
     }
@@ -601,7 +606,9 @@ inline TensorDesc tensor_from(const Value& v, const std::string& path) {
         if (s == "required") t.param_type = ParamType::required;
         else if (s == "optional") t.param_type = ParamType::optional;
         else if (s == "dynamic") t.param_type = ParamType::dynamic;
-        else fail(Errc::invalid_op_info, f.at("param_type"), "value " + quote(s) + " is not accepted: use \"required\", \"optional\" or \"dynamic\"");
+        else
+            fail(Errc::invalid_op_info, f.at("param_type"),
+                 "value " + quote(s) + " is not accepted: use \"required\", \"optional\" or \"dynamic\"");
     }
     t.dtype = FieldReader::as_string(f.require("dtype"), f.at("dtype"));
     t.shape = dims_from(f.require("shape"), f.at("shape"));
@@ -630,7 +637,8 @@ inline std::vector<TensorSlot> slots_from(const Value& v, const std::string& pat
             slots.emplace_back(std::monostate{});
         } else if (e.is_array()) {
             std::vector<TensorDesc> list;
-            for (std::size_t j = 0; j < e.as_array().size(); ++j) list.push_back(tensor_from(e.as_array()[j], path_index(p, j)));
+            for (std::size_t j = 0; j < e.as_array().size(); ++j)
+                list.push_back(tensor_from(e.as_array()[j], path_index(p, j)));
             slots.emplace_back(std::move(list));
         } else if (e.is_object()) {
             slots.emplace_back(tensor_from(e, p));

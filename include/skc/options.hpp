@@ -61,9 +61,10 @@ inline CompilerCheck parse_compiler_check(std::string_view s, std::string_view o
     else if (s.rfind("string:", 0) == 0) c.mode = CompilerCheck::Mode::string, c.text = std::string(s.substr(7));
     else if (s.rfind("command:", 0) == 0) c.mode = CompilerCheck::Mode::command, c.text = std::string(s.substr(8));
     else
-        throw Error(Errc::invalid_option,
-                    "value " + detail::quote(s, 64) + " is not accepted: use content, mtime, none, string:TEXT or command:CMD",
-                    ErrorContext{{}, {}, std::string(option)});
+        throw Error(
+            Errc::invalid_option,
+            "value " + detail::quote(s, 64) + " is not accepted: use content, mtime, none, string:TEXT or command:CMD",
+            ErrorContext{{}, {}, std::string(option)});
     if (c.mode == CompilerCheck::Mode::command && c.text.empty())
         throw Error(Errc::invalid_option, "command: needs a command, e.g. command:%compiler% --version",
                     ErrorContext{{}, {}, std::string(option)});
@@ -89,7 +90,8 @@ constexpr std::string_view to_string(CacheMode m) noexcept {
 inline CacheMode parse_cache_mode(std::string_view s, std::string_view option = "cache_mode") {
     for (CacheMode m : {CacheMode::read_write, CacheMode::read_only, CacheMode::recache})
         if (s == to_string(m)) return m;
-    throw Error(Errc::invalid_option, "value " + detail::quote(s, 64) + " is not accepted: use read-write, read-only or recache",
+    throw Error(Errc::invalid_option,
+                "value " + detail::quote(s, 64) + " is not accepted: use read-write, read-only or recache",
                 ErrorContext{{}, {}, std::string(option)});
 }
 
@@ -99,20 +101,20 @@ struct Options {
     bool disable_static_kernel_compile_cache = false;  // only has effect when the feature is on
 
     // Further inputs.
-    bool model_compile_cache = false;    // a model compile cache is enabled ...
-    std::string model_compile_cache_dir; // ... in this directory (required when enabled)
+    bool model_compile_cache = false;     // a model compile cache is enabled ...
+    std::string model_compile_cache_dir;  // ... in this directory (required when enabled)
     bool force_eager = false;
-    std::string base_dir;                // explicit output base; empty: SPEC section 3's rules
+    std::string base_dir;                   // explicit output base; empty: SPEC section 3's rules
     std::vector<std::string> op_blacklist;  // substrings of op info file names
     std::chrono::seconds compile_timeout{3600};
     unsigned jobs = default_jobs();
-    std::optional<LogLevel> log_level;   // passed to the compiler as -l when set
-    bool deterministic = false;          // changes the kernels: part of the cache key
+    std::optional<LogLevel> log_level;          // passed to the compiler as -l when set
+    bool deterministic = false;                 // changes the kernels: part of the cache key
     std::vector<std::string> compiler_options;  // extra compiler arguments; part of the cache key
-    CompilerCheck compiler_check;        // how the compiler's fingerprint (part of the cache key) is taken
-    std::string cache_dir;               // the cache's folder, shared by any number of bases; empty:
-                                         // $SKC_CACHE_DIR, else <base>/static_kernel_compile_outputs/static_kernel_cache
-    std::optional<CacheMode> cache_mode; // unset: $SKC_CACHE_MODE, else the CompilerSettings' (read-write)
+    CompilerCheck compiler_check;               // how the compiler's fingerprint (part of the cache key) is taken
+    std::string cache_dir;                      // the cache's folder, shared by any number of bases; empty:
+                            // $SKC_CACHE_DIR, else <base>/static_kernel_compile_outputs/static_kernel_cache
+    std::optional<CacheMode> cache_mode;  // unset: $SKC_CACHE_MODE, else the CompilerSettings' (read-write)
 
     /// The cache is used: the feature is on and the cache is not disabled.
     [[nodiscard]] bool cache_enabled() const noexcept {
@@ -129,10 +131,22 @@ struct Options {
 
 /// The option names parse_options() accepts, in documentation order.
 inline constexpr std::array<std::string_view, 16> option_names{
-    "static_kernel_compile", "disable_static_kernel_compile_cache", "model_compile_cache", "model_compile_cache_dir",
-    "force_eager",           "base_dir",                            "op_blacklist",        "compile_timeout_seconds",
-    "jobs",                  "log_level",                           "deterministic",       "compiler_options",
-    "super_kernel",          "compiler_check",                      "cache_dir",           "cache_mode",
+    "static_kernel_compile",
+    "disable_static_kernel_compile_cache",
+    "model_compile_cache",
+    "model_compile_cache_dir",
+    "force_eager",
+    "base_dir",
+    "op_blacklist",
+    "compile_timeout_seconds",
+    "jobs",
+    "log_level",
+    "deterministic",
+    "compiler_options",
+    "super_kernel",
+    "compiler_check",
+    "cache_dir",
+    "cache_mode",
 };
 
 namespace detail {
@@ -205,13 +219,15 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
         const std::string_view k = m.key;
         const Value& v = m.value;
         if (k == "static_kernel_compile") o.static_kernel_compile = detail::option_bool(k, v);
-        else if (k == "disable_static_kernel_compile_cache") o.disable_static_kernel_compile_cache = detail::option_bool(k, v);
+        else if (k == "disable_static_kernel_compile_cache")
+            o.disable_static_kernel_compile_cache = detail::option_bool(k, v);
         else if (k == "model_compile_cache") o.model_compile_cache = detail::option_bool(k, v);
         else if (k == "model_compile_cache_dir") o.model_compile_cache_dir = detail::option_string(k, v);
         else if (k == "force_eager") o.force_eager = detail::option_bool(k, v);
         else if (k == "base_dir") o.base_dir = detail::option_string(k, v);
         else if (k == "op_blacklist") o.op_blacklist = detail::option_strings(k, v);
-        else if (k == "compile_timeout_seconds") o.compile_timeout = std::chrono::seconds(detail::option_positive(k, v, 7 * 24 * 3600));
+        else if (k == "compile_timeout_seconds")
+            o.compile_timeout = std::chrono::seconds(detail::option_positive(k, v, 7 * 24 * 3600));
         else if (k == "jobs") o.jobs = static_cast<unsigned>(detail::option_positive(k, v, 1024));
         else if (k == "log_level") {
             const std::string s = detail::option_string(k, v);
@@ -219,9 +235,10 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
             else if (s == "info") o.log_level = LogLevel::info;
             else if (s == "warning") o.log_level = LogLevel::warning;
             else if (s == "error") o.log_level = LogLevel::error;
-            else detail::option_error(k, "value " + detail::quote(s, 64) + " is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
-        }
-        else if (k == "deterministic") o.deterministic = detail::option_bool(k, v);
+            else
+                detail::option_error(k, "value " + detail::quote(s, 64) +
+                                            " is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
+        } else if (k == "deterministic") o.deterministic = detail::option_bool(k, v);
         else if (k == "compiler_options") o.compiler_options = detail::option_strings(k, v);
         else if (k == "super_kernel") super_kernel = detail::option_bool(k, v);
         else if (k == "compiler_check") o.compiler_check = parse_compiler_check(detail::option_string(k, v), k);

@@ -133,8 +133,7 @@ inline std::optional<std::string> run_package_fault(const std::filesystem::path&
         guard.release();
     }
     if (!done)
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     std::string out = log.tail(10);
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     const std::string said = out.empty() ? std::string() : ": " + out;

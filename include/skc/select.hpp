@@ -49,12 +49,14 @@ namespace detail {
 /// The messages for a Targets or Support policy that does not fit (a host calls each in one line).
 template <class P>
 consteval bool diagnose_targets() {
-    static_assert(TargetPolicy<P>, "skc: the Targets policy needs a member `bool is_target(std::string_view op_type) const`");
+    static_assert(TargetPolicy<P>,
+                  "skc: the Targets policy needs a member `bool is_target(std::string_view op_type) const`");
     return true;
 }
 template <class P>
 consteval bool diagnose_support() {
-    static_assert(SupportPolicy<P>, "skc: the Support policy needs a member `bool supports(std::string_view op_type) const`");
+    static_assert(SupportPolicy<P>,
+                  "skc: the Support policy needs a member `bool supports(std::string_view op_type) const`");
     return true;
 }
 }  // namespace detail
@@ -62,10 +64,26 @@ consteval bool diagnose_support() {
 /// The original's whitelist of tuning targets.
 struct DefaultTargets {
     static constexpr std::array<std::string_view, 21> op_types{
-        "FlashAttentionScore", "FlashAttentionScoreGrad", "MatMul",       "MatMulV2",         "BatchMatMul",
-        "BatchMatMulV2",       "Transpose",               "TransData",    "Gelu",             "GeluGrad",
-        "FastGelu",            "FastGeluGrad",            "SoftmaxV2",    "SoftmaxGrad",      "LayerNorm",
-        "LayerNormV3",         "LayerNormV4",             "LayerNormGrad", "LayerNormGradV3", "LayerNormBetaGammaBackpropV2",
+        "FlashAttentionScore",
+        "FlashAttentionScoreGrad",
+        "MatMul",
+        "MatMulV2",
+        "BatchMatMul",
+        "BatchMatMulV2",
+        "Transpose",
+        "TransData",
+        "Gelu",
+        "GeluGrad",
+        "FastGelu",
+        "FastGeluGrad",
+        "SoftmaxV2",
+        "SoftmaxGrad",
+        "LayerNorm",
+        "LayerNormV3",
+        "LayerNormV4",
+        "LayerNormGrad",
+        "LayerNormGradV3",
+        "LayerNormBetaGammaBackpropV2",
         "Renorm",
     };
     [[nodiscard]] constexpr bool is_target(std::string_view op_type) const noexcept {

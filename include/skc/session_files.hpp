@@ -52,8 +52,8 @@ namespace skc {
 struct RecordedOp {
     Digest digest;
     OpRecord record;
-    bool target = false;     // also written to `<pid>`
-    bool supported = true;   // also written to `<pid>_opcompile`
+    bool target = false;    // also written to `<pid>`
+    bool supported = true;  // also written to `<pid>_opcompile`
 };
 
 /// What a recording wrote (or, planned, will write).
@@ -66,9 +66,9 @@ struct RecordingResult {
 /// A run folder's op info files, decided in memory (see the header comment).
 struct SessionPlan {
     struct Files {
-        std::string debug;       // in `<pid>_debug`
-        std::string target;      // in `<pid>`; empty when not a target
-        std::string opcompile;   // in `<pid>_opcompile` (and `_selected`, `_blacklist`); empty when unsupported
+        std::string debug;         // in `<pid>_debug`
+        std::string target;        // in `<pid>`; empty when not a target
+        std::string opcompile;     // in `<pid>_opcompile` (and `_selected`, `_blacklist`); empty when unsupported
         bool blacklisted = false;  // also linked into `<pid>_opcompile_blacklist`
         bool selected = false;     // selected for compiling
     };
@@ -77,10 +77,10 @@ struct SessionPlan {
     std::shared_ptr<const std::vector<RecordedOp>> ops;  // shared with the writer
     std::vector<Files> files;                            // one per op, same order
     RecordingResult recorded;
-    std::vector<Decision> decisions;    // one per file of `<pid>_opcompile`, in name order
-    std::vector<SelectedOp> selected;   // in name order
-    bool write_selected = false;        // `_selected` holds the selected files (else `<pid>_opcompile` is compiled)
-    bool blacklist_folder = false;      // some file is blacklisted
+    std::vector<Decision> decisions;   // one per file of `<pid>_opcompile`, in name order
+    std::vector<SelectedOp> selected;  // in name order
+    bool write_selected = false;       // `_selected` holds the selected files (else `<pid>_opcompile` is compiled)
+    bool blacklist_folder = false;     // some file is blacklisted
 
     /// The folder the compiler gets: `_selected`, or `<pid>_opcompile` with the model cache when
     /// nothing was filtered; empty when nothing is selected.
@@ -100,8 +100,9 @@ struct SessionPlan {
 /// the selection on them (SPEC steps 2 to 5), without touching the disk. Names take values of the
 /// process-wide counter. Throws Error (invalid record or name) before anything is decided.
 template <SupportPolicy Support = DefaultSupport>
-SessionPlan plan_session(const RunLayout& run, std::shared_ptr<const std::vector<RecordedOp>> ops, const SelectOptions& opt,
-                         const CompiledSet& already = process_compiled(), const Support& support = {}) {
+SessionPlan plan_session(const RunLayout& run, std::shared_ptr<const std::vector<RecordedOp>> ops,
+                         const SelectOptions& opt, const CompiledSet& already = process_compiled(),
+                         const Support& support = {}) {
     SessionPlan p{run, std::move(ops), {}, {}, {}, {}, false, false};
     const std::vector<RecordedOp>& v = *p.ops;
     p.files.resize(v.size());
@@ -147,8 +148,8 @@ namespace detail {
 
 /// Writes `text` to `dir/names[0]` (a temporary linked to its name) and links it to the other
 /// names; `dirs[i]` is the folder of `names[i]`.
-inline void write_linked(const std::vector<const std::filesystem::path*>& dirs, const std::vector<const std::string*>& names,
-                         const std::string& text) {
+inline void write_linked(const std::vector<const std::filesystem::path*>& dirs,
+                         const std::vector<const std::string*>& names, const std::string& text) {
     write_new_file(*dirs[0], *names[0], text, false);
     const std::filesystem::path first = *dirs[0] / *names[0];
     for (std::size_t i = 1; i < names.size(); ++i) {

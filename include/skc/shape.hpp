@@ -58,12 +58,10 @@ struct Shape {
 
     /// Number of elements; a compile error for a shape with a dynamic dim or one whose element
     /// count overflows int64.
-    static constexpr std::int64_t element_count() noexcept
-        requires is_static
-    {
+    static constexpr std::int64_t element_count() noexcept requires is_static {
         if constexpr (((Dims == 0) || ...)) return 0;  // zero elements, whatever the other dims
-        constexpr std::optional<std::int64_t> n = boost::hana::fold_left(
-            dims, std::optional<std::int64_t>{1}, [](std::optional<std::int64_t> acc, auto d) {
+        constexpr std::optional<std::int64_t> n =
+            boost::hana::fold_left(dims, std::optional<std::int64_t>{1}, [](std::optional<std::int64_t> acc, auto d) {
                 return acc ? detail::checked_mul(*acc, decltype(d)::value) : acc;
             });
         static_assert(((Dims == 0) || ...) || n.has_value(), "skc::Shape: element count overflows 64 bits");
@@ -101,7 +99,9 @@ public:
 
     [[nodiscard]] SKC_CONSTEXPR_RECORD std::size_t rank() const noexcept { return rank_; }
     [[nodiscard]] SKC_CONSTEXPR_RECORD bool empty() const noexcept { return rank_ == 0; }
-    [[nodiscard]] SKC_CONSTEXPR_RECORD const std::int64_t* data() const noexcept { return heap_ ? heap_ : inline_.data(); }
+    [[nodiscard]] SKC_CONSTEXPR_RECORD const std::int64_t* data() const noexcept {
+        return heap_ ? heap_ : inline_.data();
+    }
     [[nodiscard]] SKC_CONSTEXPR_RECORD std::int64_t* data() noexcept { return heap_ ? heap_ : inline_.data(); }
     [[nodiscard]] SKC_CONSTEXPR_RECORD const std::int64_t* begin() const noexcept { return data(); }
     [[nodiscard]] SKC_CONSTEXPR_RECORD const std::int64_t* end() const noexcept { return data() + rank_; }

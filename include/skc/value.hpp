@@ -51,8 +51,8 @@ public:
     SKC_CONSTEXPR_RECORD Value(std::nullptr_t) noexcept;
     SKC_CONSTEXPR_RECORD Value(bool b);
     template <class I>
-        requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
-    SKC_CONSTEXPR_RECORD Value(I i);
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) SKC_CONSTEXPR_RECORD
+        Value(I i);
     SKC_CONSTEXPR_RECORD Value(double d);
     SKC_CONSTEXPR_RECORD Value(std::string s);
     SKC_CONSTEXPR_RECORD Value(std::string_view s);
@@ -67,7 +67,9 @@ public:
     [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_integer() const noexcept {
         return kind() == Kind::integer || kind() == Kind::unsigned_integer;
     }
-    [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_number() const noexcept { return is_integer() || kind() == Kind::number; }
+    [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_number() const noexcept {
+        return is_integer() || kind() == Kind::number;
+    }
     [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_string() const noexcept { return kind() == Kind::string; }
     [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_array() const noexcept { return kind() == Kind::array; }
     [[nodiscard]] SKC_CONSTEXPR_RECORD bool is_object() const noexcept { return kind() == Kind::object; }
@@ -109,8 +111,8 @@ SKC_CONSTEXPR_RECORD Value::Value() noexcept : v_(nullptr) {}
 SKC_CONSTEXPR_RECORD Value::Value(std::nullptr_t) noexcept : v_(nullptr) {}
 SKC_CONSTEXPR_RECORD Value::Value(bool b) : v_(b) {}
 template <class I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
-SKC_CONSTEXPR_RECORD Value::Value(I i) {
+requires(std::is_integral_v<I> && !std::is_same_v<I, bool> &&
+         !std::is_same_v<I, char>) SKC_CONSTEXPR_RECORD Value::Value(I i) {
     if constexpr (std::is_signed_v<I>) {
         v_ = static_cast<std::int64_t>(i);
     } else if (static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {

@@ -73,8 +73,8 @@ OpRecord make(std::string type, std::vector<TensorSlot> in, std::vector<TensorSl
 
 OpRecord matmul(std::int64_t m, std::int64_t k, std::int64_t n, bool ta, bool tb, std::string type = "MatMulV2") {
     return make(std::move(type),
-                {tensor(ta ? RuntimeShape{k, m} : RuntimeShape{m, k}), tensor(tb ? RuntimeShape{n, k} : RuntimeShape{k, n}),
-                 std::monostate{}, std::monostate{}},
+                {tensor(ta ? RuntimeShape{k, m} : RuntimeShape{m, k}),
+                 tensor(tb ? RuntimeShape{n, k} : RuntimeShape{k, n}), std::monostate{}, std::monostate{}},
                 {tensor({m, n})},
                 {attr("transpose_x1", "bool", ta), attr("transpose_x2", "bool", tb), attr("offset_x", "int", 0)});
 }
@@ -115,8 +115,8 @@ std::size_t extent(const TensorDesc& t) {
 
 /// x1 . x2 as `type` with the given (stored) operands, transpose attrs, bias shape and, for
 /// FusedMatMul, fused_op_type (nullopt: no attr). The output shape follows from the operands.
-OpRecord mm(std::string type, TensorDesc a, TensorDesc b, bool ta, bool tb, std::optional<RuntimeShape> bias = std::nullopt,
-            std::optional<std::string> fused = std::nullopt) {
+OpRecord mm(std::string type, TensorDesc a, TensorDesc b, bool ta, bool tb,
+            std::optional<RuntimeShape> bias = std::nullopt, std::optional<std::string> fused = std::nullopt) {
     const bool batched = type == "BatchMatMulV2";
     const std::size_t r = a.shape.rank();
     const std::int64_t m = ta ? a.shape[r - 1] : a.shape[r - 2], n = tb ? b.shape[r - 2] : b.shape[r - 1];
@@ -152,8 +152,9 @@ OpRecord layer_norm_axis(const RuntimeShape& s, std::int64_t axis, bool v3, bool
     std::vector<TensorSlot> out{tensor(s)};
     out.emplace_back(mean ? TensorSlot(tensor(st)) : TensorSlot(std::monostate{}));
     out.emplace_back(third ? TensorSlot(tensor(st)) : TensorSlot(std::monostate{}));
-    return make(v3 ? "LayerNormV3" : "LayerNorm", {tensor(s), tensor(params), tensor(params)}, std::move(out),
-                {attr("begin_norm_axis", "int", axis), attr("begin_params_axis", "int", axis), attr("epsilon", "float", eps)});
+    return make(
+        v3 ? "LayerNormV3" : "LayerNorm", {tensor(s), tensor(params), tensor(params)}, std::move(out),
+        {attr("begin_norm_axis", "int", axis), attr("begin_params_axis", "int", axis), attr("epsilon", "float", eps)});
 }
 
 /// The ops the torch plugin records beyond the demo's: matmuls with views, biases and fused
@@ -188,11 +189,12 @@ std::vector<OpRecord> plugin_cases() {
     for (std::int64_t l : {5, 13}) {
         const std::int64_t bh = 3, d = 4;
         const TensorDesc q = view({bh, l, d}, {d, bh * d, 1}), kt = view({bh, d, l}, {d, 1, bh * d});
-        c.push_back(mm("BatchMatMulV2", q, kt, false, false));                                  // q k^T
-        c.push_back(mm("BatchMatMulV2", q, q, false, true));                                    // q (k)^T by adj_x2
-        c.push_back(mm("BatchMatMulV2", kt, kt, true, false));                                  // (q^T)^T k^T
-        c.push_back(mm("BatchMatMulV2", tensor({bh, l, l}), q, false, false));                  // p v
-        c.push_back(mm("BatchMatMulV2", tensor({bh, l, l}), view({bh, d, l}, {d, 1, bh * d}), false, true));  // p (v^T)^T
+        c.push_back(mm("BatchMatMulV2", q, kt, false, false));                  // q k^T
+        c.push_back(mm("BatchMatMulV2", q, q, false, true));                    // q (k)^T by adj_x2
+        c.push_back(mm("BatchMatMulV2", kt, kt, true, false));                  // (q^T)^T k^T
+        c.push_back(mm("BatchMatMulV2", tensor({bh, l, l}), q, false, false));  // p v
+        c.push_back(
+            mm("BatchMatMulV2", tensor({bh, l, l}), view({bh, d, l}, {d, 1, bh * d}), false, true));  // p (v^T)^T
     }
     // Expanded batch (stride 0) and a batch of 1 with a stride, broadcast either way.
     c.push_back(mm("BatchMatMulV2", tensor({3, 7, 5}), view({3, 5, 9}, {0, 9, 1}), false, false));
@@ -205,9 +207,10 @@ std::vector<OpRecord> plugin_cases() {
             for (bool tb : {false, true})
                 for (int bias = 0; bias < 3; ++bias) {
                     const std::optional<RuntimeShape> b =
-                        bias == 0 ? std::nullopt : std::optional<RuntimeShape>(bias == 1 ? RuntimeShape{13} : RuntimeShape{1, 13});
-                    c.push_back(mm("FusedMatMul", tensor({m, 9}), tensor(tb ? RuntimeShape{13, 9} : RuntimeShape{9, 13}), false,
-                                   tb, b, f));
+                        bias == 0 ? std::nullopt
+                                  : std::optional<RuntimeShape>(bias == 1 ? RuntimeShape{13} : RuntimeShape{1, 13});
+                    c.push_back(mm("FusedMatMul", tensor({m, 9}),
+                                   tensor(tb ? RuntimeShape{13, 9} : RuntimeShape{9, 13}), false, tb, b, f));
                 }
     c.push_back(mm("FusedMatMul", view({9, 6}, {1, 12}), tensor({16, 9}), true, true, RuntimeShape{16}, "gelu_tanh"));
     // K above the largest panel: the plain path with dot products (x2 transposed), with a bias
@@ -250,8 +253,9 @@ OpRecord layer_norm(const RuntimeShape& s, bool stats, double eps = 1e-5) {
     st[s.rank() - 1] = 1;
     std::vector<TensorSlot> out{tensor(s)};
     if (stats) out.insert(out.end(), {tensor(st), tensor(st)});
-    return make("LayerNorm", {tensor(s), tensor({d}), tensor({d})}, std::move(out),
-                {attr("begin_norm_axis", "int", -1), attr("begin_params_axis", "int", -1), attr("epsilon", "float", eps)});
+    return make(
+        "LayerNorm", {tensor(s), tensor({d}), tensor({d})}, std::move(out),
+        {attr("begin_norm_axis", "int", -1), attr("begin_params_axis", "int", -1), attr("epsilon", "float", eps)});
 }
 
 OpRecord transpose(const RuntimeShape& s, const std::vector<std::int64_t>& perm, bool as_attr = false) {
@@ -359,8 +363,7 @@ pid_t spawn(std::vector<std::string> args, const fs::path& log) {
 
 int wait_for(pid_t pid) {
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
+    while (::waitpid(pid, &status, 0) < 0) {}
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -376,7 +379,8 @@ struct Lib {
 
 /// One float buffer per float slot (random for inputs; a view's covers every element it reaches),
 /// null for absent or non-float slots.
-std::vector<std::vector<float>> buffers(const std::vector<TensorSlot>& slots, std::mt19937& rng, bool random, float fill) {
+std::vector<std::vector<float>> buffers(const std::vector<TensorSlot>& slots, std::mt19937& rng, bool random,
+                                        float fill) {
     std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
     std::vector<std::vector<float>> out;
     for (const TensorSlot& s : slots) {
@@ -416,7 +420,8 @@ std::optional<std::size_t> in_place_input(const OpRecord& op) {
     const skc_host::Analysis a = skc_host::analyze(op);
     if (!a.plan) return std::nullopt;
     if (const auto* b = std::get_if<skc_host::BinaryPlan>(&*a.plan)) return b->full;
-    if (std::holds_alternative<skc_host::UnaryPlan>(*a.plan) || std::holds_alternative<skc_host::SoftmaxPlan>(*a.plan)) return 0;
+    if (std::holds_alternative<skc_host::UnaryPlan>(*a.plan) || std::holds_alternative<skc_host::SoftmaxPlan>(*a.plan))
+        return 0;
     return std::nullopt;
 }
 
@@ -443,14 +448,16 @@ TEST_CASE("generated kernels compiled with the system compiler agree with the ge
     for (int j = 0; j < 2; ++j) {
         const fs::path cpp = dir / ("kernels" + std::to_string(j) + ".cpp");
         skc_test::spit(cpp, src[j]);
-        pids[j] = spawn({cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-o",
-                         (dir / ("kernels" + std::to_string(j) + ".so")).string(), cpp.string()},
+        pids[j] = spawn({cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wpedantic", "-Werror",
+                         "-o", (dir / ("kernels" + std::to_string(j) + ".so")).string(), cpp.string()},
                         dir / ("kernels" + std::to_string(j) + ".log"));
     }
     for (int j = 0; j < 2; ++j) {
         const int rc = wait_for(pids[j]);
-        REQUIRE_MESSAGE(rc == 0, cxx << " failed (" << rc << "):\n" << skc_test::slurp(dir / ("kernels" + std::to_string(j) + ".log")));
-        CHECK_MESSAGE(skc_test::slurp(dir / ("kernels" + std::to_string(j) + ".log")).empty(), "compiler printed diagnostics");
+        REQUIRE_MESSAGE(rc == 0, cxx << " failed (" << rc << "):\n"
+                                     << skc_test::slurp(dir / ("kernels" + std::to_string(j) + ".log")));
+        CHECK_MESSAGE(skc_test::slurp(dir / ("kernels" + std::to_string(j) + ".log")).empty(),
+                      "compiler printed diagnostics");
     }
     Lib lib0(dir / "kernels0.so"), lib1(dir / "kernels1.so");
     REQUIRE_MESSAGE(lib0.handle != nullptr, ::dlerror());
@@ -488,7 +495,8 @@ TEST_CASE("generated kernels compiled with the system compiler agree with the ge
         CHECK(err <= tolerance);
         if (err > worst) worst = err, worst_op = name;
         bool bitwise = true;
-        for (std::size_t o = 0; o < out_static.size(); ++o) bitwise = bitwise && same_bits(out_static[o], out_generic[o]);
+        for (std::size_t o = 0; o < out_static.size(); ++o)
+            bitwise = bitwise && same_bits(out_static[o], out_generic[o]);
         if (!bitwise) ++not_bitwise;
 #if defined(__x86_64__)
         // Without -march, x86-64 has no fused multiply-add to contract to: the same operations in
@@ -517,7 +525,8 @@ TEST_CASE("generated kernels compiled with the system compiler agree with the ge
                     const float* ip3[] = {self.data(), self.data()};
                     if (generated == 1) kernel(ip2, ep), kernel(ip3, sp);
                     else skc_host::run_generic(op, ip2, ep), skc_host::run_generic(op, ip3, sp);
-                    CHECK_MESSAGE(same_bits(self, expect), (generated == 1 ? "generated" : "generic") << " x op x in place differs");
+                    CHECK_MESSAGE(same_bits(self, expect), (generated == 1 ? "generated" : "generic")
+                                                               << " x op x in place differs");
                 }
             }
         }
@@ -552,12 +561,14 @@ TEST_CASE("generic kernels against naive references") {
                         for (std::int64_t j = 0; j < N; ++j) {
                             double s = 0;
                             for (std::int64_t p = 0; p < K; ++p) {
-                                const float av = ta ? a[static_cast<std::size_t>(p * M + i)] : a[static_cast<std::size_t>(i * K + p)];
+                                const float av = ta ? a[static_cast<std::size_t>(p * M + i)]
+                                                    : a[static_cast<std::size_t>(i * K + p)];
                                 const float bv = tb ? b[static_cast<std::size_t>(t * K * N + j * K + p)]
                                                     : b[static_cast<std::size_t>(t * K * N + p * N + j)];
                                 s += static_cast<double>(av) * bv;
                             }
-                            CHECK(std::abs(y[static_cast<std::size_t>(t * M * N + i * N + j)] - s) <= 1e-4 * (1 + std::abs(s)));
+                            CHECK(std::abs(y[static_cast<std::size_t>(t * M * N + i * N + j)] - s) <=
+                                  1e-4 * (1 + std::abs(s)));
                         }
             }
     }
@@ -584,7 +595,8 @@ TEST_CASE("generic kernels against naive references") {
             double sum = 0, mx = -1e30;
             for (std::size_t c = 0; c < 33; ++c) mx = std::max(mx, static_cast<double>(x[r * 33 + c]));
             for (std::size_t c = 0; c < 33; ++c) sum += std::exp(x[r * 33 + c] - mx);
-            for (std::size_t c = 0; c < 33; ++c) CHECK(std::abs(y[r * 33 + c] - std::exp(x[r * 33 + c] - mx) / sum) < 1e-6);
+            for (std::size_t c = 0; c < 33; ++c)
+                CHECK(std::abs(y[r * 33 + c] - std::exp(x[r * 33 + c] - mx) / sum) < 1e-6);
         }
         auto g = rnd(33), b = rnd(33);
         const float* in3[] = {x.data(), g.data(), b.data()};
@@ -604,7 +616,9 @@ TEST_CASE("generic kernels against naive references") {
         skc_host::run_generic(unary("Gelu", {7, 33}), in1, out1);
         for (std::size_t i = 0; i < x.size(); ++i) {
             const double v = x[i];
-            CHECK(std::abs(y[i] - 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (v + 0.044715 * v * v * v)))) < 1e-5);
+            CHECK(std::abs(y[i] -
+                           0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (v + 0.044715 * v * v * v)))) <
+                  1e-5);
         }
         skc_host::run_generic(unary("Relu", {7, 33}), in1, out1);
         for (std::size_t i = 0; i < x.size(); ++i) CHECK(y[i] == std::max(x[i], 0.0f));
@@ -628,7 +642,9 @@ std::optional<std::string> str_attr(const OpRecord& op, const std::string& name)
     return std::nullopt;
 }
 
-double gelu_tanh_ref(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (v + 0.044715 * v * v * v))); }
+double gelu_tanh_ref(double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (v + 0.044715 * v * v * v)));
+}
 double gelu_erf_ref(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
 
 double act_ref(const std::string& f, double v) {
@@ -644,15 +660,18 @@ void check_matmul(const OpRecord& op, const std::vector<std::vector<float>>& in,
     const auto& a = std::get<TensorDesc>(op.inputs[0]);
     const auto& b = std::get<TensorDesc>(op.inputs[1]);
     const bool batched = op.op_type == "BatchMatMulV2";
-    const bool ta = bool_attr(op, batched ? "adj_x1" : "transpose_x1"), tb = bool_attr(op, batched ? "adj_x2" : "transpose_x2");
+    const bool ta = bool_attr(op, batched ? "adj_x1" : "transpose_x1"),
+               tb = bool_attr(op, batched ? "adj_x2" : "transpose_x2");
     const std::optional<std::string> fused = str_attr(op, "fused_op_type");
-    const float* bias = op.inputs.size() > 2 && std::holds_alternative<TensorDesc>(op.inputs[2]) ? in[2].data() : nullptr;
+    const float* bias =
+        op.inputs.size() > 2 && std::holds_alternative<TensorDesc>(op.inputs[2]) ? in[2].data() : nullptr;
     const auto& yd = std::get<TensorDesc>(op.outputs[0]);
     const std::size_t r = yd.shape.rank();
     const std::int64_t batch = batched ? yd.shape[0] : 1, m = yd.shape[r - 2], n = yd.shape[r - 1];
     const std::int64_t k = ta ? a.shape[r - 2] : a.shape[r - 1];
     // Element (t, row, col) of op(t) for a stored operand: the last two indices swapped when transposed.
-    auto at = [&](const TensorDesc& d, const std::vector<float>& buf, std::int64_t t, std::int64_t row, std::int64_t col, bool tr) {
+    auto at = [&](const TensorDesc& d, const std::vector<float>& buf, std::int64_t t, std::int64_t row,
+                  std::int64_t col, bool tr) {
         if (tr) std::swap(row, col);
         const std::vector<std::int64_t> st = strides(d);
         std::int64_t off = row * st[r - 2] + col * st[r - 1];
@@ -678,7 +697,8 @@ void check_matmul(const OpRecord& op, const std::vector<std::vector<float>>& in,
 }
 
 /// LayerNorm / LayerNormV3 against the double-precision mean, biased variance and rstd of each row.
-void check_layer_norm(const OpRecord& op, const std::vector<std::vector<float>>& in, const std::vector<std::vector<float>>& out) {
+void check_layer_norm(const OpRecord& op, const std::vector<std::vector<float>>& in,
+                      const std::vector<std::vector<float>>& out) {
     const auto& x = std::get<TensorDesc>(op.inputs[0]);
     std::int64_t axis = 0, rank = static_cast<std::int64_t>(x.shape.rank());
     double eps = 0;
@@ -796,7 +816,8 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     };
     const TensorDesc q = view({3, 5, 4}, {4, 12, 1});
     exact(mm("MatMulV2", view({4, 5}, {10, 1}, 3), tensor({5, 6}), false, false),
-          "MatMulV2: inputs[0] is a view with offset 3: the kernel takes the address of the view's first element, so the offset "
+          "MatMulV2: inputs[0] is a view with offset 3: the kernel takes the address of the view's first element, so "
+          "the offset "
           "must be 0");
     CHECK(skc_host::supported(mm("MatMulV2", view({4, 5}, {10, 1}, 0), tensor({5, 6}), false, false)));
     OpRecord view_out = mm("MatMulV2", tensor({4, 5}), tensor({5, 6}), false, false);
@@ -823,7 +844,8 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     OpRecord beta = layer_norm_axis({2, 4, 5}, 1, false, false, false);
     beta.inputs[2] = tensor({5});
     exact(beta, "LayerNorm: beta (inputs[2]) has shape [5], expected 20 elements (the normalised dims [4,5])");
-    exact(layer_norm_axis({4, 5}, 2, false, true, true), "LayerNorm: attr begin_norm_axis 2 is out of range for rank 2");
+    exact(layer_norm_axis({4, 5}, 2, false, true, true),
+          "LayerNorm: attr begin_norm_axis 2 is out of range for rank 2");
     OpRecord rstd = layer_norm_axis({2, 4, 5}, 1, true, true, true);
     rstd.outputs[2] = tensor({4});
     exact(rstd, "LayerNormV3: outputs[2] has shape [4], expected 2 elements");
@@ -879,17 +901,20 @@ TEST_CASE("generated source: constants, not run-time shape arithmetic") {
     const std::string l = skc_host::generate_kernel(layer_norm({2, 3}, false, 1e-5), "ln").value();
     CHECK(l.find("outputs[1]") == std::string::npos);
     // A view's strides are constants too; the bias and the activation are in the source.
-    const std::string v = skc_host::generate_kernel(mm("FusedMatMul", view({9, 13}, {1, 12}), tensor({11, 9}), true, true,
-                                                       RuntimeShape{11}, "gelu_erf"), "fused").value();
+    const std::string v = skc_host::generate_kernel(mm("FusedMatMul", view({9, 13}, {1, 12}), tensor({11, 9}), true,
+                                                       true, RuntimeShape{11}, "gelu_erf"),
+                                                    "fused")
+                              .value();
     CHECK(v.find("constexpr idx SAM = 12, SAK = 1, SBK = 1, SBN = 9;") != std::string::npos);
     CHECK(v.find("bias[j0 + c]") != std::string::npos);
     CHECK(v.find("std::erf(v * 0.70710678118654752f)") != std::string::npos);
-    const OpRecord bmm_views = mm("BatchMatMulV2", view({3, 5, 4}, {4, 12, 1}), view({1, 4, 5}, {7, 1, 4}), false, false);
+    const OpRecord bmm_views =
+        mm("BatchMatMulV2", view({3, 5, 4}, {4, 12, 1}), view({1, 4, 5}, {7, 1, 4}), false, false);
     const std::string bm = skc_host::generate_kernel(bmm_views, "bmm").value();
     CHECK(bm.find("inputs[0] + t * 4;") != std::string::npos);
     CHECK(bm.find("const float* __restrict B = inputs[1];") != std::string::npos);  // batch 1: broadcast
     // The kernels that may run in place promise no __restrict.
-    for (const OpRecord& op : {binary("Add", {4, 5}, {5}, {4, 5}), binary("Mul", {4, 5}, {}, {4, 5}), unary("Relu", {4}),
-                               gelu({4}, "none"), softmax({2, 40})})
+    for (const OpRecord& op : {binary("Add", {4, 5}, {5}, {4, 5}), binary("Mul", {4, 5}, {}, {4, 5}),
+                               unary("Relu", {4}), gelu({4}, "none"), softmax({2, 40})})
         CHECK(skc_host::generate_kernel(op, "k").value().find("__restrict") == std::string::npos);
 }

@@ -226,7 +226,8 @@ std::uint64_t allocated(const fs::path& p) {
 std::uint64_t allocated_below(const fs::path& dir) {
     std::uint64_t n = 0;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
         n += allocated(it->path());
     return n;
 }
@@ -350,8 +351,7 @@ std::map<pid_t, std::string> children_of_test() {
 std::string processes_left(Clock::duration patience) {
     std::string names;
     for (const auto deadline = Clock::now() + patience;;) {
-        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
         names.clear();
         for (const auto& [pid, name] : children_of_test()) names += " " + std::to_string(pid) + " " + name;
         if (names.empty() || Clock::now() >= deadline) break;
@@ -365,8 +365,7 @@ void kill_children() {
     for (int round = 0; round < 50 && !children_of_test().empty(); ++round) {
         for (const auto& [pid, name] : children_of_test()) ::kill(pid, SIGKILL);
         std::this_thread::sleep_for(10ms);
-        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
     }
 }
 
@@ -427,9 +426,9 @@ std::string in_child(const std::function<std::string()>& fn) {
     for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<std::size_t>(n));
     ::close(p[0]);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the child checking it died (status " + std::to_string(status) + ")";
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return "the child checking it died (status " + std::to_string(status) + ")";
     return m;
 }
 
@@ -465,8 +464,9 @@ std::string makeself_check(const fs::path& package) {
                one_line(d.out + d.err, 300);
     const Done list = await(spawn("/bin/sh", {package.string(), "--list"}, {}, io.path()), 120s);
     if (list.status != 0 || list.out.find("./binary_info_config.json") == std::string::npos)
-        return package.string() + " (" + std::to_string(fs::file_size(package)) + " bytes) passes --check, but '/bin/sh PACKAGE --list' (status " +
-               std::to_string(list.status) + ") does not list binary_info_config.json: " + one_line(list.out + list.err, 300);
+        return package.string() + " (" + std::to_string(fs::file_size(package)) +
+               " bytes) passes --check, but '/bin/sh PACKAGE --list' (status " + std::to_string(list.status) +
+               ") does not list binary_info_config.json: " + one_line(list.out + list.err, 300);
     return {};
 }
 
@@ -487,9 +487,11 @@ std::vector<fs::path> cached_packages(const fs::path& base) {
 std::vector<std::string> cache_faults(const fs::path& base) {
     std::vector<std::string> faults;
     TempDir io;
-    const Done v = await(spawn(tool, {"cache", "verify", "--base", base.string(), "--json"}, {"SKC_CACHE_DIR="}, io.path()));
+    const Done v =
+        await(spawn(tool, {"cache", "verify", "--base", base.string(), "--json"}, {"SKC_CACHE_DIR="}, io.path()));
     if (v.status != 0) {
-        faults.push_back("skc cache verify exited with status " + std::to_string(v.status) + ": " + one_line(v.out + v.err));
+        faults.push_back("skc cache verify exited with status " + std::to_string(v.status) + ": " +
+                         one_line(v.out + v.err));
     } else {
         try {
             const skc::Value doc = skc::parse_json(v.out);
@@ -501,7 +503,8 @@ std::vector<std::string> cache_faults(const fs::path& base) {
         }
     }
     for (const fs::path& p : cached_packages(base))
-        if (std::string f = makeself_check(p); !f.empty()) faults.push_back("a cached package fails makeself's check: " + f);
+        if (std::string f = makeself_check(p); !f.empty())
+            faults.push_back("a cached package fails makeself's check: " + f);
     return faults;
 }
 
@@ -524,7 +527,8 @@ std::vector<std::string> listed_packages(const fs::path& lib) {
 /// Files a failed or killed run must not leave: skc's temporary files, the installer's staging
 /// folders, the compiler's work folders, a package that fails makeself's check, a JSON file that
 /// does not parse, and an op library listing a package that is not there whole.
-std::vector<std::string> half_written(const std::vector<fs::path>& roots, const fs::path& lib, bool staging_allowed = false) {
+std::vector<std::string> half_written(const std::vector<fs::path>& roots, const fs::path& lib,
+                                      bool staging_allowed = false) {
     std::vector<std::string> found;
     for (const fs::path& root : roots) {
         std::error_code ec;
@@ -534,7 +538,8 @@ std::vector<std::string> half_written(const std::vector<fs::path>& roots, const 
             const std::string name = p.filename().string();
             const std::string rel = fs::relative(p, root).string();
             if (name.rfind(".tmp.", 0) == 0) found.push_back("a temporary file is left: " + rel);
-            if (name.rfind(".staging-", 0) == 0 && !staging_allowed) found.push_back("an extraction folder is left: " + rel);
+            if (name.rfind(".staging-", 0) == 0 && !staging_allowed)
+                found.push_back("an extraction folder is left: " + rel);
             if (name.rfind(".host_op_compiler-", 0) == 0) found.push_back("the compiler's work folder is left: " + rel);
             if (!it->is_regular_file()) continue;
             if (p.extension() == ".run") {
@@ -567,7 +572,8 @@ std::string find_in_path(const std::string& program) {
     const char* path = std::getenv("PATH");
     std::istringstream in(path != nullptr ? path : "/usr/bin:/bin");
     for (std::string dir; std::getline(in, dir, ':');)
-        if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return (fs::path(dir) / program).string();
+        if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0)
+            return (fs::path(dir) / program).string();
     return {};
 }
 
@@ -593,19 +599,20 @@ struct Rig {
         //   SKC_FAULTS_FS=DIR, SKC_FAULTS_LEAVE=N   after it, fill DIR's file system to leave N bytes
         //                           free, so that what skc writes next (the cache entry, the install)
         //                           meets a full disk
-        skc_test::spit(compiler,
-                       "#!/bin/sh\n"
-                       "if [ -n \"$SKC_FAULTS_MARKS\" ]; then : > \"$SKC_FAULTS_MARKS/compile-started\"; fi\n" +
-                           sh_quote(host_compiler) +
-                           " \"$@\" || exit $?\n"
-                           "if [ -n \"$SKC_FAULTS_MARKS\" ]; then : > \"$SKC_FAULTS_MARKS/compile-ended\"; fi\n"
-                           "if [ -n \"$SKC_FAULTS_LINGER\" ]; then sleep \"$SKC_FAULTS_LINGER\"; fi\n"
-                           "if [ -n \"$SKC_FAULTS_LEAVE\" ]; then\n"
-                           "  set -- $(stat -f -c '%a %S' \"$SKC_FAULTS_FS\") || exit 1\n"
-                           "  n=$(( $1 * $2 - SKC_FAULTS_LEAVE ))\n"
-                           "  if [ \"$n\" -gt 0 ]; then head -c \"$n\" /dev/zero > \"$SKC_FAULTS_FS/.filler-after-compile\"; fi\n"
-                           "fi\n"
-                           "exit 0\n");
+        skc_test::spit(
+            compiler,
+            "#!/bin/sh\n"
+            "if [ -n \"$SKC_FAULTS_MARKS\" ]; then : > \"$SKC_FAULTS_MARKS/compile-started\"; fi\n" +
+                sh_quote(host_compiler) +
+                " \"$@\" || exit $?\n"
+                "if [ -n \"$SKC_FAULTS_MARKS\" ]; then : > \"$SKC_FAULTS_MARKS/compile-ended\"; fi\n"
+                "if [ -n \"$SKC_FAULTS_LINGER\" ]; then sleep \"$SKC_FAULTS_LINGER\"; fi\n"
+                "if [ -n \"$SKC_FAULTS_LEAVE\" ]; then\n"
+                "  set -- $(stat -f -c '%a %S' \"$SKC_FAULTS_FS\") || exit 1\n"
+                "  n=$(( $1 * $2 - SKC_FAULTS_LEAVE ))\n"
+                "  if [ \"$n\" -gt 0 ]; then head -c \"$n\" /dev/zero > \"$SKC_FAULTS_FS/.filler-after-compile\"; fi\n"
+                "fi\n"
+                "exit 0\n");
         fs::permissions(compiler, fs::perms::owner_all);
         // makeself extracts with `gzip -cd` from the PATH. With SKC_FAULTS_SLOW=FILE this one
         // creates FILE, waits 1 s, passes the first 4 KiB of the archive on (tar creates the first
@@ -634,8 +641,9 @@ struct Rig {
     /// skc compile of the three ops into `base`, installing into `lib` (none when empty), as JSON.
     [[nodiscard]] std::vector<std::string> args(const fs::path& base, const fs::path& lib,
                                                 const std::vector<std::string>& extra = {}) const {
-        std::vector<std::string> a{"compile", "--ops", ops.string(), "--base", base.string(), "--compiler", compiler.string(),
-                                   "--device", device, "--toolchain-version", "1.0", "--jobs", "2", "--json"};
+        std::vector<std::string> a{"compile",    "--ops",           ops.string(), "--base", base.string(),
+                                   "--compiler", compiler.string(), "--device",   device,   "--toolchain-version",
+                                   "1.0",        "--jobs",          "2",          "--json"};
         if (!lib.empty()) {
             a.push_back("--op-library");
             a.push_back(lib.string());
@@ -647,9 +655,9 @@ struct Rig {
     /// The environment of every skc run: nothing from the caller's that would change what skc does,
     /// then `extra`.
     static std::vector<std::string> env(std::vector<std::string> extra = {}) {
-        std::vector<std::string> e{"SKC_CACHE_DIR=",     "SKC_CACHE_MODE=",   "SKC_CACHE_MAX_SIZE=", "LOCAL_WORLD_SIZE=",
-                                   "LOCAL_RANK=",        "SKC_RUN_ID=",       "TORCHELASTIC_RUN_ID=", "SKC_FAULTS_MARKS=",
-                                   "SKC_FAULTS_LINGER=", "SKC_FAULTS_FS=",    "SKC_FAULTS_LEAVE=",   "SKC_FAULTS_SLOW="};
+        std::vector<std::string> e{"SKC_CACHE_DIR=",     "SKC_CACHE_MODE=", "SKC_CACHE_MAX_SIZE=",  "LOCAL_WORLD_SIZE=",
+                                   "LOCAL_RANK=",        "SKC_RUN_ID=",     "TORCHELASTIC_RUN_ID=", "SKC_FAULTS_MARKS=",
+                                   "SKC_FAULTS_LINGER=", "SKC_FAULTS_FS=",  "SKC_FAULTS_LEAVE=",    "SKC_FAULTS_SLOW="};
         e.insert(e.end(), extra.begin(), extra.end());
         return e;
     }
@@ -680,10 +688,12 @@ std::string report(const Done& d, const char* member) {
 
 /// What is wrong with a run that should have succeeded and installed: its status, its report, the
 /// op library, the cache.
-std::vector<std::string> success_faults(const Done& d, const fs::path& base, const fs::path& lib, const std::string& what) {
+std::vector<std::string> success_faults(const Done& d, const fs::path& base, const fs::path& lib,
+                                        const std::string& what) {
     std::vector<std::string> faults;
     if (d.status != 0) {
-        faults.push_back(what + " exited with status " + std::to_string(d.status) + ": " + one_line(compile_error(d.err)));
+        faults.push_back(what + " exited with status " + std::to_string(d.status) + ": " +
+                         one_line(compile_error(d.err)));
     } else {
         const std::string key = report(d, "key");
         if (key.empty() || report(d, "installed") != key)
@@ -772,7 +782,7 @@ Sizes measure_roomy_run(Rig& rig, Tmpfs& disk, const fs::path& base, const fs::p
 /// One free-space level and what happened at it.
 struct Level {
     std::string name;
-    std::uint64_t free = 0;   // bytes left free
+    std::uint64_t free = 0;      // bytes left free
     bool after_compile = false;  // left free once the compiler has ended (else from the start)
     int status = -1;
     std::string stage;  // where the run failed, from its message; "-" when it succeeded
@@ -784,7 +794,8 @@ struct Level {
 std::string stage_of(const std::string& err, const fs::path& lib) {
     const std::string e = compile_error(err);
     const std::string first = e.substr(0, e.find('\n'));
-    if (first.find(lib.string() + "/") != std::string::npos || first.find("run package ") != std::string::npos) return "install";
+    if (first.find(lib.string() + "/") != std::string::npos || first.find("run package ") != std::string::npos)
+        return "install";
     if (first.find("package is unusable") != std::string::npos || first.find("cut short") != std::string::npos)
         return "package";
     if (first.find("op_compiler.log: the compiler") != std::string::npos) {
@@ -800,7 +811,8 @@ std::string stage_of(const std::string& err, const fs::path& lib) {
                        first.find("/oplists/") != std::string::npos
                    ? "entry"
                    : "cache setup";
-    if (first.find("_outputs") != std::string::npos || first.find("run folder") != std::string::npos) return "op info files";
+    if (first.find("_outputs") != std::string::npos || first.find("run folder") != std::string::npos)
+        return "op info files";
     return "other";
 }
 
@@ -830,7 +842,8 @@ void run_level(Rig& rig, Tmpfs& disk, const fs::path& base, const fs::path& lib,
     for (const std::string& f : half_written({base, lib}, lib)) level.faults.push_back(f);
     disk.free_fillers();
     const Done again = rig.compile(base, lib);
-    for (const std::string& f : success_faults(again, base, lib, "the next run, with the space back")) level.faults.push_back(f);
+    for (const std::string& f : success_faults(again, base, lib, "the next run, with the space back"))
+        level.faults.push_back(f);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -845,7 +858,9 @@ struct Hit {
 };
 
 std::string signal_text(const Hit& h) {
-    return std::string(h.sig == SIGKILL ? "SIGKILL" : h.sig == SIGINT ? "SIGINT" : "signal " + std::to_string(h.sig)) +
+    return std::string(h.sig == SIGKILL  ? "SIGKILL"
+                       : h.sig == SIGINT ? "SIGINT"
+                                         : "signal " + std::to_string(h.sig)) +
            (h.group ? " to skc's process group" : " to skc") + " " + std::to_string(h.after.count()) + " ms " + h.what;
 }
 
@@ -859,8 +874,9 @@ bool wait_for_file(const fs::path& p, Clock::duration limit) {
 
 // ================================================================================================
 
-TEST_CASE("a full disk at every point where skc compile writes: a clear failure, nothing half-written, and the next "
-          "run succeeds") {
+TEST_CASE(
+    "a full disk at every point where skc compile writes: a clear failure, nothing half-written, and the next "
+    "run succeeds") {
     require_private_mounts();
     Rig rig;
     Tmpfs disk(rig.tmp / "disk", 8u << 20, 4096);
@@ -868,12 +884,12 @@ TEST_CASE("a full disk at every point where skc compile writes: a clear failure,
     const fs::path base = disk / "base", lib = disk / "lib";
 
     const Sizes s = measure_roomy_run(rig, disk, base, lib);
-    MESSAGE("roomy run, bytes on the tmpfs (page " << page_size() << "): cache setup " << in_pages(s.setup)
-            << "; op info files " << in_pages(s.ops) << "; in use when the compiler started "
-            << in_pages(s.compile_start) << ", at most while it ran " << in_pages(s.compile_peak)
-            << " (work files " << in_pages(s.work) << ", package " << in_pages(s.package) << "); cache entry and package copy "
-            << in_pages(s.entry) << "; install " << in_pages(s.install) << "; at the end " << in_pages(s.total)
-            << "; peak " << in_pages(s.peak));
+    MESSAGE("roomy run, bytes on the tmpfs (page "
+            << page_size() << "): cache setup " << in_pages(s.setup) << "; op info files " << in_pages(s.ops)
+            << "; in use when the compiler started " << in_pages(s.compile_start) << ", at most while it ran "
+            << in_pages(s.compile_peak) << " (work files " << in_pages(s.work) << ", package " << in_pages(s.package)
+            << "); cache entry and package copy " << in_pages(s.entry) << "; install " << in_pages(s.install)
+            << "; at the end " << in_pages(s.total) << "; peak " << in_pages(s.peak));
 
     std::vector<Level> levels;
     auto add = [&](std::string name, std::uint64_t free, bool after_compile) {
@@ -961,7 +977,8 @@ TEST_CASE("no inodes left: a clear failure, nothing half-written, and a correct 
         MESSAGE(leave << " inodes free: exit " << d.status << ": " << one_line(compile_error(d.err), 300));
         CHECK(d.status < 128);
         if (d.status != 0) {
-            CHECK_MESSAGE(d.err.find(enospc) != std::string::npos, "the message does not say \"" << enospc << "\": " << d.err);
+            CHECK_MESSAGE(d.err.find(enospc) != std::string::npos,
+                          "the message does not say \"" << enospc << "\": " << d.err);
             CHECK(d.out.empty());
         } else {
             CHECK(library_fault(lib).empty());
@@ -975,8 +992,9 @@ TEST_CASE("no inodes left: a clear failure, nothing half-written, and a correct 
     }
 }
 
-TEST_CASE("the op library on a full file system of its own: compiled and stored, the install fails clearly, the next "
-          "run hits and installs") {
+TEST_CASE(
+    "the op library on a full file system of its own: compiled and stored, the install fails clearly, the next "
+    "run hits and installs") {
     require_private_mounts();
     Rig rig;
     Tmpfs disk(rig.tmp / "disk", 16u << 20, 4096);
@@ -998,8 +1016,10 @@ TEST_CASE("the op library on a full file system of its own: compiled and stored,
                                    << one_line(compile_error(d.err), 300));
         CHECK(d.status == 1);
         CHECK(d.out.empty());
-        CHECK_MESSAGE(d.err.find(enospc) != std::string::npos, "the message does not say \"" << enospc << "\": " << d.err);
-        CHECK_MESSAGE(d.err.find(lib.string()) != std::string::npos, "the message does not name the op library: " << d.err);
+        CHECK_MESSAGE(d.err.find(enospc) != std::string::npos,
+                      "the message does not say \"" << enospc << "\": " << d.err);
+        CHECK_MESSAGE(d.err.find(lib.string()) != std::string::npos,
+                      "the message does not name the op library: " << d.err);
         CHECK(cached_packages(base).size() == 1);  // compiled and stored
         const std::vector<std::string> cache = cache_faults(base);
         CHECK_MESSAGE(cache.empty(), join(cache));
@@ -1008,13 +1028,15 @@ TEST_CASE("the op library on a full file system of its own: compiled and stored,
         libfs.free_fillers();
         const Done again = rig.compile(base, lib);
         CHECK(report(again, "outcome") == "hit");
-        const std::vector<std::string> faults = success_faults(again, base, lib, "the run with the op library's space back");
+        const std::vector<std::string> faults =
+            success_faults(again, base, lib, "the run with the op library's space back");
         CHECK_MESSAGE(faults.empty(), join(faults));
     }
 }
 
-TEST_CASE("signals during the install and the compile: nothing half-installed, nothing left running, and the next run "
-          "installs") {
+TEST_CASE(
+    "signals during the install and the compile: nothing half-installed, nothing left running, and the next run "
+    "installs") {
     require_private_mounts();
     Rig rig;
     Tmpfs disk(rig.tmp / "disk", 64u << 20, 16384);
@@ -1025,7 +1047,8 @@ TEST_CASE("signals during the install and the compile: nothing half-installed, n
     const Done first = rig.compile(base, {});
     REQUIRE_MESSAGE(first.status == 0, first.err);
     const std::string key = report(first, "key");
-    const std::string path = "PATH=" + rig.shim.string() + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+    const std::string path =
+        "PATH=" + rig.shim.string() + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
 
     int serial = 0;
     auto after_signal = [&](const Hit& h, const Proc& p) {
@@ -1057,11 +1080,13 @@ TEST_CASE("signals during the install and the compile: nothing half-installed, n
         const Proc p = rig.start(base, lib, {path, "SKC_FAULTS_SLOW=" + slow.string()}, {}, /*own_group=*/true);
         REQUIRE_MESSAGE(wait_for_file(slow, 60s), "the extraction did not start");
         const Done d = after_signal(h, p);
-        MESSAGE(signal_text(h) << ": exit " << d.status << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
+        MESSAGE(signal_text(h) << ": exit " << d.status
+                               << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
         // Not installed, not half-installed.
         const std::vector<std::string> listed = listed_packages(lib);
         CHECK_MESSAGE(std::find(listed.begin(), listed.end(), key) == listed.end(), "config.ini lists the package");
-        CHECK_MESSAGE(skc_test::slurp(lib_base(lib) / "config" / device / "binary_info_config.json").find(key) == std::string::npos,
+        CHECK_MESSAGE(skc_test::slurp(lib_base(lib) / "config" / device / "binary_info_config.json").find(key) ==
+                          std::string::npos,
                       "the index names the package");
         CHECK_FALSE(fs::exists(lib_base(lib) / key));
         const std::vector<std::string> left = half_written({base}, lib, /*staging_allowed=*/true);
@@ -1097,7 +1122,8 @@ TEST_CASE("signals during the install and the compile: nothing half-installed, n
                                  /*own_group=*/true);
         REQUIRE_MESSAGE(wait_for_file(rig.marks / mark, 60s), "the compiler did not come to " << mark);
         const Done d = after_signal(h, p);
-        MESSAGE(signal_text(h) << ": exit " << d.status << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
+        MESSAGE(signal_text(h) << ": exit " << d.status
+                               << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
         CHECK(cached_packages(b).empty());
         CHECK(listed_packages(lib).empty());
         const Done again = rig.compile(b, lib);
@@ -1107,8 +1133,9 @@ TEST_CASE("signals during the install and the compile: nothing half-installed, n
     }
 }
 
-TEST_CASE("a rank killed while the others wait for it at the second barrier: the others end at once with a clear error, "
-          "and the next job works") {
+TEST_CASE(
+    "a rank killed while the others wait for it at the second barrier: the others end at once with a clear error, "
+    "and the next job works") {
     // tests/skc/policy/gather_test.cpp kills a rank while the leader compiles; the others find it dead
     // when they come to the barrier. Here the others are already waiting in the barrier when it dies.
     require_private_mounts();
@@ -1132,7 +1159,8 @@ TEST_CASE("a rank killed while the others wait for it at the second barrier: the
     auto each_file = [&](const std::string& run_id, const std::function<void(const fs::path&)>& fn) {
         std::error_code ec;
         const fs::path dir = base / "static_kernel_compile_outputs" / "rendezvous" / run_id;
-        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec))
             fn(it->path());
     };
     auto count_files = [&](const std::string& run_id, const std::string& prefix) {

@@ -88,7 +88,8 @@ Walk walk(std::string& buf, bool repair) {
             return w;
         const std::size_t ops_at = entry_at + r->entry_bytes, package_at = ops_at + r->op_list_bytes;
         const std::size_t next = package_at + r->package_bytes;
-        const skc::Digest package = skc::detail::hash_bytes(std::string_view(buf.data() + package_at, r->package_bytes));
+        const skc::Digest package =
+            skc::detail::hash_bytes(std::string_view(buf.data() + package_at, r->package_bytes));
         if (repair) {
             reseal_region(buf, entry_at, r->entry_bytes, package);
             reseal_region(buf, ops_at, r->op_list_bytes, std::nullopt);

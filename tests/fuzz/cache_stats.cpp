@@ -81,9 +81,14 @@ void check_limits(std::string_view t) {
 
     const skc::EffectiveLimits e = skc::effective_cache_limits(skc::CacheLimits{}, root);
     if (l.max_bytes) FUZZ_CHECK(e.limits.max_bytes == *l.max_bytes && e.size_from == skc::LimitSource::cache_folder);
-    else FUZZ_CHECK(e.limits.max_bytes == skc::default_cache_limits.max_bytes && e.size_from == skc::LimitSource::default_value);
-    if (l.max_entries) FUZZ_CHECK(e.limits.max_entries == *l.max_entries && e.entries_from == skc::LimitSource::cache_folder);
-    else FUZZ_CHECK(e.limits.max_entries == skc::default_cache_limits.max_entries && e.entries_from == skc::LimitSource::default_value);
+    else
+        FUZZ_CHECK(e.limits.max_bytes == skc::default_cache_limits.max_bytes &&
+                   e.size_from == skc::LimitSource::default_value);
+    if (l.max_entries)
+        FUZZ_CHECK(e.limits.max_entries == *l.max_entries && e.entries_from == skc::LimitSource::cache_folder);
+    else
+        FUZZ_CHECK(e.limits.max_entries == skc::default_cache_limits.max_entries &&
+                   e.entries_from == skc::LimitSource::default_value);
     const skc::EffectiveLimits given = skc::effective_cache_limits(skc::CacheLimits{5, 6}, root);
     FUZZ_CHECK(given.limits.max_bytes == 5 && given.limits.max_entries == 6);
 
@@ -98,10 +103,14 @@ std::optional<std::uint64_t> reference_size(std::string_view s) {
     unsigned shift = 0;
     if (!s.empty()) {
         switch (s.back()) {
-        case 'K': case 'k': shift = 10; break;
-        case 'M': case 'm': shift = 20; break;
-        case 'G': case 'g': shift = 30; break;
-        case 'T': case 't': shift = 40; break;
+        case 'K':
+        case 'k': shift = 10; break;
+        case 'M':
+        case 'm': shift = 20; break;
+        case 'G':
+        case 'g': shift = 30; break;
+        case 'T':
+        case 't': shift = 40; break;
         default: break;
         }
     }

@@ -18,8 +18,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#define FUZZ_CHECK(cond)                                                  \
-    do {                                                                  \
+#define FUZZ_CHECK(cond)                                                 \
+    do {                                                                 \
         if (!(cond)) ::fuzz::property_failed(#cond, __FILE__, __LINE__); \
     } while (0)
 

@@ -48,7 +48,7 @@ constexpr std::string_view rank1_nonce = "0123456789abcdef01234567";
 struct Reference {
     bool format_ok = true;
     std::vector<std::pair<skc::Digest, std::string>> firsts;  // each digest's first line, up to a fault
-    bool source_unreadable = false;  // one of them names a file the file reader refuses
+    bool source_unreadable = false;                           // one of them names a file the file reader refuses
 };
 
 bool readable(const fs::path& p) {
@@ -152,7 +152,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // (An op file the file reader refuses may still be gathered: a hard link to it works.)
         FUZZ_CHECK(ref.format_ok);
         FUZZ_CHECK(gathered && shared && *shared == result);
-        FUZZ_CHECK(result == skc::Value(skc::Object{{"ops", skc::Value(static_cast<std::int64_t>(ref.firsts.size()))}}));
+        FUZZ_CHECK(result ==
+                   skc::Value(skc::Object{{"ops", skc::Value(static_cast<std::int64_t>(ref.firsts.size()))}}));
         const skc::GatheredSet& set = *gathered;
         FUZZ_CHECK(set.ranks == 2);
         FUZZ_CHECK(set.digests.size() == ref.firsts.size() && set.names.size() == ref.firsts.size());

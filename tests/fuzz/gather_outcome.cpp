@@ -95,7 +95,9 @@ Expected expected(std::string_view text) {
         x.message = "local rank 0 (the leader) failed (" + code + "): " + text_member(outcome, "what");
         return x;
     }
-    x.code = code == "timeout" ? skc::Errc::timeout : code == "invalid_option" ? skc::Errc::invalid_option : skc::Errc::peer_failed;
+    x.code = code == "timeout"          ? skc::Errc::timeout
+             : code == "invalid_option" ? skc::Errc::invalid_option
+                                        : skc::Errc::peer_failed;
     x.message = text_member(outcome, "message");
     x.file = text_member(outcome, "file");
     x.option = text_member(outcome, "option");

@@ -106,7 +106,8 @@ skc::Value expected_index(const fs::path& base, const Order& order, const std::s
         if (ks == nullptr || !ks->is_array()) continue;
         for (const skc::Value& k : ks->as_array()) {
             const skc::Value *d = k.find("digest"), *f = k.find("file"), *s = k.find("symbol"), *o = k.find("op_type");
-            if (!d || !f || !s || !o || !d->is_string() || !f->is_string() || !s->is_string() || !o->is_string()) continue;
+            if (!d || !f || !s || !o || !d->is_string() || !f->is_string() || !s->is_string() || !o->is_string())
+                continue;
             if (!kernel_ok(d->as_string(), f->as_string())) continue;
             kernels[d->as_string()] = skc::Value(skc::Object{{"package", skc::Value(stem)},
                                                              {"file", skc::Value(stem + "/" + f->as_string())},

@@ -103,7 +103,8 @@ void check_options(const skc::Value& doc, const skc::Options& o) {
         FUZZ_CHECK(!o.compiler_options.empty() && o.compiler_options.front() == "--super-kernel=true");
     if (o.compiler_check.mode == skc::CompilerCheck::Mode::command) FUZZ_CHECK(!o.compiler_check.text.empty());
     for (const skc::Member& m : members) {
-        const bool known = std::find(skc::option_names.begin(), skc::option_names.end(), m.key) != skc::option_names.end();
+        const bool known =
+            std::find(skc::option_names.begin(), skc::option_names.end(), m.key) != skc::option_names.end();
         const bool host = std::find(host_keys.begin(), host_keys.end(), m.key) != host_keys.end();
         FUZZ_CHECK(known || host);
     }

@@ -28,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(skc::run_package_header_fault(longer, longer.size()).has_value());
     FUZZ_CHECK(skc::run_package_header_fault(in.substr(0, in.size() - 1), in.size() - 1).has_value());
     // Read only in part (as run_package_fault reads at most 1 MiB of a bigger file): no false refusal.
-    for (std::size_t part : {in.size() / 2, in.size() - 1}) FUZZ_CHECK(!skc::run_package_header_fault(in.substr(0, part), in.size()));
+    for (std::size_t part : {in.size() / 2, in.size() - 1})
+        FUZZ_CHECK(!skc::run_package_header_fault(in.substr(0, part), in.size()));
     return 0;
 }

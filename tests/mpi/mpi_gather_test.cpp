@@ -98,12 +98,14 @@ struct RecordingReselect {
     void reselect(const skc::ReselectContext& c) {
         packages.push_back(c.package);
         std::set<std::string> ds;
-        const fs::path index = c.op_library / "static_kernel" / c.backend / "config" / c.device / "binary_info_config.json";
+        const fs::path index =
+            c.op_library / "static_kernel" / c.backend / "config" / c.device / "binary_info_config.json";
         if (fs::is_regular_file(index)) {
             const skc::Value v = skc::parse_json(skc::read_file(index, std::size_t{16} << 20));
             if (const skc::Value* ks = v.find("kernels"); ks && ks->is_object())
                 for (const skc::Member& m : ks->as_object())
-                    if (const skc::Value* p = m.value.find("package"); p && p->is_string() && p->as_string() == c.package)
+                    if (const skc::Value* p = m.value.find("package");
+                        p && p->is_string() && p->as_string() == c.package)
                         ds.insert(m.key);
         }
         indexed.push_back(std::move(ds));
@@ -146,7 +148,9 @@ std::size_t lines_in(const fs::path& p) {
 }
 
 void print_error(const char* scenario, const std::optional<skc::Error>& e) {
-    if (e) std::printf("%s: rank %d: %s: %s\n", scenario, world_rank, std::string(skc::to_string(e->code())).c_str(), e->what());
+    if (e)
+        std::printf("%s: rank %d: %s: %s\n", scenario, world_rank, std::string(skc::to_string(e->code())).c_str(),
+                    e->what());
     else std::printf("%s: rank %d: no error\n", scenario, world_rank);
     std::fflush(stdout);
 }
@@ -232,11 +236,8 @@ skc::MpiGather union_and_single_compile(const Setup& s, skc::MpiGather gather) {
     }
 
     // Across the job: one key and package, one compile, one extraction per node.
-    const std::vector<std::string> all = gather_to_root(
-        skc::dump_json(skc::Value(skc::Object{{"node", skc::Value(node)},
-                                              {"report", rep.to_value()},
-                                              {"ms", skc::Value(ms)}}),
-                       -1));
+    const std::vector<std::string> all = gather_to_root(skc::dump_json(
+        skc::Value(skc::Object{{"node", skc::Value(node)}, {"report", rep.to_value()}, {"ms", skc::Value(ms)}}), -1));
     if (world_rank == 0) {
         std::set<std::string> keys, packages, outcomes;
         std::map<int, int> extracted_per_node;
@@ -305,7 +306,8 @@ skc::MpiGather share_fails(const Setup& s, skc::MpiGather gather) {
         EXPECT_MSG(contains(e->what(), "local rank 1 (rank 2) failed: reselect failed on rank 2"), e->what());
     } else if (e && world_rank == 3) {
         EXPECT_MSG(e->code() == skc::Errc::peer_failed, e->what());
-        EXPECT_MSG(contains(e->what(), "local rank 0 (the leader, rank 1) failed: reselect failed on rank 1"), e->what());
+        EXPECT_MSG(contains(e->what(), "local rank 0 (the leader, rank 1) failed: reselect failed on rank 1"),
+                   e->what());
     }
     print_error("scenario 3", e);
     // Told at once, not after the gather timeout.
@@ -334,8 +336,9 @@ void rank_missing(const Setup& s) {
         EXPECT(e.has_value());
         if (e) {
             EXPECT_MSG(e->code() == skc::Errc::timeout, e->what());
-            EXPECT_MSG(contains(e->what(), "local rank 1 (rank 3) of 2 on node 1 of 2 did not send its ops within 1.5 s"),
-                       e->what());
+            EXPECT_MSG(
+                contains(e->what(), "local rank 1 (rank 3) of 2 on node 1 of 2 did not send its ops within 1.5 s"),
+                e->what());
         }
     } else {
         EXPECT_MSG(!e.has_value(), e ? e->what() : "");
@@ -368,12 +371,13 @@ int main(int argc, char** argv) {
         s.root = root;
         s.count_file = s.root / "compiler-runs.txt";
         s.wrapper = s.root / "counting_op_compiler.sh";
-        skc_test::spit(s.wrapper, "#!/bin/sh\n"
-                                  "# counting_op_compiler.sh COUNT_FILE ok|fail <op_compiler arguments>\n"
-                                  "count=$1; mode=$2; shift 2\n"
-                                  "echo \"$$\" >> \"$count\"\n"
-                                  "if [ \"$mode\" = fail ]; then echo 'the compiler failed (test)' >&2; exit 1; fi\n"
-                                  "exec '" SKC_HOST_OP_COMPILER "' \"$@\"\n");
+        skc_test::spit(s.wrapper,
+                       "#!/bin/sh\n"
+                       "# counting_op_compiler.sh COUNT_FILE ok|fail <op_compiler arguments>\n"
+                       "count=$1; mode=$2; shift 2\n"
+                       "echo \"$$\" >> \"$count\"\n"
+                       "if [ \"$mode\" = fail ]; then echo 'the compiler failed (test)' >&2; exit 1; fi\n"
+                       "exec '" SKC_HOST_OP_COMPILER "' \"$@\"\n");
         fs::permissions(s.wrapper, fs::perms::owner_all);
         skc_test::spit(s.count_file, "");
         fs::create_directories(s.root / "base");

@@ -40,15 +40,15 @@ TEST_CASE("equal arguments give equal keys and hashes") {
 TEST_CASE("every difference in an argument gives another key") {
     std::vector<CallKey> keys;
     keys.push_back(tensor_key(1, 6, {64, 128}, {128, 1}));
-    keys.push_back(tensor_key(2, 6, {64, 128}, {128, 1}));        // op
-    keys.push_back(tensor_key(1, 7, {64, 128}, {128, 1}));        // dtype
-    keys.push_back(tensor_key(1, 6, {128, 64}, {128, 1}));        // sizes swapped
-    keys.push_back(tensor_key(1, 6, {64, 128}, {1, 64}));         // strides
-    keys.push_back(tensor_key(1, 6, {64, 128}, {}));              // no strides
-    keys.push_back(tensor_key(1, 6, {64, 128, 1}, {128, 1, 1}));  // one more dim
-    keys.push_back(tensor_key(1, 6, {64}, {128, 1, 1}));          // the same words, split differently
+    keys.push_back(tensor_key(2, 6, {64, 128}, {128, 1}));                     // op
+    keys.push_back(tensor_key(1, 7, {64, 128}, {128, 1}));                     // dtype
+    keys.push_back(tensor_key(1, 6, {128, 64}, {128, 1}));                     // sizes swapped
+    keys.push_back(tensor_key(1, 6, {64, 128}, {1, 64}));                      // strides
+    keys.push_back(tensor_key(1, 6, {64, 128}, {}));                           // no strides
+    keys.push_back(tensor_key(1, 6, {64, 128, 1}, {128, 1, 1}));               // one more dim
+    keys.push_back(tensor_key(1, 6, {64}, {128, 1, 1}));                       // the same words, split differently
     keys.push_back(tensor_key(1, 6, {std::int64_t{1} << 32, 128}, {128, 1}));  // a dim above 32 bits
-    keys.push_back(tensor_key(1, 6, {64, 128}, {-128, 1}));       // a negative value
+    keys.push_back(tensor_key(1, 6, {64, 128}, {-128, 1}));                    // a negative value
     {
         CallKey k;
         k.word(1).dims(Dims{64, 128}).dims(Dims{128, 1});  // dims() is not tensor()

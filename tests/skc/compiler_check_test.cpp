@@ -49,18 +49,23 @@ TEST_CASE("parse: the five modes, and the errors") {
     CHECK(skc::parse_compiler_check("content") == CompilerCheck{});
     CHECK(skc::parse_compiler_check("mtime").mode == CompilerCheck::Mode::mtime);
     CHECK(skc::parse_compiler_check("none").mode == CompilerCheck::Mode::none);
-    CHECK(skc::parse_compiler_check("string:8.0.RC1 build 7") == CompilerCheck{CompilerCheck::Mode::string, "8.0.RC1 build 7"});
+    CHECK(skc::parse_compiler_check("string:8.0.RC1 build 7") ==
+          CompilerCheck{CompilerCheck::Mode::string, "8.0.RC1 build 7"});
     CHECK(skc::parse_compiler_check("command:%compiler% --version") ==
           CompilerCheck{CompilerCheck::Mode::command, "%compiler% --version"});
     CHECK(error_of("contents") ==
-          "option 'compiler_check': value \"contents\" is not accepted: use content, mtime, none, string:TEXT or command:CMD");
-    CHECK(error_of("command:") == "option 'compiler_check': command: needs a command, e.g. command:%compiler% --version");
-    CHECK(skc::parse_options(skc::parse_json(R"({"compiler_check": "mtime"})")).compiler_check.mode == CompilerCheck::Mode::mtime);
+          "option 'compiler_check': value \"contents\" is not accepted: use content, mtime, none, string:TEXT or "
+          "command:CMD");
+    CHECK(error_of("command:") ==
+          "option 'compiler_check': command: needs a command, e.g. command:%compiler% --version");
+    CHECK(skc::parse_options(skc::parse_json(R"({"compiler_check": "mtime"})")).compiler_check.mode ==
+          CompilerCheck::Mode::mtime);
 }
 
 TEST_CASE("content: equal bytes at any path are one fingerprint; other bytes another") {
     skc_test::TempDir dir;
-    const fs::path a = executable(dir, "a", "echo one"), b = executable(dir, "b", "echo one"), c = executable(dir, "c", "echo two");
+    const fs::path a = executable(dir, "a", "echo one"), b = executable(dir, "b", "echo one"),
+                   c = executable(dir, "c", "echo two");
     const std::string fa = skc::compiler_fingerprint(a, {});
     CHECK(fa.rfind("content:", 0) == 0);
     CHECK(fa.size() == 8 + 32);
@@ -101,7 +106,8 @@ TEST_CASE("mtime, none, string") {
     CHECK(skc::compiler_fingerprint(a, skc::parse_compiler_check("mtime")) == "mtime:" + size + ":1700000000000000000");
     CHECK(skc::compiler_fingerprint(a, skc::parse_compiler_check("none")) == "none");
     CHECK(skc::compiler_fingerprint(a, skc::parse_compiler_check("string:v7")) == "string:v7");
-    CHECK(skc::compiler_fingerprint(dir / "missing", skc::parse_compiler_check("string:v7")) == "string:v7");  // not read
+    CHECK(skc::compiler_fingerprint(dir / "missing", skc::parse_compiler_check("string:v7")) ==
+          "string:v7");  // not read
 }
 
 TEST_CASE("command: the hash of what the command prints, %compiler% replaced; a failing command is an error") {
@@ -116,7 +122,8 @@ TEST_CASE("command: the hash of what the command prints, %compiler% replaced; a 
         FAIL("a failing command was accepted");
     } catch (const skc::Error& e) {
         CHECK(std::string(e.what()) ==
-              "option 'compiler_check': the compiler check command \"echo oops; exit 3\" failed (exit status 3): \"oops\\x0a\"");
+              "option 'compiler_check': the compiler check command \"echo oops; exit 3\" failed (exit status 3): "
+              "\"oops\\x0a\"");
     }
 }
 
@@ -126,7 +133,8 @@ TEST_CASE("a compiler that cannot be found or read is an error naming it") {
         (void)skc::compiler_fingerprint(dir / "missing", {});
         FAIL("no error");
     } catch (const skc::Error& e) {
-        CHECK(std::string(e.what()) == (dir / "missing").string() + ": cannot inspect the compiler: No such file or directory");
+        CHECK(std::string(e.what()) ==
+              (dir / "missing").string() + ": cannot inspect the compiler: No such file or directory");
     }
     try {
         (void)skc::compiler_fingerprint("no-such-compiler-anywhere", {});

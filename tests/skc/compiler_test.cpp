@@ -54,9 +54,8 @@ struct PackingCompiler {
                 kernels.push_back({skc::digest(op.record).hex(), op.record.op_type, file, "kernel " + file + "\n"});
             }
             skc::CompileResult res;
-            res.package = skc_test::make_package(r.output_dir,
-                                                 "static_kernel_" + skc::timestamp(std::chrono::system_clock::now()),
-                                                 kernels, r.device);
+            res.package = skc_test::make_package(
+                r.output_dir, "static_kernel_" + skc::timestamp(std::chrono::system_clock::now()), kernels, r.device);
             return res;
         }));
     }
@@ -64,7 +63,8 @@ struct PackingCompiler {
 
 std::vector<skc::OpRecord> example_ops() {
     std::vector<skc::OpRecord> out;
-    for (skc::LoadedOp& op : skc::read_op_info_dir(skc_test::example_ops_dir()).ops) out.push_back(std::move(op.record));
+    for (skc::LoadedOp& op : skc::read_op_info_dir(skc_test::example_ops_dir()).ops)
+        out.push_back(std::move(op.record));
     return out;
 }
 
@@ -114,7 +114,8 @@ using FsNoInstall = skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::
 using InMemory = skc::InMemoryCompiler<Inv>;
 
 template <class C>
-constexpr bool installs = std::is_same_v<std::remove_reference_t<decltype(std::declval<C&>().installer())>, skc::RunPackageInstaller>;
+constexpr bool installs =
+    std::is_same_v<std::remove_reference_t<decltype(std::declval<C&>().installer())>, skc::RunPackageInstaller>;
 
 }  // namespace
 
@@ -203,7 +204,8 @@ TEST_CASE("a persistent install stays after the compiler and the process (skc co
 TEST_CASE("with the cache disabled every call compiles and nothing is read or written") {
     TempDir tmp;
     PackingCompiler pc;
-    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path(), /*cache=*/false), settings_for(tmp / "lib"));
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), options_for(tmp.path(), /*cache=*/false),
+                                            settings_for(tmp / "lib"));
     CHECK(compiler.cache() == nullptr);
     skc::process_compiled().clear();
     const skc::CompileReport a = compiler.compile(example_ops());
@@ -271,8 +273,9 @@ TEST_CASE("the reselect hook runs once per install, after the shared files are w
     PackingCompiler pc;
     std::vector<skc::ReselectContext> seen;
     std::vector<std::size_t> sizes;
-    skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller, SeenReselect> compiler(
-        pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"), skc::RunPackageInstaller(), SeenReselect{&seen, &sizes});
+    skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::RunPackageInstaller, SeenReselect>
+        compiler(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"), skc::RunPackageInstaller(),
+                 SeenReselect{&seen, &sizes});
     const skc::CompileReport r = compiler.compile(example_ops());
     REQUIRE(seen.size() == 1);
     CHECK(seen[0].op_library == tmp / "lib");
@@ -286,7 +289,7 @@ TEST_CASE("the reselect hook runs once per install, after the shared files are w
     // reselect hook alone, in the type and in the constructor.
     skc::process_compiled().clear();
     skc::StaticKernelCompiler<Inv, skc::with_reselect<SeenReselect>> dry(pc.invoker(), options_for(tmp.path()),
-                                                                       settings_for({}), SeenReselect{&seen, &sizes});
+                                                                         settings_for({}), SeenReselect{&seen, &sizes});
     dry.compile(example_ops());
     CHECK(seen.size() == 1);
 }
@@ -310,9 +313,12 @@ static_assert(std::is_same_v<Defaults::Install, skc::RunPackageInstaller>);
 // The constructor takes the objects that differ, in any order; a policy that cannot be made by
 // default must be passed.
 static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::LocalFsGather>);
-static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::LocalFsGather, skc::NoInstall>);
-static_assert(std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::NoInstall, skc::LocalFsGather>);
-static_assert(!std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::FileLock>);  // not a constructor's
+static_assert(
+    std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::LocalFsGather, skc::NoInstall>);
+static_assert(
+    std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::NoInstall, skc::LocalFsGather>);
+static_assert(
+    !std::is_constructible_v<Gather2, Inv, skc::Options, skc::CompilerSettings, skc::FileLock>);  // not a constructor's
 }  // namespace named
 
 TEST_CASE("compile(recorder) ends the recording session and compiles what it recorded") {
@@ -407,7 +413,8 @@ TEST_CASE("the report as JSON names the outcome, the key, the counts and the sta
     CHECK(v.find("installed")->as_string() == r.key);
     CHECK(v.find("counts")->find("selected")->as_int() == 12);
     CHECK(v.find("stage_ms")->as_object().size() == r.stages.size());
-    CHECK(r.summary().rfind("static kernel compile: miss, compiled, key " + r.key + ", 12 of 14 ops selected, installed ", 0) == 0);
+    CHECK(r.summary().rfind(
+              "static kernel compile: miss, compiled, key " + r.key + ", 12 of 14 ops selected, installed ", 0) == 0);
 }
 
 TEST_CASE("a failed install leaves the ops to the next call, which installs them from the cache") {
@@ -441,7 +448,8 @@ std::vector<std::string> shown(const std::vector<skc::CompileProgress>& reports)
     std::vector<std::string> out;
     for (const skc::CompileProgress& p : reports) {
         std::string s(skc::to_string(p.phase));
-        if (p.phase == Phase::compiling) s += " " + std::to_string(p.done) + "/" + std::to_string(p.total) + (p.op.empty() ? "" : " " + p.op);
+        if (p.phase == Phase::compiling)
+            s += " " + std::to_string(p.done) + "/" + std::to_string(p.total) + (p.op.empty() ? "" : " " + p.op);
         if (p.phase == Phase::waiting) s += " " + p.waiting_for;
         out.push_back(s);
     }
@@ -479,7 +487,8 @@ struct LeaderGather {
 
 }  // namespace
 
-TEST_CASE("progress: the lookup, the compiler's start, then its progress lines in order with the time since it started") {
+TEST_CASE(
+    "progress: the lookup, the compiler's start, then its progress lines in order with the time since it started") {
     TempDir tmp;
     skc::process_compiled().clear();
     PackingCompiler pc;
@@ -501,8 +510,8 @@ TEST_CASE("progress: the lookup, the compiler's start, then its progress lines i
     FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), s);
     const skc::CompileReport rep = compiler.compile(example_ops());
     CHECK(rep.outcome == skc::CompileOutcome::compiled);
-    CHECK(shown(seen) == std::vector<std::string>{"lookup", "compiling 0/12", "compiling 1/12 a.json", "compiling 3/12 c.json",
-                                                  "compiling 12/12 z.json", "installing"});
+    CHECK(shown(seen) == std::vector<std::string>{"lookup", "compiling 0/12", "compiling 1/12 a.json",
+                                                  "compiling 3/12 c.json", "compiling 12/12 z.json", "installing"});
     for (const skc::CompileProgress& p : seen) CHECK(p.key == rep.key);
     REQUIRE(seen.size() == 6);
     CHECK(seen[1].elapsed.count() == 0);
@@ -516,7 +525,9 @@ TEST_CASE("progress: the lookup, the compiler's start, then its progress lines i
     CHECK(shown(seen) == std::vector<std::string>{"lookup", "installing"});
 }
 
-TEST_CASE("progress: a compiler without progress lines gives the start report only (then the install); the cache off gives no lookup") {
+TEST_CASE(
+    "progress: a compiler without progress lines gives the start report only (then the install); the cache off gives "
+    "no lookup") {
     TempDir tmp;
     skc::process_compiled().clear();
     PackingCompiler pc;
@@ -574,20 +585,23 @@ TEST_CASE("progress: waiting while another process holds the key's lock, then co
 
     // "Another process": a lock of its own on the key's lock file, as a compiling process holds it.
     skc::FileLock other(tmp / "cache-b");
-    skc::FileLock::Guard held = other.lock(skc::Layout::cache_stem("8.0.RC1", "dev0") + "/keys/key-" + key, skc::LockMode::exclusive);
+    skc::FileLock::Guard held =
+        other.lock(skc::Layout::cache_stem("8.0.RC1", "dev0") + "/keys/key-" + key, skc::LockMode::exclusive);
     REQUIRE(held.owns());
     skc::process_compiled().clear();
     skc::CompileReport rep;
     std::thread t([&] { rep = compiler.compile(example_ops()); });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!waiting && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!waiting && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     held.release();
     t.join();
     CHECK(waiting);
     CHECK(rep.key == key);
     CHECK(rep.outcome == skc::CompileOutcome::compiled);
-    CHECK(shown(seen) == std::vector<std::string>{"waiting another process compiling cache key " + key, "compiling 0/12", "installing"});
+    CHECK(shown(seen) == std::vector<std::string>{"waiting another process compiling cache key " + key,
+                                                  "compiling 0/12", "installing"});
     REQUIRE_FALSE(seen.empty());
     CHECK(seen[0].key == key);
 }
@@ -600,7 +614,8 @@ TEST_CASE("progress: with several ranks, the wait for the other ranks or for the
     s.progress = recorder_of(seen);
     SUBCASE("a follower waits for the leader") {
         skc::process_compiled().clear();
-        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect, FollowerGather>
+        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect,
+                                  FollowerGather>
             compiler(pc.invoker(), options_for(tmp.path()), s);
         CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::skipped);
         CHECK(shown(seen) == std::vector<std::string>{
@@ -611,10 +626,12 @@ TEST_CASE("progress: with several ranks, the wait for the other ranks or for the
     }
     SUBCASE("the leader waits for the other ranks, then looks up and compiles") {
         skc::process_compiled().clear();
-        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect, LeaderGather>
+        skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall, skc::NoReselect,
+                                  LeaderGather>
             compiler(pc.invoker(), options_for(tmp.path()), s);
         CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
-        CHECK(shown(seen) == std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12", "installing"});
+        CHECK(shown(seen) ==
+              std::vector<std::string>{"waiting the node's other ranks", "lookup", "compiling 0/12", "installing"});
     }
 }
 
@@ -684,7 +701,8 @@ std::vector<skc::OpRecord> many_ops(std::size_t n) {
 
 TEST_CASE("op info folders: after a miss and after a hit, byte for byte what the one-file writers make") {
     for (const bool model_cache : {false, true}) {
-        for (const std::vector<std::string>& blacklist : {std::vector<std::string>{}, std::vector<std::string>{"MatMulV2", "_2_16_"}}) {
+        for (const std::vector<std::string>& blacklist :
+             {std::vector<std::string>{}, std::vector<std::string>{"MatMulV2", "_2_16_"}}) {
             CAPTURE(model_cache);
             CAPTURE(blacklist.size());
             TempDir tmp;
@@ -698,11 +716,12 @@ TEST_CASE("op info folders: after a miss and after a hit, byte for byte what the
             }
             fs::create_directories(tmp / "base");
             const std::vector<skc::OpRecord> ops = ops_with_bin_fields();
-            const Folders want = reference_folders(tmp.path(), ops, skc::SelectOptions{blacklist, o.use_model_cache_dir()});
+            const Folders want =
+                reference_folders(tmp.path(), ops, skc::SelectOptions{blacklist, o.use_model_cache_dir()});
             CHECK(want.count("_opcompile_blacklist") == (blacklist.empty() ? 0u : 1u));
             CHECK(want.count("_opcompile_selected") == (model_cache && blacklist.empty() ? 0u : 1u));
-            skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall> compiler(pc.invoker(), o,
-                                                                                                       settings_for({}));
+            skc::StaticKernelCompiler<Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall> compiler(
+                pc.invoker(), o, settings_for({}));
             for (const skc::CompileOutcome expected : {skc::CompileOutcome::compiled, skc::CompileOutcome::hit}) {
                 skc::process_compiled().clear();
                 const skc::CompileReport r = compiler.compile(ops);
@@ -772,8 +791,7 @@ TEST_CASE("op info folders: a process killed while they are written leaves only 
                 if (n >= 100) ::kill(::getpid(), SIGKILL);
                 std::this_thread::sleep_for(std::chrono::microseconds(100));
             }
-        } catch (...) {
-        }
+        } catch (...) {}
         ::_exit(3);
     }
     int status = 0;
@@ -819,7 +837,9 @@ TEST_CASE("op info folders: a child forked while they are written neither waits 
             const skc::CompileReport mine = compiler.compile(many_ops(10));  // its own, written by its own thread
             compiler.flush();
             std::size_t n = 0;
-            for ([[maybe_unused]] const auto& e : fs::directory_iterator(mine.run_dir / (std::to_string(::getpid()) + "_debug"))) ++n;
+            for ([[maybe_unused]] const auto& e :
+                 fs::directory_iterator(mine.run_dir / (std::to_string(::getpid()) + "_debug")))
+                ++n;
             status = n == 10 ? 0 : 5;
         } catch (...) {
             status = 6;
@@ -874,7 +894,7 @@ TEST_CASE("op info folders: a failure to write them after a hit is thrown by flu
         message = e.what();
     }
     CHECK(message == planted.string() + ": cannot create directory: Not a directory");
-    CHECK_NOTHROW(compiler.flush());  // reported once
+    CHECK_NOTHROW(compiler.flush());                  // reported once
     CHECK(skc_test::slurp(planted) == "in the way");  // nothing replaced
     // The folders made before the failure hold only whole files.
     for (const char* suffix : {"_debug", ""}) {

@@ -28,9 +28,9 @@ TEST_CASE("in_file adds a file to an error that has none, and keeps one that has
 
 TEST_CASE("every code has a distinct name") {
     using skc::Errc;
-    const Errc all[] = {Errc::invalid_json,   Errc::invalid_op_info,  Errc::limit_exceeded, Errc::invalid_option,
-                        Errc::invalid_name,   Errc::unsafe_path,      Errc::permission_denied, Errc::io_error,
-                        Errc::session_active, Errc::no_session,       Errc::invalid_argument, Errc::timeout,
+    const Errc all[] = {Errc::invalid_json,   Errc::invalid_op_info, Errc::limit_exceeded,    Errc::invalid_option,
+                        Errc::invalid_name,   Errc::unsafe_path,     Errc::permission_denied, Errc::io_error,
+                        Errc::session_active, Errc::no_session,      Errc::invalid_argument,  Errc::timeout,
                         Errc::corrupt,        Errc::compile_failed};
     for (std::size_t i = 0; i < std::size(all); ++i) {
         CHECK(skc::to_string(all[i]) != "unknown");

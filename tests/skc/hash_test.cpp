@@ -35,7 +35,7 @@ TEST_CASE("streaming in pieces of any size gives the one-shot digest") {
 TEST_CASE("update_u64 and update_byte are little-endian byte streams") {
     Hasher a;
     a.update_byte(1);
-    a.update_u64(0x0807060504030201ULL);  // crosses no boundary
+    a.update_u64(0x0807060504030201ULL);                              // crosses no boundary
     for (int i = 0; i < 3; ++i) a.update_u64(0x1122334455667788ULL);  // crosses block boundaries
     std::string bytes = "\x01\x01\x02\x03\x04\x05\x06\x07\x08";
     for (int i = 0; i < 3; ++i) bytes += "\x88\x77\x66\x55\x44\x33\x22\x11";

@@ -56,8 +56,10 @@ const bool hooks_installed = true;
 
 namespace {
 
-using Relu = skc::OpDesc<"Relu", skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>,
-                         skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>>;
+using Relu =
+    skc::OpDesc<"Relu",
+                skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>,
+                skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>>;
 
 skc::Digest key(int i) {
     skc::Digest d;
@@ -72,7 +74,8 @@ skc::Digest key(int i) {
 TEST_CASE("finds what was loaded, by digest, by compile-time op and by record") {
     const auto ops = skc::read_op_info_dir(skc_test::example_ops_dir());
     std::vector<skc::KernelTable<int>::Entry> entries;
-    for (std::size_t i = 0; i < ops.ops.size(); ++i) entries.emplace_back(skc::digest(ops.ops[i].record), static_cast<int>(i));
+    for (std::size_t i = 0; i < ops.ops.size(); ++i)
+        entries.emplace_back(skc::digest(ops.ops[i].record), static_cast<int>(i));
     entries.emplace_back(Relu::digest, 99);
     skc::KernelTable<int> table(entries);
     CHECK(table.size() == 15);  // 16 entries, one digest twice (the duplicate example file)

@@ -90,7 +90,8 @@ TEST_CASE("toolchain versions and device names that would leave the cache folder
              "device name \"a\" cannot be used in a file name: it must be non-empty and contain no '/', no NUL byte "
              "and no leading '.'");
     // Too long together: the namespace's files would pass the file system's 255 bytes a name.
-    CHECK(skc::Layout::cache_stem("8.0", std::string(skc::Layout::max_cache_stem - 9, 'd')).size() == skc::Layout::max_cache_stem);
+    CHECK(skc::Layout::cache_stem("8.0", std::string(skc::Layout::max_cache_stem - 9, 'd')).size() ==
+          skc::Layout::max_cache_stem);
     CHECK_EQ(error_of([&] { (void)skc::Layout::cache_stem("8.0", std::string(skc::Layout::max_cache_stem - 8, 'd')); }),
              "the toolchain version and the device name are too long together: the cache namespace would be 201 bytes, "
              "at most 200");
@@ -155,8 +156,8 @@ TEST_CASE("the base must be readable and writable: the error names the path and 
     fs::permissions(dir / "ro", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                                     fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
     fs::create_directory(dir / "wo");
-    fs::permissions(dir / "wo", fs::perms::owner_write | fs::perms::owner_exec | fs::perms::others_write |
-                                    fs::perms::others_exec);
+    fs::permissions(dir / "wo",
+                    fs::perms::owner_write | fs::perms::owner_exec | fs::perms::others_write | fs::perms::others_exec);
     fs::create_directory(dir / "rw");
     fs::permissions(dir / "rw", fs::perms::all);
     const std::string ro = (dir / "ro").string();

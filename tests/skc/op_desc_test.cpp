@@ -22,16 +22,18 @@ struct ExampleContext : skc::DefaultContext {
     static constexpr std::int64_t deterministic_level = 0;
 };
 
-using ExampleMatMul = skc::OpDesc<"MatMulV2",
-    Inputs<Tensor<"x1", DType::float32, Format::ND, Shape<1, 2048>>,
-           Tensor<"x2", DType::float32, Format::ND, Shape<2048, 512>>, Absent, Absent>,
-    Outputs<Tensor<"y", DType::float32, Format::ND, Shape<1, 512>>>,
-    Attrs<Attr<"transpose_x1", false>, Attr<"transpose_x2", false>, Attr<"offset_x", 0>>, ExampleContext>;
+using ExampleMatMul =
+    skc::OpDesc<"MatMulV2",
+                Inputs<Tensor<"x1", DType::float32, Format::ND, Shape<1, 2048>>,
+                       Tensor<"x2", DType::float32, Format::ND, Shape<2048, 512>>, Absent, Absent>,
+                Outputs<Tensor<"y", DType::float32, Format::ND, Shape<1, 512>>>,
+                Attrs<Attr<"transpose_x1", false>, Attr<"transpose_x2", false>, Attr<"offset_x", 0>>, ExampleContext>;
 
 using Concat = skc::OpDesc<"ConcatD",
-    Inputs<List<Tensor<"x", DType::float16, Format::ND, Shape<2, 3>>, Tensor<"x", DType::float16, Format::ND, Shape<>>>>,
-    Outputs<Tensor<"y", DType::float16, Format::ND, Shape<4, 3>>>,
-    Attrs<Attr<"concat_dim", 0>, Attr<"mode", skc::FixedString("fast")>, Attr<"n", 2u>>>;
+                           Inputs<List<Tensor<"x", DType::float16, Format::ND, Shape<2, 3>>,
+                                       Tensor<"x", DType::float16, Format::ND, Shape<>>>>,
+                           Outputs<Tensor<"y", DType::float16, Format::ND, Shape<4, 3>>>,
+                           Attrs<Attr<"concat_dim", 0>, Attr<"mode", skc::FixedString("fast")>, Attr<"n", 2u>>>;
 
 using Bare = skc::OpDesc<"Relu", Inputs<Tensor<"x", DType::bfloat16, Format::NC1HWC0, Shape<1, 1, 4, 4, 16>>>,
                          Outputs<Tensor<"y", DType::bfloat16, Format::NC1HWC0, Shape<1, 1, 4, 4, 16>>>>;

@@ -234,29 +234,35 @@ TEST_CASE("hostile: text that is not JSON, empty, only white space, truncated, o
         return good_text().substr(0, pos);
     }();
     check_bad_files({
-        {"YAML instead of JSON", "op_type: MatMulV2\ninputs: []\n",
+        {"YAML instead of JSON",
+         "op_type: MatMulV2\ninputs: []\n",
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 1, column 1: syntax error while parsing value - invalid literal; "
           "last read: 'o'"}},
         {"empty file", "", {skc::Errc::invalid_json, "", "empty input: expected a JSON object"}},
         {"only white space", " \n\t\r\n   \n", {skc::Errc::invalid_json, "", "empty input: expected a JSON object"}},
-        {"truncated inside a string", R"({"op_type": "MatMulV2", "inputs": [{"dtype": "fl)",
+        {"truncated inside a string",
+         R"({"op_type": "MatMulV2", "inputs": [{"dtype": "fl)",
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 1, column 49: syntax error while parsing value - invalid string: "
           "missing closing quote; last read: '\"fl'"}},
-        {"truncated after an opening bracket", R"({"op_type": "MatMulV2", "inputs": [)",
+        {"truncated after an opening bracket",
+         R"({"op_type": "MatMulV2", "inputs": [)",
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 1, column 36: syntax error while parsing value - unexpected end of "
           "input; expected '[', '{', or a literal"}},
-        {"truncated after five lines (the line number is reported)", first_five_lines,
+        {"truncated after five lines (the line number is reported)",
+         first_five_lines,
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 6, column 1: syntax error while parsing object key - unexpected end "
           "of input; expected string literal"}},
-        {"two documents in one file", good_text() + good_text(),
+        {"two documents in one file",
+         good_text() + good_text(),
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 26, column 1: syntax error while parsing value - unexpected '{'; "
           "expected end of input"}},
-        {"a comment", "// recorded by hand\n" + good_text(),
+        {"a comment",
+         "// recorded by hand\n" + good_text(),
          {skc::Errc::invalid_json, "",
           "not valid JSON: parse error at line 1, column 1: syntax error while parsing value - invalid literal; "
           "last read: '/'"}},
@@ -265,9 +271,12 @@ TEST_CASE("hostile: text that is not JSON, empty, only white space, truncated, o
 
 TEST_CASE("hostile: a JSON value other than an object at the top") {
     check_bad_files({
-        {"array", "[" + good_text() + "]",
+        {"array",
+         "[" + good_text() + "]",
          {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found array"}},
-        {"string", R"("MatMulV2")", {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found string"}},
+        {"string",
+         R"("MatMulV2")",
+         {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found string"}},
         {"number", "42", {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found integer"}},
         {"float", "2.5", {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found number"}},
         {"null", "null", {skc::Errc::invalid_op_info, "", "an op info file holds one JSON object, found null"}},
@@ -283,8 +292,8 @@ TEST_CASE("hostile: a raw NUL byte after the object, followed by more text") {
     std::string content = doc(R"("Add")", "[]");
     const std::size_t nul_at = content.size();
     content += std::string(1, '\0') + R"({"op_type": "Evil")";
-    check_bad_file(content, {skc::Errc::invalid_json, "",
-                             "not valid JSON: NUL byte at byte offset " + std::to_string(nul_at)});
+    check_bad_file(content,
+                   {skc::Errc::invalid_json, "", "not valid JSON: NUL byte at byte offset " + std::to_string(nul_at)});
 }
 
 // Regression (include/skc/op_info_io.hpp, ValueBuilder::parse_error): nlohmann's message quotes the
@@ -314,31 +323,44 @@ TEST_CASE("hostile: an unterminated 2 MB string gives a short error message") {
 TEST_CASE("hostile: fields of the wrong type") {
     const std::string input = "[" + std::string(tensor_2x3) + "]";
     check_bad_files({
-        {"op_type a number", doc("5", input), {skc::Errc::invalid_op_info, "op_type", "expected a string, found integer"}},
-        {"inputs an object", doc(R"("Add")", std::string(tensor_2x3)),
-         {skc::Errc::invalid_op_info, "inputs", "expected an array of tensors, lists of tensors or null, found object"}},
-        {"an input a number", doc(R"("Add")", "[null, 7]"),
+        {"op_type a number",
+         doc("5", input),
+         {skc::Errc::invalid_op_info, "op_type", "expected a string, found integer"}},
+        {"inputs an object",
+         doc(R"("Add")", std::string(tensor_2x3)),
+         {skc::Errc::invalid_op_info, "inputs",
+          "expected an array of tensors, lists of tensors or null, found object"}},
+        {"an input a number",
+         doc(R"("Add")", "[null, 7]"),
          {skc::Errc::invalid_op_info, "inputs[1]",
           "expected a tensor object, an array of tensors, or null, found integer"}},
-        {"a shape element a string", doc(R"("Add")", input_with_shape(R"([2, "3"])")),
+        {"a shape element a string",
+         doc(R"("Add")", input_with_shape(R"([2, "3"])")),
          {skc::Errc::invalid_op_info, "inputs[0].shape[1]", "expected an integer, found string"}},
-        {"a dim 2.5", doc(R"("Add")", input_with_shape("[2, 2.5]")),
+        {"a dim 2.5",
+         doc(R"("Add")", input_with_shape("[2, 2.5]")),
          {skc::Errc::invalid_op_info, "inputs[0].shape[1]", "expected an integer, found number"}},
-        {"shape a string", doc(R"("Add")", input_with_shape(R"("2x3")")),
+        {"shape a string",
+         doc(R"("Add")", input_with_shape(R"("2x3")")),
          {skc::Errc::invalid_op_info, "inputs[0].shape", "expected an array of integers, found string"}},
-        {"attrs an object", doc(R"("Add")", input, R"(, "attrs": {"alpha": 1})"),
+        {"attrs an object",
+         doc(R"("Add")", input, R"(, "attrs": {"alpha": 1})"),
          {skc::Errc::invalid_op_info, "attrs", "expected an array of attrs, found object"}},
-        {"an attr without value", doc(R"("Add")", input, R"(, "attrs": [{"name": "alpha", "dtype": "int"}])"),
+        {"an attr without value",
+         doc(R"("Add")", input, R"(, "attrs": [{"name": "alpha", "dtype": "int"}])"),
          {skc::Errc::invalid_op_info, "attrs[0]", "missing required field \"value\""}},
-        {"deterministic a bool", doc(R"("Add")", input, R"(, "deterministic": true)"),
+        {"deterministic a bool",
+         doc(R"("Add")", input, R"(, "deterministic": true)"),
          {skc::Errc::invalid_op_info, "deterministic", "expected a string, found boolean"}},
-        {"deterministic an unknown string", doc(R"("Add")", input, R"(, "deterministic": "yes")"),
+        {"deterministic an unknown string",
+         doc(R"("Add")", input, R"(, "deterministic": "yes")"),
          {skc::Errc::invalid_op_info, "deterministic", "value \"yes\" is not accepted: use \"true\" or \"false\""}},
         {"param_type unknown",
          doc(R"("Add")", R"([{"dtype": "float", "shape": [2], "format": "ND", "param_type": "sometimes"}])"),
          {skc::Errc::invalid_op_info, "inputs[0].param_type",
           "value \"sometimes\" is not accepted: use \"required\", \"optional\" or \"dynamic\""}},
-        {"platform_info an array", doc(R"("Add")", input, R"(, "platform_info": [48, 24])"),
+        {"platform_info an array",
+         doc(R"("Add")", input, R"(, "platform_info": [48, 24])"),
          {skc::Errc::invalid_op_info, "platform_info", "expected an object, found array"}},
     });
 }
@@ -346,17 +368,23 @@ TEST_CASE("hostile: fields of the wrong type") {
 TEST_CASE("hostile: required fields missing") {
     const std::string out = R"("outputs": [)" + std::string(tensor_2x3) + "]";
     check_bad_files({
-        {"op_type", R"({"inputs": [], )" + out + "}",
+        {"op_type",
+         R"({"inputs": [], )" + out + "}",
          {skc::Errc::invalid_op_info, "", "missing required field \"op_type\""}},
-        {"inputs", R"({"op_type": "Add", )" + out + "}",
+        {"inputs",
+         R"({"op_type": "Add", )" + out + "}",
          {skc::Errc::invalid_op_info, "", "missing required field \"inputs\""}},
-        {"outputs", R"({"op_type": "Add", "inputs": []})",
+        {"outputs",
+         R"({"op_type": "Add", "inputs": []})",
          {skc::Errc::invalid_op_info, "", "missing required field \"outputs\""}},
-        {"dtype", doc(R"("Add")", R"([null, {"shape": [2], "format": "ND"}])"),
+        {"dtype",
+         doc(R"("Add")", R"([null, {"shape": [2], "format": "ND"}])"),
          {skc::Errc::invalid_op_info, "inputs[1]", "missing required field \"dtype\""}},
-        {"shape", doc(R"("Add")", R"([{"dtype": "float", "format": "ND"}])"),
+        {"shape",
+         doc(R"("Add")", R"([{"dtype": "float", "format": "ND"}])"),
          {skc::Errc::invalid_op_info, "inputs[0]", "missing required field \"shape\""}},
-        {"format", doc(R"("Add")", R"([[{"dtype": "float", "shape": [2], "format": "ND"}, {"dtype": "float", "shape": [2]}]])"),
+        {"format",
+         doc(R"("Add")", R"([[{"dtype": "float", "shape": [2], "format": "ND"}, {"dtype": "float", "shape": [2]}]])"),
          {skc::Errc::invalid_op_info, "inputs[0][1]", "missing required field \"format\""}},
     });
 }
@@ -366,7 +394,8 @@ TEST_CASE("hostile: required fields missing") {
 TEST_CASE("hostile: negative dims, overflowing element counts, integers beyond 64 bits") {
     check_bad_files({
         {"negative dim in the second input",
-         doc(R"("Add")", "[" + std::string(tensor_2x3) + R"(, {"dtype": "float", "shape": [2, 3, -3], "format": "ND"}])"),
+         doc(R"("Add")",
+             "[" + std::string(tensor_2x3) + R"(, {"dtype": "float", "shape": [2, 3, -3], "format": "ND"}])"),
          {skc::Errc::invalid_op_info, "inputs[1].shape[2]", "dim -3 is negative: dims must be >= 0"}},
         {"negative dim in an output",
          R"({"op_type": "Add", "inputs": [], "outputs": [{"dtype": "float", "shape": [-1], "format": "ND"}]})",
@@ -374,13 +403,17 @@ TEST_CASE("hostile: negative dims, overflowing element counts, integers beyond 6
         {"negative dim in origin_shape",
          doc(R"("Add")", R"([{"dtype": "float", "shape": [2], "format": "ND", "origin_shape": [1, -2]}])"),
          {skc::Errc::invalid_op_info, "inputs[0].origin_shape[1]", "dim -2 is negative: dims must be >= 0"}},
-        {"element count 2^64", doc(R"("Add")", input_with_shape("[4294967296, 4294967296]")),
+        {"element count 2^64",
+         doc(R"("Add")", input_with_shape("[4294967296, 4294967296]")),
          {skc::Errc::limit_exceeded, "inputs[0].shape", "element count overflows 64 bits"}},
-        {"a dim of 2^63", doc(R"("Add")", input_with_shape("[1, 9223372036854775808]")),
+        {"a dim of 2^63",
+         doc(R"("Add")", input_with_shape("[1, 9223372036854775808]")),
          {skc::Errc::invalid_op_info, "inputs[0].shape[1]", "expected an integer, found an integer above 2^63-1"}},
-        {"a dim of 2^64-1", doc(R"("Add")", input_with_shape("[18446744073709551615]")),
+        {"a dim of 2^64-1",
+         doc(R"("Add")", input_with_shape("[18446744073709551615]")),
          {skc::Errc::invalid_op_info, "inputs[0].shape[0]", "expected an integer, found an integer above 2^63-1"}},
-        {"rank 65", doc(R"("Add")", input_with_shape(ones(65))),
+        {"rank 65",
+         doc(R"("Add")", input_with_shape(ones(65))),
          {skc::Errc::limit_exceeded, "inputs[0].shape", "rank 65 exceeds the maximum rank 64"}},
     });
 }
@@ -392,9 +425,10 @@ TEST_CASE("hostile: integers outside the 64-bit range are refused where they sta
     check_bad_file(doc(R"("Add")", input_with_shape("[18446744073709551616]")),
                    {skc::Errc::limit_exceeded, "inputs[0].shape[0]",
                     "integer 18446744073709551616 is outside the 64-bit range; skc keeps integers exact"});
-    check_bad_file(doc(R"("Add")", "[]", R"(, "attrs": [{"name": "a", "dtype": "int", "value": -9223372036854775809}])"),
-                   {skc::Errc::limit_exceeded, "attrs[0].value",
-                    "integer -9223372036854775809 is outside the 64-bit range; skc keeps integers exact"});
+    check_bad_file(
+        doc(R"("Add")", "[]", R"(, "attrs": [{"name": "a", "dtype": "int", "value": -9223372036854775809}])"),
+        {skc::Errc::limit_exceeded, "attrs[0].value",
+         "integer -9223372036854775809 is outside the 64-bit range; skc keeps integers exact"});
 }
 
 // Regression (include/skc/shape.hpp, RuntimeShape::element_count): the product is overflow-checked
@@ -402,7 +436,8 @@ TEST_CASE("hostile: integers outside the 64-bit range are refused where they sta
 // while [0, 4294967296, 4294967296] is accepted, though both hold 0 elements. Whether a shape is
 // valid must not depend on the order of its dims; its count (0) fits in 64 bits.
 TEST_CASE("hostile: a zero dim makes the element count 0 in any dim order") {
-    for (const std::string shape : {"[0, 4294967296, 4294967296]", "[4294967296, 4294967296, 0]", "[4294967296, 0, 4294967296]"}) {
+    for (const std::string shape :
+         {"[0, 4294967296, 4294967296]", "[4294967296, 4294967296, 0]", "[4294967296, 0, 4294967296]"}) {
         INFO("shape " << shape);
         const std::string text = doc(R"("Add")", input_with_shape(shape));
         std::optional<skc::OpRecord> r;
@@ -436,7 +471,8 @@ TEST_CASE("hostile: a million dims is a rank error") {
 
 TEST_CASE("hostile: attrs nested 100000 deep hit the depth limit without recursion") {
     const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
-    const std::string text = doc(R"("Add")", "[]", R"(, "attrs": [{"name": "a", "dtype": "list_int", "value": )" + deep + "}]");
+    const std::string text =
+        doc(R"("Add")", "[]", R"(, "attrs": [{"name": "a", "dtype": "list_int", "value": )" + deep + "}]");
     check_bad_file(text, {skc::Errc::limit_exceeded, "", "nesting deeper than 512 levels of arrays and objects"});
     // Also nested objects, and the limit is exactly max_depth levels.
     std::string objects;
@@ -445,7 +481,9 @@ TEST_CASE("hostile: attrs nested 100000 deep hit the depth limit without recursi
     check_error(error_of([&] { (void)skc::parse_json(objects); }),
                 {skc::Errc::limit_exceeded, "", "nesting deeper than 512 levels of arrays and objects"}, "");
     CHECK_NOTHROW((void)skc::parse_json("[[[1]]]", skc::ReadLimits{1024, 3}));
-    check_error(error_of([&] { (void)skc::parse_json("[[[[1]]]]", skc::ReadLimits{1024, 3}); }),
+    check_error(error_of([&] {
+                    (void)skc::parse_json("[[[[1]]]]", skc::ReadLimits{1024, 3});
+                }),
                 {skc::Errc::limit_exceeded, "", "nesting deeper than 3 levels of arrays and objects"}, "");
 }
 
@@ -487,9 +525,9 @@ TEST_CASE("hostile: the file size limit is inclusive and names both sizes") {
     skc_test::spit(dir / "z_good.json", good_text());
     const std::string big = (dir / "m_big.json").string();
     const auto before = skc_test::snapshot(dir.path());
-    const Expected want{skc::Errc::limit_exceeded, "",
-                        "file is " + std::to_string(n + 1) + " bytes; files above " + std::to_string(n) +
-                            " bytes are rejected"};
+    const Expected want{
+        skc::Errc::limit_exceeded, "",
+        "file is " + std::to_string(n + 1) + " bytes; files above " + std::to_string(n) + " bytes are rejected"};
 
     CHECK(skc::read_op_info(dir / "a_good.json", limits) == good_record());
     check_error(error_of([&] { (void)skc::read_op_info(big, limits); }), want, big);
@@ -503,7 +541,8 @@ TEST_CASE("hostile: the file size limit is inclusive and names both sizes") {
 
 TEST_CASE("hostile: duplicate keys at the top") {
     check_bad_files({
-        {"op_type twice", R"({"op_type": "Add", "inputs": [], "outputs": [], "op_type": "Evil"})",
+        {"op_type twice",
+         R"({"op_type": "Add", "inputs": [], "outputs": [], "op_type": "Evil"})",
          {skc::Errc::invalid_json, "", "duplicate key \"op_type\" in one object"}},
     });
 }
@@ -529,9 +568,20 @@ namespace {
 
 const std::vector<std::string>& unsafe_names() {
     static const std::vector<std::string> names = {
-        "a/b",      "..",         "../../etc/passwd", std::string("Mat\0Mul", 7), "Add;rm -rf ~", "Add$(id)",
-        "Add`id`",  "Mat Mul",    "Add|tee x",        "Add>x",                    "a\"b",         "Add\nFAKE LOG",
-        "",         std::string(129, 'A'),
+        "a/b",
+        "..",
+        "../../etc/passwd",
+        std::string("Mat\0Mul", 7),
+        "Add;rm -rf ~",
+        "Add$(id)",
+        "Add`id`",
+        "Mat Mul",
+        "Add|tee x",
+        "Add>x",
+        "a\"b",
+        "Add\nFAKE LOG",
+        "",
+        std::string(129, 'A'),
     };
     return names;
 }
@@ -541,12 +591,15 @@ const std::vector<std::string>& unsafe_names() {
 TEST_CASE("hostile: op types, dtypes and formats unusable in a file name are refused when read") {
     std::vector<Case> cases;
     for (const std::string& name : unsafe_names()) {
-        cases.push_back({"op_type " + skc::detail::quote(name), doc(json_string(name), "[]"),
+        cases.push_back({"op_type " + skc::detail::quote(name),
+                         doc(json_string(name), "[]"),
                          {skc::Errc::invalid_name, "op_type", "op type " + skc::detail::quote(name) + name_rule}});
     }
-    cases.push_back({"dtype with '/'", doc(R"("Add")", R"([{"dtype": "../float", "shape": [2], "format": "ND"}])"),
+    cases.push_back({"dtype with '/'",
+                     doc(R"("Add")", R"([{"dtype": "../float", "shape": [2], "format": "ND"}])"),
                      {skc::Errc::invalid_name, "inputs[0].dtype", "dtype \"../float\"" + name_rule}});
-    cases.push_back({"format with '/'", doc(R"("Add")", R"([{"dtype": "float", "shape": [2], "format": "N/D"}])"),
+    cases.push_back({"format with '/'",
+                     doc(R"("Add")", R"([{"dtype": "float", "shape": [2], "format": "N/D"}])"),
                      {skc::Errc::invalid_name, "inputs[0].format", "format \"N/D\"" + name_rule}});
     cases.push_back({"dtype with '/' in an output (not used in the name, still refused)",
                      R"({"op_type": "Add", "inputs": [], "outputs": [{"dtype": "a/b", "shape": [2], "format": "ND"}]})",
@@ -612,11 +665,12 @@ TEST_CASE("hostile: write_op_info_as refuses a name that is not a plain file nam
     fs::create_directory(target);
     const auto before = skc_test::snapshot(root.path());
     for (const std::string& name : {std::string("../escape.json"), std::string("sub/x.json"), std::string(".."),
-                                   std::string("."), std::string(), std::string("x.json\0/../../y", 15)}) {
+                                    std::string("."), std::string(), std::string("x.json\0/../../y", 15)}) {
         INFO("name " << skc::detail::quote(name));
-        check_error(error_of([&] { (void)skc::write_op_info_as(target, name, good_record()); }),
-                    {skc::Errc::invalid_name, "", "file name " + skc::detail::quote(name) + " is not a plain file name"},
-                    target.string());
+        check_error(
+            error_of([&] { (void)skc::write_op_info_as(target, name, good_record()); }),
+            {skc::Errc::invalid_name, "", "file name " + skc::detail::quote(name) + " is not a plain file name"},
+            target.string());
     }
     CHECK(skc_test::snapshot(root.path()) == before);
 }

@@ -40,8 +40,7 @@ std::vector<Value> mutations(const Value& v) {
     case skc::Kind::integer: return {Value(v.as_int() == 9223372036854775807LL ? v.as_int() - 1 : v.as_int() + 1)};
     case skc::Kind::unsigned_integer: return {Value(v.as_uint() - 1)};
     case skc::Kind::number: return {Value(v.as_double() * 2 + 1)};
-    case skc::Kind::string:
-        return {Value(v.as_string() + "X"), Value("optional"), Value("true"), Value("required")};
+    case skc::Kind::string: return {Value(v.as_string() + "X"), Value("optional"), Value("true"), Value("required")};
     case skc::Kind::array: {
         skc::Array a = v.as_array();
         if (a.empty()) return {Value(skc::Array{Value(1)})};
@@ -142,8 +141,7 @@ TEST_CASE("changing any single field changes the digest (every node of the docum
             applied = true;
             if (run_only)
                 CHECK_MESSAGE(skc::digest(r) == base, "bin field " << path << " must not change the identity");
-            else
-                CHECK_MESSAGE(skc::digest(r) != base, "changing " << path << " did not change the digest");
+            else CHECK_MESSAGE(skc::digest(r) != base, "changing " << path << " did not change the digest");
             break;
         }
         CHECK_MESSAGE(applied, "no valid mutation for " << path);
@@ -171,10 +169,8 @@ TEST_CASE("removing any optional field changes the digest; absent and empty diff
                 continue;  // a required field
             }
             const std::string where = path.empty() ? key : path + "." + key;
-            if (where.rfind("bin_type", 0) == 0 || where.rfind("bin_info", 0) == 0)
-                CHECK(skc::digest(r) == base);
-            else
-                CHECK_MESSAGE(skc::digest(r) != base, "removing " << where << " did not change the digest");
+            if (where.rfind("bin_type", 0) == 0 || where.rfind("bin_info", 0) == 0) CHECK(skc::digest(r) == base);
+            else CHECK_MESSAGE(skc::digest(r) != base, "removing " << where << " did not change the digest");
             ++removed;
         }
     });
@@ -215,14 +211,15 @@ TEST_CASE("validate rejects records built in code with bad values, naming the fi
             skc::validate(r);
             FAIL("no error");
         } catch (const skc::Error& e) {
-            CHECK_EQ(std::string(e.what()),
-                     "op_type: field \"op_type\" is known and must be set through its typed member, not as an extra field");
+            CHECK_EQ(
+                std::string(e.what()),
+                "op_type: field \"op_type\" is known and must be set through its typed member, not as an extra field");
         }
     }
     SUBCASE("deterministic must be the string true or false") {
         r.deterministic = "yes";
-        CHECK_THROWS_WITH_AS(skc::validate(r), "deterministic: value \"yes\" is not accepted: use \"true\" or \"false\"",
-                             skc::Error);
+        CHECK_THROWS_WITH_AS(skc::validate(r),
+                             "deterministic: value \"yes\" is not accepted: use \"true\" or \"false\"", skc::Error);
     }
 }
 

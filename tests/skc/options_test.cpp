@@ -83,13 +83,15 @@ TEST_CASE("wrongly typed and out-of-range values name the key and what is accept
     CHECK_EQ(error_of(R"({"jobs": 2.5})"), "option 'jobs': expected an integer from 1 to 1024, found number 2.5");
     CHECK_EQ(error_of(R"({"compile_timeout_seconds": -1})"),
              "option 'compile_timeout_seconds': expected an integer from 1 to 604800, found -1");
-    CHECK_EQ(error_of(R"({"op_blacklist": "Gelu"})"), "option 'op_blacklist': expected an array of strings, found string \"Gelu\"");
+    CHECK_EQ(error_of(R"({"op_blacklist": "Gelu"})"),
+             "option 'op_blacklist': expected an array of strings, found string \"Gelu\"");
     CHECK_EQ(error_of(R"({"op_blacklist": ["Gelu", 3]})"),
              "option 'op_blacklist': element 1: expected a string, found integer 3");
     CHECK_EQ(error_of(R"({"op_blacklist": [""]})"),
              "option 'op_blacklist': an empty substring would blacklist every op");
-    CHECK_EQ(error_of(R"({"log_level": "verbose"})"),
-             "option 'log_level': value \"verbose\" is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
+    CHECK_EQ(
+        error_of(R"({"log_level": "verbose"})"),
+        "option 'log_level': value \"verbose\" is not accepted: use \"debug\", \"info\", \"warning\" or \"error\"");
     CHECK_EQ(error_of(R"({"model_compile_cache": true})"),
              "option 'model_compile_cache_dir': required when model_compile_cache is true");
     CHECK_EQ(error_of(R"([])"), "options must be a JSON object, found array");
@@ -133,7 +135,8 @@ TEST_CASE("a host's own keys are skipped, and listed when a key is unknown") {
 TEST_CASE("cache_mode: the option, else SKC_CACHE_MODE, else unset") {
     ::unsetenv("SKC_CACHE_MODE");
     CHECK_FALSE(skc::requested_cache_mode(skc::Options{}).has_value());
-    CHECK(skc::parse_options(skc::parse_json(R"({"cache_mode": "read-only"})")).cache_mode == skc::CacheMode::read_only);
+    CHECK(skc::parse_options(skc::parse_json(R"({"cache_mode": "read-only"})")).cache_mode ==
+          skc::CacheMode::read_only);
     CHECK_EQ(error_of(R"({"cache_mode": "ro"})"),
              "option 'cache_mode': value \"ro\" is not accepted: use read-write, read-only or recache");
     ::setenv("SKC_CACHE_MODE", "recache", 1);

@@ -80,11 +80,11 @@ TEST_CASE("stop writes <pid>_debug, <pid> and <pid>_opcompile in the order ops w
     with_bin.bin_type = 1;
     with_bin.bin_info = skc::Value("matmul_dynamic.o");
     CHECK(rec.record(with_bin));
-    CHECK(rec.record(op("ReduceSum", 2, 3)));   // unsupported, not a target
-    CHECK(rec.record(op("Add", 2, 3)));         // supported, not a target
-    CHECK_FALSE(rec.record(op("Add", 2, 3)));   // same content
+    CHECK(rec.record(op("ReduceSum", 2, 3)));  // unsupported, not a target
+    CHECK(rec.record(op("Add", 2, 3)));        // supported, not a target
+    CHECK_FALSE(rec.record(op("Add", 2, 3)));  // same content
     skc::OpRecord same_but_bin = op("MatMulV2", 2, 3);
-    same_but_bin.bin_type = 0;                  // the same op after reselect: not a new op
+    same_but_bin.bin_type = 0;  // the same op after reselect: not a new op
     CHECK_FALSE(rec.record(same_but_bin));
 
     const skc::RecordingResult res = rec.stop(run);
@@ -117,9 +117,10 @@ TEST_CASE("an invalid record is refused with its fault and not recorded") {
 }
 
 TEST_CASE("recording with a compile-time digest builds the record only for a new op") {
-    using Relu = skc::OpDesc<"Relu",
-        skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>,
-        skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>>;
+    using Relu =
+        skc::OpDesc<"Relu",
+                    skc::desc::Inputs<skc::desc::Tensor<"x", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>,
+                    skc::desc::Outputs<skc::desc::Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<4, 8>>>>;
     skc::OpRecorder<> rec;
     int built = 0;
     auto make = [&] {
@@ -189,7 +190,7 @@ TEST_CASE("discard ends the session without writing: the process may record agai
     CHECK_THROWS_WITH_AS(rec.record(skc::digest(op("Add", 5, 6)), [] { return op("Add", 5, 6); }),
                          "the recording session was stopped; start a new OpRecorder to record again", skc::Error);
     CHECK_THROWS_WITH_AS(rec.stop(layout.create_run()), "the recording session was already stopped", skc::Error);
-    rec.discard();  // twice is harmless
+    rec.discard();           // twice is harmless
     skc::OpRecorder<> next;  // the process's session is free again
     CHECK(next.record(op("Add", 1, 2)));
 }
@@ -241,10 +242,13 @@ TEST_CASE("6 threads record the same ops, by record and by compile-time digest: 
                     if (t % 2 == 0) {
                         fresh += rec.record(records[static_cast<std::size_t>(i)]) ? 1 : 0;
                     } else {
-                        fresh += rec.record(digests[static_cast<std::size_t>(i)], [&] {
-                            ++built;
-                            return records[static_cast<std::size_t>(i)];
-                        }) ? 1 : 0;
+                        fresh += rec.record(digests[static_cast<std::size_t>(i)],
+                                            [&] {
+                                                ++built;
+                                                return records[static_cast<std::size_t>(i)];
+                                            })
+                                     ? 1
+                                     : 0;
                     }
                 }
             } catch (const std::exception&) {
@@ -328,7 +332,8 @@ TEST_CASE("take hands the records over in the order first seen; FileWriter write
                 static std::mutex session;
                 std::lock_guard lock(session);
                 skc::OpRecorder<> rec;
-                for (std::int64_t i = 0; i < 50; ++i) rec.record(op(i % 2 ? "MatMulV2" : "ReduceSum", i + 1, static_cast<std::int64_t>(t) + 1));
+                for (std::int64_t i = 0; i < 50; ++i)
+                    rec.record(op(i % 2 ? "MatMulV2" : "ReduceSum", i + 1, static_cast<std::int64_t>(t) + 1));
                 rec.record(op("MatMulV2", 2, static_cast<std::int64_t>(t) + 1));  // seen already
                 ops = rec.take();
             }
@@ -338,8 +343,9 @@ TEST_CASE("take hands the records over in the order first seen; FileWriter write
                 CHECK_FALSE(ops[0].supported);  // ReduceSum
             }
             const skc::RunLayout run(tmp / ("run" + std::to_string(t)), 4242);
-            plans[t] = std::make_shared<const skc::SessionPlan>(skc::plan_session(
-                run, std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops)), skc::SelectOptions{}, skc::CompiledSet{}));
+            plans[t] = std::make_shared<const skc::SessionPlan>(
+                skc::plan_session(run, std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops)),
+                                  skc::SelectOptions{}, skc::CompiledSet{}));
             writer.submit(plans[t]);
             if (t % 2 == 0) writer.start();
         });
@@ -357,7 +363,9 @@ TEST_CASE("take hands the records over in the order first seen; FileWriter write
     }
 }
 
-TEST_CASE("FileWriter::defer runs jobs after what was queued before them, from start() on; wait() throws a job's error once") {
+TEST_CASE(
+    "FileWriter::defer runs jobs after what was queued before them, from start() on; wait() throws a job's error "
+    "once") {
     skc::FileWriter writer;
     std::mutex mu;
     std::vector<int> order;

@@ -13,7 +13,8 @@ namespace fs = std::filesystem;
 
 TEST_CASE("a whole package passes both checks; cut, grown, altered or foreign ones say why") {
     skc_test::TempDir tmp;
-    const fs::path pkg = skc_test::make_package(tmp.path(), "p", {{skc_test::digest_of(7), "Add", "kernels/k.so", std::string(5000, 'k')}});
+    const fs::path pkg = skc_test::make_package(
+        tmp.path(), "p", {{skc_test::digest_of(7), "Add", "kernels/k.so", std::string(5000, 'k')}});
     const std::string bytes = skc_test::slurp(pkg);
     CHECK(skc::run_package_header_fault(bytes, bytes.size()) == std::nullopt);
     CHECK(skc::run_package_fault(pkg) == std::nullopt);
@@ -43,7 +44,8 @@ TEST_CASE("a whole package passes both checks; cut, grown, altered or foreign on
     REQUIRE(g.has_value());
     CHECK(g->find("cut short") == std::string::npos);
     // Not a makeself package at all.
-    CHECK(skc::run_package_header_fault("PK\x03\x04", 4) == "not a makeself run package (it does not start with \"#!\")");
+    CHECK(skc::run_package_header_fault("PK\x03\x04", 4) ==
+          "not a makeself run package (it does not start with \"#!\")");
     CHECK(skc::run_package_header_fault("#!/bin/sh\necho hi\n", 18) ==
           "no skip or filesizes line in its 18 bytes: not a makeself run package, or one cut short in its header");
     // The right size, one archive byte changed: makeself's own check finds it.

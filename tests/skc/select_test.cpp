@@ -14,7 +14,8 @@ skc::RunLayout make_run(const skc_test::TempDir& dir, bool as_debug = false) {
     const skc::RunLayout run = skc::Layout(dir.path()).create_run();
     const fs::path target = as_debug ? run.debug() : run.opcompile();
     fs::create_directories(target);
-    for (const auto& e : fs::directory_iterator(skc_test::example_ops_dir())) fs::copy_file(e.path(), target / e.path().filename());
+    for (const auto& e : fs::directory_iterator(skc_test::example_ops_dir()))
+        fs::copy_file(e.path(), target / e.path().filename());
     return run;
 }
 
@@ -41,7 +42,7 @@ TEST_CASE("selection: blacklist copied aside, unsupported and duplicates dropped
     CHECK(files_in(run.blacklisted()) == 2);
     CHECK(fs::exists(run.blacklisted() / "Gelu_float_ND_32_256_8.json"));
     CHECK(fs::exists(run.selected() / "MatMulV2_float_ND_32_64_0.json"));  // names are kept
-    CHECK(skc_test::snapshot(run.opcompile()) == before);                   // the input is untouched
+    CHECK(skc_test::snapshot(run.opcompile()) == before);                  // the input is untouched
 }
 
 TEST_CASE("ops this process compiled before are not selected again; nothing left means skipped") {
@@ -57,7 +58,7 @@ TEST_CASE("ops this process compiled before are not selected again; nothing left
     CHECK(b.skipped());
     CHECK(b.compile_dir.empty());
     CHECK(b.count(skc::Verdict::already_compiled) == 13);  // the 12 and the file that repeats one of them
-    CHECK_FALSE(fs::exists(second.selected()));  // step 5: skipped quietly, nothing written
+    CHECK_FALSE(fs::exists(second.selected()));            // step 5: skipped quietly, nothing written
 }
 
 TEST_CASE("falls back to <pid>_debug when <pid>_opcompile is absent") {
@@ -86,7 +87,8 @@ TEST_CASE("model compile cache: <pid>_opcompile is compiled directly when nothin
     skc_test::TempDir dir;
     const skc::RunLayout run = skc::Layout(dir.path()).create_run();
     fs::create_directories(run.opcompile());
-    fs::copy_file(skc_test::example_ops_dir() / "Add_float_ND_32_64_9.json", run.opcompile() / "Add_float_ND_32_64_9.json");
+    fs::copy_file(skc_test::example_ops_dir() / "Add_float_ND_32_64_9.json",
+                  run.opcompile() / "Add_float_ND_32_64_9.json");
     skc::CompiledSet none;
     const skc::Selection s = skc::select_for_compile(run, skc::SelectOptions{{}, true}, none);
     CHECK(s.compile_dir == run.opcompile());

@@ -13,7 +13,9 @@
 namespace hana = boost::hana;
 
 template <class S>
-concept has_element_count = requires { S::element_count(); };
+concept has_element_count = requires {
+    S::element_count();
+};
 
 TEST_CASE("compile-time shape") {
     using S = skc::Shape<1, 2048>;

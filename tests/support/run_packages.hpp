@@ -35,8 +35,7 @@ inline int run(const std::vector<std::string>& args, const std::filesystem::path
     ::posix_spawn_file_actions_destroy(&fa);
     REQUIRE(rc == 0);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
+    while (::waitpid(pid, &status, 0) < 0) {}
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -54,12 +53,13 @@ struct PackagedKernel {
 /// Builds `<out>/<stem>.run` holding an index for `kernels` and their files (a file is written only
 /// when it has content and no "..").
 inline std::filesystem::path make_package(const std::filesystem::path& out, const std::string& stem,
-                                          const std::vector<PackagedKernel>& kernels, const std::string& device = "dev0") {
+                                          const std::vector<PackagedKernel>& kernels,
+                                          const std::string& device = "dev0") {
     namespace fs = std::filesystem;
     const fs::path src = out / ("src-" + stem);
     fs::create_directories(src / "kernels");
-    std::string index = R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": ")" + device +
-                        R"(", "kernels": [)";
+    std::string index =
+        R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": ")" + device + R"(", "kernels": [)";
     for (std::size_t i = 0; i < kernels.size(); ++i) {
         const PackagedKernel& k = kernels[i];
         index += (i ? ", " : "") + std::string(R"({"digest": ")") + k.digest + R"(", "op_type": ")" + k.op_type +

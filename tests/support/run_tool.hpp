@@ -80,8 +80,7 @@ inline Started start_program(const std::string& program, const std::filesystem::
 /// Waits for a started program and collects what it wrote.
 inline Run finish(const Started& st) {
     int status = 0;
-    while (::waitpid(st.pid, &status, 0) < 0) {
-    }
+    while (::waitpid(st.pid, &status, 0) < 0) {}
     Run r;
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = slurp(st.io / "stdout");
@@ -90,8 +89,8 @@ inline Run finish(const Started& st) {
 }
 
 /// Runs `program` with `args` in `cwd` to its end (see start_program).
-inline Run run_program(const std::string& program, const std::filesystem::path& cwd, const std::vector<std::string>& args,
-                       const std::vector<std::string>& env = {}) {
+inline Run run_program(const std::string& program, const std::filesystem::path& cwd,
+                       const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
     TempDir io;
     return finish(start_program(program, cwd, args, env, io.path()));
 }

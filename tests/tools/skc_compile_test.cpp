@@ -37,7 +37,9 @@ using skc_test::TempDir;
 const std::string tool = SKC_TOOL;
 const std::string host_compiler = SKC_HOST_OP_COMPILER;
 
-Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(tool, cwd, args); }
+Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) {
+    return skc_test::run_program(tool, cwd, args);
+}
 
 /// A folder holding the given example op info files.
 fs::path ops_dir(const TempDir& tmp, const std::vector<std::string>& names) {
@@ -56,8 +58,9 @@ std::string script(const TempDir& tmp, const std::string& name, const std::strin
 }
 
 std::vector<std::string> compile_args(const TempDir& tmp, const fs::path& ops, const std::string& compiler) {
-    return {"compile", "--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler", compiler,
-            "--device", "host-cpu", "--toolchain-version", "1.0", "--jobs", "2"};
+    return {"compile",    "--ops",  ops.string(), "--base",   (tmp / "base").string(),
+            "--compiler", compiler, "--device",   "host-cpu", "--toolchain-version",
+            "1.0",        "--jobs", "2"};
 }
 
 std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -117,8 +120,7 @@ TtyRun run_skc_on_tty(const fs::path& cwd, const std::vector<std::string>& args)
     }
     ::close(master);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
+    while (::waitpid(pid, &status, 0) < 0) {}
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = skc_test::slurp(out_file);
     return r;
@@ -185,7 +187,8 @@ TEST_CASE("skc compile: compiles with the real host compiler, installs, hits the
 TEST_CASE("skc compile --no-cache compiles every time and writes no cache") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
-    const auto args = compile_args(tmp, ops_dir(tmp, {small_op}), host_compiler) + std::vector<std::string>{"--no-cache"};
+    const auto args =
+        compile_args(tmp, ops_dir(tmp, {small_op}), host_compiler) + std::vector<std::string>{"--no-cache"};
     for (int i = 0; i < 2; ++i) {
         const Run r = run_skc(tmp.path(), args);
         INFO(r.err);
@@ -200,7 +203,8 @@ TEST_CASE("skc compile: a compiler past --timeout is killed and the exit status 
     fs::create_directories(tmp / "base");
     const std::string hang = script(tmp, "hang.sh", "echo started\nsleep 60");
     const auto t0 = std::chrono::steady_clock::now();
-    const Run r = run_skc(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), hang) + std::vector<std::string>{"--timeout", "1"});
+    const Run r = run_skc(
+        tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), hang) + std::vector<std::string>{"--timeout", "1"});
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
     CHECK(r.status == 3);
     // The message names the compiler's log and quotes its last lines.
@@ -222,8 +226,9 @@ TEST_CASE("skc compile: a failing compiler is exit status 1 with the tail of its
     CHECK(skc::parse_json(ls.out).find("namespaces")->as_array().at(0).find("entries")->as_array().empty());
 }
 
-TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node compile once; a missing rank is 3, the "
-          "leader's failure 1") {
+TEST_CASE(
+    "skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node compile once; a missing rank is 3, the "
+    "leader's failure 1") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
@@ -234,7 +239,8 @@ TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node com
         std::vector<skc_test::Started> started;
         for (std::size_t k = 0; k < ranks; ++k)
             started.push_back(skc_test::start_program(
-                tool, tmp.path(), compile_args(tmp, ops, compiler) + std::vector<std::string>{"--timeout", "2", "--json"} + extra,
+                tool, tmp.path(),
+                compile_args(tmp, ops, compiler) + std::vector<std::string>{"--timeout", "2", "--json"} + extra,
                 {"LOCAL_WORLD_SIZE=" + std::to_string(size), "LOCAL_RANK=" + std::to_string(k), "SKC_RUN_ID=" + run_id,
                  "TORCHELASTIC_RUN_ID="},
                 io[k].path()));
@@ -245,7 +251,8 @@ TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node com
 
     SUBCASE("three ranks: one compile, the same key and package everywhere, one extraction") {
         const std::string counter = (tmp / "compiles").string();
-        const std::string counting = script(tmp, "counting.sh", "echo run >> " + counter + "\nexec " + host_compiler + " \"$@\"");
+        const std::string counting =
+            script(tmp, "counting.sh", "echo run >> " + counter + "\nexec " + host_compiler + " \"$@\"");
         const std::vector<Run> runs = node(3, 3, "job-ok", counting, {"--op-library", (tmp / "lib").string()});
         std::size_t extracted = 0;
         std::string key;
@@ -270,19 +277,23 @@ TEST_CASE("skc compile with LOCAL_WORLD_SIZE/LOCAL_RANK: the ranks of a node com
         for (const Run& r : runs) {
             CHECK(r.status == 3);
             CHECK(r.out.empty());
-            CHECK(r.err.find(": local rank 2 of 3 did not arrive within 2 s (run id \"job-missing\")\n") != std::string::npos);
+            CHECK(r.err.find(": local rank 2 of 3 did not arrive within 2 s (run id \"job-missing\")\n") !=
+                  std::string::npos);
         }
     }
     SUBCASE("bad rank variables are exit status 2, and nothing is written") {
         const Run r = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
                                             {"LOCAL_WORLD_SIZE=2", "LOCAL_RANK=2", "SKC_RUN_ID=job-bad"});
         CHECK(r.status == 2);
-        CHECK(r.err == "skc compile: option 'LOCAL_RANK': LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2 (0 to 1)\n");
+        CHECK(r.err ==
+              "skc compile: option 'LOCAL_RANK': LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2 (0 to 1)\n");
         CHECK(fs::is_empty(tmp / "base"));
-        const Run no_id = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
-                                                {"LOCAL_WORLD_SIZE=2", "LOCAL_RANK=1", "SKC_RUN_ID=", "TORCHELASTIC_RUN_ID="});
+        const Run no_id =
+            skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
+                                  {"LOCAL_WORLD_SIZE=2", "LOCAL_RANK=1", "SKC_RUN_ID=", "TORCHELASTIC_RUN_ID="});
         CHECK(no_id.status == 2);
-        CHECK(no_id.err.find("no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does)") != std::string::npos);
+        CHECK(no_id.err.find("no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does)") !=
+              std::string::npos);
         CHECK(fs::is_empty(tmp / "base"));
     }
     SUBCASE("the leader's compile fails: the leader and every follower exit 1") {
@@ -320,7 +331,8 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
           "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
           "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
-          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --cache-mode, --model-cache, --blacklist, --compiler-arg, "
+          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --cache-mode, --model-cache, "
+          "--blacklist, --compiler-arg, "
           "--deterministic, --compiler-check, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
           "skc compile: option --device is given twice; give it once\n");
@@ -353,9 +365,10 @@ TEST_CASE("skc compile: nothing selected is success without compiling") {
     fs::create_directories(tmp / "base");
     const std::string fail = script(tmp, "fail.sh", "exit 1");
     const Run r = run_skc(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"}), fail) +
-                                      std::vector<std::string>{"--blacklist", "Gelu", "--blacklist", "Add"});
+                                          std::vector<std::string>{"--blacklist", "Gelu", "--blacklist", "Add"});
     CHECK(r.status == 0);
-    CHECK(r.out.rfind("skc compile: skipped\n  nothing to compile: 2 distinct ops, 2 supported, 2 blacklisted\n", 0) == 0);
+    CHECK(r.out.rfind("skc compile: skipped\n  nothing to compile: 2 distinct ops, 2 supported, 2 blacklisted\n", 0) ==
+          0);
 }
 
 TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
@@ -363,11 +376,13 @@ TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
     const Run text = run_skc(tmp.path(), {"ops", "inspect", skc_test::example_ops_dir().string()});
     CHECK(text.status == 0);
     CHECK(text.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
-                             ": 14 distinct ops, 12 selected for compilation\n", 0) == 0);
+                             ": 14 distinct ops, 12 selected for compilation\n",
+                         0) == 0);
     CHECK(text.out.find("  GatherV2_float_ND_1000_64_13.json        unsupported: GatherV2 does not support static "
                         "compilation\n") != std::string::npos);
 
-    const Run json = run_skc(tmp.path(), {"ops", "inspect", skc_test::example_ops_dir().string(), "--json", "--blacklist", "Gelu"});
+    const Run json =
+        run_skc(tmp.path(), {"ops", "inspect", skc_test::example_ops_dir().string(), "--json", "--blacklist", "Gelu"});
     CHECK(json.status == 0);
     const skc::Value v = skc::parse_json(json.out);
     CHECK(v.find("files")->as_int() == 15);
@@ -388,7 +403,8 @@ TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
     CHECK(no_dir.err == "skc ops inspect: no folder given (see skc ops --help)\n");
 }
 
-TEST_CASE("skc compile: a base copied with cp -r (and its packages chmod'ed) hits, and skc cache verify finds it clean") {
+TEST_CASE(
+    "skc compile: a base copied with cp -r (and its packages chmod'ed) hits, and skc cache verify finds it clean") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
@@ -453,10 +469,12 @@ TEST_CASE("skc compile: the compiler is in the key: a changed compiler misses, a
     CHECK(ls.out.find("\"compiler\": \"string:v2\"") != std::string::npos);
     CHECK(ls.out.find("\"compiler\": \"none\"") != std::string::npos);
 
-    const Run bad = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--compiler-check", "size"});
+    const Run bad = run_skc(
+        tmp.path(), compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--compiler-check", "size"});
     CHECK(bad.status == 2);
-    CHECK(bad.err == "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
-                     "string:TEXT or command:CMD\n");
+    CHECK(bad.err ==
+          "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
+          "string:TEXT or command:CMD\n");
 }
 
 TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR) compile each key once") {
@@ -493,7 +511,8 @@ TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR
     CHECK(ls.out.find(skc::parse_json(a.out).find("key")->as_string()) != std::string::npos);
 
     fs::create_directory_symlink(shared, tmp / "link");
-    const Run bad = run_skc(tmp.path(), args_for("a") + std::vector<std::string>{"--cache-dir", (tmp / "link").string()});
+    const Run bad =
+        run_skc(tmp.path(), args_for("a") + std::vector<std::string>{"--cache-dir", (tmp / "link").string()});
     CHECK(bad.status == 2);
     CHECK(bad.err.find("option 'cache_dir'") != std::string::npos);
     CHECK(bad.err.find("symbolic link") != std::string::npos);
@@ -506,7 +525,8 @@ TEST_CASE("skc cache config: limits stored in the cache folder apply to every la
     const Run shown = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string()});
     CHECK(shown.status == 0);
     CHECK(shown.out == "cache directory: " + cache.string() +
-                           "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n");
+                           "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied "
+                           "after each compile\n");
     const Run set = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-entries", "1"});
     CHECK(set.status == 0);
     CHECK(set.out.find("at most 1 entry (skc cache config)") != std::string::npos);
@@ -538,7 +558,8 @@ TEST_CASE("skc cache config: limits stored in the cache folder apply to every la
                                           {"SKC_CACHE_MAX_SIZE=lots"});
     CHECK(bad.status != 0);
     CHECK(bad.err.find("option 'SKC_CACHE_MAX_SIZE': value \"lots\" is not a size") != std::string::npos);
-    const Run zero = run_skc(tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-size", "0", "--max-entries", "0"});
+    const Run zero = run_skc(
+        tmp.path(), {"cache", "config", "--cache-dir", cache.string(), "--max-size", "0", "--max-entries", "0"});
     CHECK(zero.out.find("no size limit (skc cache config), no entry limit (skc cache config)") != std::string::npos);
 }
 
@@ -550,7 +571,8 @@ TEST_CASE("skc compile --cache-mode: read-only writes nothing in the cache, reca
     TempDir other_dir;
     const fs::path other = ops_dir(other_dir, {std::string("Add_float_ND_32_64_9.json")});
     auto args = [&](const fs::path& o, std::vector<std::string> more) {
-        return compile_args(tmp, o, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"} + more;
+        return compile_args(tmp, o, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"} +
+               more;
     };
     auto outcome = [](const Run& r) { return skc::parse_json(r.out).find("outcome")->as_string(); };
     const Run first = run_skc(tmp.path(), args(ops, {}));
@@ -569,7 +591,8 @@ TEST_CASE("skc compile --cache-mode: read-only writes nothing in the cache, reca
     CHECK(skc_test::snapshot_with_times(cache) == before);
 
     // --cache-mode beats the environment; a bad value names where it came from.
-    const Run re = skc_test::run_program(tool, tmp.path(), args(ops, {"--cache-mode", "recache"}), {"SKC_CACHE_MODE=read-only"});
+    const Run re =
+        skc_test::run_program(tool, tmp.path(), args(ops, {"--cache-mode", "recache"}), {"SKC_CACHE_MODE=read-only"});
     REQUIRE_MESSAGE(re.status == 0, re.err);
     CHECK(outcome(re) == "compiled");
     CHECK(skc_test::snapshot_with_times(cache) != before);
@@ -577,8 +600,9 @@ TEST_CASE("skc compile --cache-mode: read-only writes nothing in the cache, reca
     CHECK(outcome(after) == "hit");
     const Run bad_env = skc_test::run_program(tool, tmp.path(), args(ops, {}), {"SKC_CACHE_MODE=sometimes"});
     CHECK(bad_env.status == 2);
-    CHECK(bad_env.err == "skc compile: option 'SKC_CACHE_MODE': value \"sometimes\" is not accepted: use read-write, "
-                         "read-only or recache\n");
+    CHECK(bad_env.err ==
+          "skc compile: option 'SKC_CACHE_MODE': value \"sometimes\" is not accepted: use read-write, "
+          "read-only or recache\n");
     const Run bad_flag = run_skc(tmp.path(), args(ops, {"--cache-mode", "ro"}));
     CHECK(bad_flag.status == 2);
     CHECK(bad_flag.err.find("'--cache-mode': value \"ro\" is not accepted") != std::string::npos);
@@ -607,11 +631,13 @@ TEST_CASE("skc cache explain: names the nearest entry and the op that changed; s
     REQUIRE_MESSAGE(first.status == 0, first.err);
     CHECK(first.err.empty());  // nothing to explain in an empty cache
     const std::string stored = skc::parse_json(first.out).find("key")->as_string();
-    const std::vector<std::string> key_args{"--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler",
-                                            host_compiler, "--device", "host-cpu", "--toolchain-version", "1.0"};
+    const std::vector<std::string> key_args{
+        "--ops",       ops.string(), "--base",   (tmp / "base").string(), "--compiler",
+        host_compiler, "--device",   "host-cpu", "--toolchain-version",   "1.0"};
     const Run same = run_skc(tmp.path(), std::vector<std::string>{"cache", "explain"} + key_args);
     REQUIRE_MESSAGE(same.status == 0, same.err);
-    CHECK(same.out.find("key " + stored + " (3 ops)\nhit: the key has an entry in CANN-1.0_host-cpu\n") != std::string::npos);
+    CHECK(same.out.find("key " + stored + " (3 ops)\nhit: the key has an entry in CANN-1.0_host-cpu\n") !=
+          std::string::npos);
 
     // Change a field of the Add op (same file name and shape): one op changed.
     const fs::path add = ops / "Add_float_ND_32_64_9.json";
@@ -624,8 +650,10 @@ TEST_CASE("skc cache explain: names the nearest entry and the op that changed; s
     REQUIRE_MESSAGE(text.status == 0, text.err);
     CHECK(text.out.find("miss\nnearest entry: " + stored + " in CANN-1.0_host-cpu") != std::string::npos);
     CHECK(text.out.find("  ops: 1 changed, 0 added, 0 removed, 2 the same\n") != std::string::npos);
-    CHECK(text.out.find("    changed  Add_float_ND_32_64_9.json (the entry's Add_float_ND_32_64_") != std::string::npos);
-    const Run json = run_skc(tmp.path(), std::vector<std::string>{"cache", "explain", "--json", "--compiler-arg", "-O3"} + key_args);
+    CHECK(text.out.find("    changed  Add_float_ND_32_64_9.json (the entry's Add_float_ND_32_64_") !=
+          std::string::npos);
+    const Run json =
+        run_skc(tmp.path(), std::vector<std::string>{"cache", "explain", "--json", "--compiler-arg", "-O3"} + key_args);
     REQUIRE_MESSAGE(json.status == 0, json.err);
     const skc::Value j = skc::parse_json(json.out);
     CHECK_FALSE(j.find("hit")->as_bool());
@@ -640,13 +668,15 @@ TEST_CASE("skc cache explain: names the nearest entry and the op that changed; s
     REQUIRE_MESSAGE(miss.status == 0, miss.err);
     CHECK(skc::parse_json(miss.out).find("outcome")->as_string() == "compiled");
     CHECK(miss.err.find("skc: info: cache miss for key " + skc::parse_json(miss.out).find("key")->as_string() +
-                        ": nearest cache entry " + stored + " (CANN-1.0_host-cpu) differs in ops: 1 changed (Add_float_ND_32_64_") !=
-          std::string::npos);
+                        ": nearest cache entry " + stored +
+                        " (CANN-1.0_host-cpu) differs in ops: 1 changed (Add_float_ND_32_64_") != std::string::npos);
     CHECK(std::count(miss.err.begin(), miss.err.end(), '\n') == 1);
 
-    const Run missing = run_skc(tmp.path(), {"cache", "explain", "--base", (tmp / "base").string(), "--ops", ops.string()});
+    const Run missing =
+        run_skc(tmp.path(), {"cache", "explain", "--base", (tmp / "base").string(), "--ops", ops.string()});
     CHECK(missing.status == 2);
-    CHECK(missing.err == "skc cache explain: missing --compiler; explain takes the key's options as skc compile does\n");
+    CHECK(missing.err ==
+          "skc cache explain: missing --compiler; explain takes the key's options as skc compile does\n");
 }
 
 TEST_CASE("skc cache export and import: moved entries hit; a truncated or tampered file adds nothing") {
@@ -671,16 +701,18 @@ TEST_CASE("skc cache export and import: moved entries hit; a truncated or tamper
     const std::string good = skc_test::slurp(file);
     for (const std::string& bad : {good.substr(0, good.size() / 2), good.substr(0, 40) + "X" + good.substr(41)}) {
         skc_test::spit(tmp / "bad.skcx", bad);
-        const Run r = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), (tmp / "bad.skcx").string()});
+        const Run r =
+            run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), (tmp / "bad.skcx").string()});
         CHECK(r.status == 1);
         CHECK(r.err.find("nothing was imported") != std::string::npos);
-        CHECK_FALSE(fs::exists(tmp / "a" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries" / key));
+        CHECK_FALSE(fs::exists(tmp / "a" / "static_kernel_compile_outputs" / "static_kernel_cache" /
+                               "CANN-1.0_host-cpu" / "entries" / key));
     }
 
     const Run im = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "a").string(), file});
     REQUIRE_MESSAGE(im.status == 0, im.err);
-    CHECK(im.out == "imported 1 entry (" + std::string(im.out.substr(18, im.out.find(')') - 18)) +
-                        ") into " + (tmp / "a").string() + "/static_kernel_compile_outputs/static_kernel_cache\n");
+    CHECK(im.out == "imported 1 entry (" + std::string(im.out.substr(18, im.out.find(')') - 18)) + ") into " +
+                        (tmp / "a").string() + "/static_kernel_compile_outputs/static_kernel_cache\n");
     std::vector<std::string> args = compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--json"};
     args[4] = (tmp / "a").string();
     const Run hit = run_skc(tmp.path(), args);
@@ -692,15 +724,17 @@ TEST_CASE("skc cache export and import: moved entries hit; a truncated or tamper
     CHECK(skc::parse_json(again.out).find("present")->as_int() == 1);
 }
 
-TEST_CASE("trust: a cache folder other users may write is refused; a group-shared one is used; no flock is a clear error") {
+TEST_CASE(
+    "trust: a cache folder other users may write is refused; a group-shared one is used; no flock is a clear error") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const fs::path ops = ops_dir(tmp, {small_op});
     const fs::path cache = tmp / "cache";
     auto compile = [&](std::vector<std::string> env = {}) {
-        return skc_test::run_program(tool, tmp.path(),
-                                     compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"},
-                                     std::move(env));
+        return skc_test::run_program(
+            tool, tmp.path(),
+            compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--cache-dir", cache.string(), "--json"},
+            std::move(env));
     };
     // Created by skc under umask 002: writable by its owner only.
     const Run first = skc_test::run_program("/bin/sh", tmp.path(),
@@ -714,14 +748,16 @@ TEST_CASE("trust: a cache folder other users may write is refused; a group-share
     fs::permissions(cache, fs::perms::others_write, fs::perm_options::add);
     const Run world = compile();
     CHECK(world.status == 2);
-    CHECK(world.err.find(cache.string() + ": the cache folder is writable by every user (mode 0757); its packages are executed "
-                                          "when installed, so it is not used") != std::string::npos);
+    CHECK(world.err.find(cache.string() +
+                         ": the cache folder is writable by every user (mode 0757); its packages are executed "
+                         "when installed, so it is not used") != std::string::npos);
     fs::permissions(cache, fs::perms::others_write, fs::perm_options::remove);
 
     fs::permissions(cache / "CANN-1.0_host-cpu", fs::perms::group_write, fs::perm_options::add);
     const Run group = compile();
     CHECK(group.status == 2);
-    CHECK(group.err.find("the cache folder is writable by its group but not set up as group-shared (mode 0775)") != std::string::npos);
+    CHECK(group.err.find("the cache folder is writable by its group but not set up as group-shared (mode 0775)") !=
+          std::string::npos);
     // Group-shared on purpose (setgid): used, and hits.
     fs::permissions(cache, fs::perms::group_write | fs::perms::set_gid, fs::perm_options::add);
     fs::permissions(cache / "CANN-1.0_host-cpu", fs::perms::set_gid, fs::perm_options::add);
@@ -743,18 +779,21 @@ TEST_CASE("trust: a cache folder other users may write is refused; a group-share
         CAPTURE(r.err);
         CHECK(r.status != 0);
         CHECK(r.err.find("the file system does not support flock (") != std::string::npos);
-        CHECK(r.err.find("mount NFS with lockd (not 'nolock'), Lustre with '-o flock', or put the cache on a local disk") !=
+        CHECK(r.err.find(
+                  "mount NFS with lockd (not 'nolock'), Lustre with '-o flock', or put the cache on a local disk") !=
               std::string::npos);
     }
 }
 
-TEST_CASE("skc compile on a terminal shows one progress line on stderr; nothing with --json, on a hit, or into a file") {
+TEST_CASE(
+    "skc compile on a terminal shows one progress line on stderr; nothing with --json, on a hit, or into a file") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const std::string slow = script(tmp, "slow.sh",
                                     "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
                                     "echo 'skc-progress: 0/1'; sleep 0.5; echo 'skc-progress: 1/1 op.json'; sleep 0.5\n"
-                                    "cp " + skc_test::make_package(tmp.path(), "k", {}).string() + " \"$out/k.run\"");
+                                    "cp " +
+                                        skc_test::make_package(tmp.path(), "k", {}).string() + " \"$out/k.run\"");
     const auto args = compile_args(tmp, ops_dir(tmp, {small_op}), slow);
 
     const TtyRun first = run_skc_on_tty(tmp.path(), args);
@@ -792,7 +831,8 @@ TEST_CASE("skc compile on a terminal shows one progress line on stderr; nothing 
 TEST_CASE("skc compile on a terminal: a failing compile ends the progress line before the error") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
-    const std::string fail = script(tmp, "fail.sh", "echo 'skc-progress: 0/1'; sleep 0.3; echo 'no kernel for you' >&2; exit 4");
+    const std::string fail =
+        script(tmp, "fail.sh", "echo 'skc-progress: 0/1'; sleep 0.3; echo 'no kernel for you' >&2; exit 4");
     const TtyRun r = run_skc_on_tty(tmp.path(), compile_args(tmp, ops_dir(tmp, {small_op}), fail));
     INFO(r.tty);
     CHECK(r.status == 1);
@@ -801,8 +841,9 @@ TEST_CASE("skc compile on a terminal: a failing compile ends the progress line b
     const std::size_t end = r.tty.find(" s\r\nskc compile: ");
     REQUIRE(end != std::string::npos);
     CHECK(r.tty.find("\r\033[K", end) == std::string::npos);  // nothing drawn after the error
-    CHECK(r.tty.find("the compiler exited with status 4. Last lines of its log:\r\nskc-progress: 0/1\r\nno kernel for you\r\n", end) !=
-          std::string::npos);
+    CHECK(r.tty.find(
+              "the compiler exited with status 4. Last lines of its log:\r\nskc-progress: 0/1\r\nno kernel for you\r\n",
+              end) != std::string::npos);
 }
 
 TEST_CASE("a package cut short never enters the cache: host_op_compiler and skc each refuse it") {
@@ -810,10 +851,12 @@ TEST_CASE("a package cut short never enters the cache: host_op_compiler and skc 
     fs::create_directories(tmp / "base");
     fs::create_directories(tmp / "bin");
     const fs::path ops = ops_dir(tmp, {small_op});
-    const fs::path entries = tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
+    const fs::path entries =
+        tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
     // A makeself that, like makeself 2.4 on a full disk, exits 0 after writing a short archive.
-    skc_test::spit(tmp / "bin" / "makeself", "#!/bin/sh\n/usr/bin/makeself \"$@\" || exit $?\n"
-                                             "head -c -100 \"$4\" > \"$4.cut\" && mv \"$4.cut\" \"$4\"\nexit 0\n");
+    skc_test::spit(tmp / "bin" / "makeself",
+                   "#!/bin/sh\n/usr/bin/makeself \"$@\" || exit $?\n"
+                   "head -c -100 \"$4\" > \"$4.cut\" && mv \"$4.cut\" \"$4\"\nexit 0\n");
     fs::permissions(tmp / "bin" / "makeself", fs::perms::owner_all);
     const Run host = skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, host_compiler),
                                            {"PATH=" + (tmp / "bin").string() + ":" + std::getenv("PATH")});
@@ -824,18 +867,20 @@ TEST_CASE("a package cut short never enters the cache: host_op_compiler and skc 
     CHECK((!fs::exists(entries) || fs::is_empty(entries)));
 
     // A compiler that does not check its own output: skc checks it before the cache stores it.
-    const fs::path whole = skc_test::make_package(tmp.path(), "whole", {{skc_test::digest_of(1), "Gelu", "kernels/k.so", "x"}});
+    const fs::path whole =
+        skc_test::make_package(tmp.path(), "whole", {{skc_test::digest_of(1), "Gelu", "kernels/k.so", "x"}});
     const std::string bytes = skc_test::slurp(whole);
     skc_test::spit(tmp / "cut.run", bytes.substr(0, bytes.size() - 10));
     const std::string cutter = script(tmp, "cutter.sh",
                                       "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
-                                      "cp " + (tmp / "cut.run").string() + " \"$out/static_kernel_1.run\"");
+                                      "cp " +
+                                          (tmp / "cut.run").string() + " \"$out/static_kernel_1.run\"");
     const Run r = run_skc(tmp.path(), compile_args(tmp, ops, cutter));
     CAPTURE(r.err);
     CHECK(r.status == 1);
     CHECK(r.err.find("the compiler's package is unusable, so it is neither stored nor installed: the package is " +
-                     std::to_string(bytes.size() - 10) + " bytes, its makeself header says " + std::to_string(bytes.size())) !=
-          std::string::npos);
+                     std::to_string(bytes.size() - 10) + " bytes, its makeself header says " +
+                     std::to_string(bytes.size())) != std::string::npos);
     CHECK((!fs::exists(entries) || fs::is_empty(entries)));
     // The same compiler with a whole package: stored.
     skc_test::spit(tmp / "cut.run", bytes);
@@ -843,12 +888,14 @@ TEST_CASE("a package cut short never enters the cache: host_op_compiler and skc 
     CHECK(std::distance(fs::directory_iterator(entries), fs::directory_iterator()) == 1);
 }
 
-TEST_CASE("a cached package stored damaged: its install fails, the entry is discarded and compiled again in the same run") {
+TEST_CASE(
+    "a cached package stored damaged: its install fails, the entry is discarded and compiled again in the same run") {
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
-    const Run first = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
-                                              std::vector<std::string>{"--op-library", (tmp / "lib1").string(), "--json"});
+    const Run first =
+        run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                std::vector<std::string>{"--op-library", (tmp / "lib1").string(), "--json"});
     REQUIRE(first.status == 0);
     const std::string key = skc::parse_json(first.out).find("key")->as_string();
 
@@ -862,8 +909,8 @@ TEST_CASE("a cached package stored damaged: its install fails, the entry is disc
         REQUIRE(list.size() == 1);
         skc::CacheEntry e = list.front();
         REQUIRE(e.key == key);
-        const std::string bytes = skc_test::slurp(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /
-                                                  "CANN-1.0_host-cpu" / e.package);
+        const std::string bytes = skc_test::slurp(tmp / "base" / "static_kernel_compile_outputs" /
+                                                  "static_kernel_cache" / "CANN-1.0_host-cpu" / e.package);
         const std::string cut = bytes.substr(0, bytes.size() - 10);
         skc_test::spit(tmp / "cut.run", cut);
         skc::detail::Hasher h;
@@ -873,8 +920,9 @@ TEST_CASE("a cached package stored damaged: its install fails, the entry is disc
         cache->clear();
         REQUIRE(cache->import_entry(e, tmp / "cut.run"));
     }
-    const Run second = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
-                                               std::vector<std::string>{"--op-library", (tmp / "lib2").string(), "--json"});
+    const Run second =
+        run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                std::vector<std::string>{"--op-library", (tmp / "lib2").string(), "--json"});
     CAPTURE(second.err);
     REQUIRE(second.status == 0);
     const skc::Value b = skc::parse_json(second.out);
@@ -882,17 +930,20 @@ TEST_CASE("a cached package stored damaged: its install fails, the entry is disc
     CHECK(b.find("key")->as_string() == key);
     CHECK(second.err.find("the cached package for key " + key + " cannot be installed (") != std::string::npos);
     CHECK(second.err.find("), so it is discarded and compiled again") != std::string::npos);
-    CHECK(skc::parse_json(skc_test::slurp(tmp / "lib2" / "static_kernel" / "host" / "config" / "host-cpu" / "binary_info_config.json"))
+    CHECK(skc::parse_json(skc_test::slurp(tmp / "lib2" / "static_kernel" / "host" / "config" / "host-cpu" /
+                                          "binary_info_config.json"))
               .find("kernels")
               ->as_object()
               .size() == 2);
     // The cache holds the good package now; a third run hits and installs it.
     CHECK(run_skc(tmp.path(), {"cache", "verify", "--base", (tmp / "base").string()}).status == 0);
-    const Run third = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
-                                              std::vector<std::string>{"--op-library", (tmp / "lib3").string(), "--json"});
+    const Run third =
+        run_skc(tmp.path(), compile_args(tmp, ops, host_compiler) +
+                                std::vector<std::string>{"--op-library", (tmp / "lib3").string(), "--json"});
     REQUIRE(third.status == 0);
     CHECK(skc::parse_json(third.out).find("outcome")->as_string() == "hit");
-    const skc::Value stats = skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "base").string(), "--json"}).out);
+    const skc::Value stats =
+        skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "base").string(), "--json"}).out);
     CHECK(stats.find("total")->find("corrupt")->as_double() == 1);
 }
 
@@ -907,14 +958,17 @@ bool running(pid_t pid) {
 
 }  // namespace
 
-TEST_CASE("a signal to skc's whole process group ends the compiler too, and SIGINT, SIGTERM and SIGHUP say what was interrupted") {
+TEST_CASE(
+    "a signal to skc's whole process group ends the compiler too, and SIGINT, SIGTERM and SIGHUP say what was "
+    "interrupted") {
     for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGKILL}) {
         CAPTURE(sig);
         TempDir tmp;
         fs::create_directories(tmp / "base");
         const fs::path pid_file = tmp / "compiler.pid";
-        const std::string sleeper = script(tmp, "sleeper.sh", "echo $$ > " + pid_file.string() + ".tmp; mv " + pid_file.string() +
-                                                                  ".tmp " + pid_file.string() + "\nexec sleep 30");
+        const std::string sleeper = script(tmp, "sleeper.sh",
+                                           "echo $$ > " + pid_file.string() + ".tmp; mv " + pid_file.string() +
+                                               ".tmp " + pid_file.string() + "\nexec sleep 30");
         const std::vector<std::string> args = compile_args(tmp, ops_dir(tmp, {small_op}), sleeper);
         // skc as a shell starts a job: the leader of a process group of its own.
         TempDir io;
@@ -944,11 +998,14 @@ TEST_CASE("a signal to skc's whole process group ends the compiler too, and SIGI
             CHECK(err.empty());
         } else {
             const std::string name = sig == SIGINT ? "INT" : sig == SIGTERM ? "TERM" : "HUP";
-            CHECK(err.rfind("skc compile: interrupted by SIG" + name + " while compiling 1 ops for cache key ", 0) == 0);
-            CHECK(err.find(" (0 done): the compiler is stopped, and the cache holds no part of this compile\n") != std::string::npos);
+            CHECK(err.rfind("skc compile: interrupted by SIG" + name + " while compiling 1 ops for cache key ", 0) ==
+                  0);
+            CHECK(err.find(" (0 done): the compiler is stopped, and the cache holds no part of this compile\n") !=
+                  std::string::npos);
         }
         // Nothing stored: the next run compiles (with a compiler that finishes).
-        const fs::path entries = tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
+        const fs::path entries =
+            tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-1.0_host-cpu" / "entries";
         CHECK((!fs::exists(entries) || fs::is_empty(entries)));
     }
 }
@@ -965,14 +1022,16 @@ TEST_CASE("an --ops folder that cannot be listed is bad input: exit status 2, as
     fs::create_directories(tmp / "nb");
     fs::permissions(tmp / "nb", fs::perms::all);
     const std::vector<std::string> as_nobody{"--reuid=65534", "--regid=65534", "--clear-groups", tool};
-    const Run c = skc_test::run_program("/usr/bin/setpriv", tmp.path(),
-                                        as_nobody + std::vector<std::string>{"compile", "--ops", ops.string(), "--base",
-                                                                             (tmp / "nb").string(), "--compiler", host_compiler,
-                                                                             "--device", "host-cpu", "--toolchain-version", "1"});
+    const Run c =
+        skc_test::run_program("/usr/bin/setpriv", tmp.path(),
+                              as_nobody + std::vector<std::string>{"compile", "--ops", ops.string(), "--base",
+                                                                   (tmp / "nb").string(), "--compiler", host_compiler,
+                                                                   "--device", "host-cpu", "--toolchain-version", "1"});
     CHECK(c.status == 2);
     CHECK(c.err == "skc compile: " + ops.string() + ": cannot list directory: Permission denied\n");
     CHECK(fs::is_empty(tmp / "nb"));  // nothing written
-    const Run i = skc_test::run_program("/usr/bin/setpriv", tmp.path(), as_nobody + std::vector<std::string>{"ops", "inspect", ops.string()});
+    const Run i = skc_test::run_program("/usr/bin/setpriv", tmp.path(),
+                                        as_nobody + std::vector<std::string>{"ops", "inspect", ops.string()});
     CHECK(i.status == 2);
     CHECK(i.err == "skc ops inspect: " + ops.string() + ": cannot list directory: Permission denied\n");
 }

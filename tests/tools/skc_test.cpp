@@ -45,10 +45,13 @@ const std::string shown_cache = "base/static_kernel_compile_outputs/static_kerne
 using skc_test::Run;
 
 /// Runs the tool in `cwd` with TZ=UTC (times are printed in local time), stdin from /dev/null.
-Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(tool, cwd, args, {"TZ=UTC"}); }
+Run run_skc(const fs::path& cwd, const std::vector<std::string>& args) {
+    return skc_test::run_program(tool, cwd, args, {"TZ=UTC"});
+}
 
 std::int64_t now_s() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 void set_mtime(const fs::path& p, std::int64_t unix_s) {
@@ -108,8 +111,9 @@ struct Fixture {
         fs::create_directories(base);
         const auto package = [&](const std::string& name, std::size_t size, char fill) {
             if (makeself)
-                return skc_test::make_package(tmp / "pkgs", name, {{skc_test::digest_of(static_cast<int>(size)), "Add", "kernels/k.so",
-                                                                   std::string(size, fill)}});
+                return skc_test::make_package(
+                    tmp / "pkgs", name,
+                    {{skc_test::digest_of(static_cast<int>(size)), "Add", "kernels/k.so", std::string(size, fill)}});
             const fs::path pkg = tmp / "pkgs" / (name + ".run");
             skc_test::spit(pkg, std::string(size, fill));
             return pkg;
@@ -157,7 +161,9 @@ struct Fixture {
     [[nodiscard]] fs::path package_file(const Stored& s) const {
         return cache_dir / s.ns / "packages" / (s.entry.key + ".run");
     }
-    [[nodiscard]] bool present(const Stored& s) const { return fs::exists(entry_file(s)) && fs::exists(package_file(s)); }
+    [[nodiscard]] bool present(const Stored& s) const {
+        return fs::exists(entry_file(s)) && fs::exists(package_file(s));
+    }
     [[nodiscard]] bool gone(const Stored& s) const {
         return !fs::exists(fs::symlink_status(entry_file(s))) && !fs::exists(fs::symlink_status(package_file(s)));
     }
@@ -173,7 +179,8 @@ struct Fixture {
     Pin pin(const Stored& s) const {
         skc::CacheConfig quiet;
         quiet.log = skc::null_log();
-        const std::string version = s.ns == ns_a ? "8.0.RC1" : "7.0", device = s.ns == ns_a ? "Ascend910B" : "Ascend310P";
+        const std::string version = s.ns == ns_a ? "8.0.RC1" : "7.0",
+                          device = s.ns == ns_a ? "Ascend910B" : "Ascend310P";
         Pin p{skc::open_cache(skc::Layout(base), version, device, quiet), std::nullopt};
         p.hit = p.cache->lookup(s.key);
         REQUIRE(p.hit.has_value());
@@ -238,11 +245,12 @@ TEST_CASE("help, version and usage") {
     const Run cache_help = run_skc(tmp.path(), {"cache", "--help"});
     CHECK(cache_help.status == 0);
     CHECK(cache_help.err.empty());
-    CHECK(cache_help.out.starts_with("usage: skc cache <command> (--base DIR | --cache-dir DIR) [--namespace NAME] [--json]\n"));
+    CHECK(cache_help.out.starts_with(
+        "usage: skc cache <command> (--base DIR | --cache-dir DIR) [--namespace NAME] [--json]\n"));
     for (const char* c : {"stats", "ls", "verify", "prune", "clear"})
         CHECK(cache_help.out.find("\n  " + std::string(c) + " ") != std::string::npos);
-    for (const char* o : {"--base DIR", "--namespace NAME", "--json", "--max-size SIZE", "--max-entries N",
-                          "--older-than DURATION"})
+    for (const char* o :
+         {"--base DIR", "--namespace NAME", "--json", "--max-size SIZE", "--max-entries N", "--older-than DURATION"})
         CHECK(cache_help.out.find("\n  " + std::string(o) + " ") != std::string::npos);
     CHECK(cache_help.out.find("exit status: 0 done, 1 verify found bad entries, 2 bad usage, 3 the cache could not be "
                               "read or changed\n") != std::string::npos);
@@ -261,14 +269,18 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
     skc_test::spit(tmp / "file", "x");
     fs::create_symlink(tmp / "base", tmp / "link");
     const std::string prune_options =
-        "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than DURATION";
+        "--base DIR, --cache-dir DIR, --namespace NAME, --json, --max-size SIZE, --max-entries N, --older-than "
+        "DURATION";
     const std::string all_cache_options =
-        prune_options + ", --ops DIR, --compiler PATH, --device NAME, --toolchain-version VER, --compiler-arg ARG, "
-                        "--deterministic, --compiler-check MODE, --blacklist SUBSTR, --key KEY, --output FILE";
-    const std::string cache_commands = "commands: stats, ls, verify, prune, clear, config, zero, explain, export, import (see skc cache --help)";
+        prune_options +
+        ", --ops DIR, --compiler PATH, --device NAME, --toolchain-version VER, --compiler-arg ARG, "
+        "--deterministic, --compiler-check MODE, --blacklist SUBSTR, --key KEY, --output FILE";
+    const std::string cache_commands =
+        "commands: stats, ls, verify, prune, clear, config, zero, explain, export, import (see skc cache --help)";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
-    const std::string size_forms = "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
-                                   "e.g. 10G, 500M, 1024K or 65536";
+    const std::string size_forms =
+        "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "
+        "e.g. 10G, 500M, 1024K or 65536";
     const std::string duration_forms = "expected a whole number followed by d, h, m or s, e.g. 30d, 12h, 15m or 90s";
     const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
         {{}, "skc: no command given; commands: compile, ops, uninstall, cache (see skc --help)"},
@@ -284,7 +296,8 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
         {{"cache", "stats", "ls", "--base", "base"},
          "skc cache stats: unexpected argument 'ls'; give one command, then options (see skc cache --help)"},
         {{"cache", "stats"},
-         "skc cache stats: --base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir DIR, or SKC_CACHE_DIR, for a cache folder of its own)"},
+         "skc cache stats: --base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir "
+         "DIR, or SKC_CACHE_DIR, for a cache folder of its own)"},
         {{"cache", "ls", "--base"},
          "skc cache ls: option --base needs a value: DIR, the folder that holds static_kernel_compile_outputs"},
         {{"cache", "prune", "--base", "base", "--max-size"},
@@ -299,8 +312,10 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
          "skc cache ls: option --namespace needs a value: NAME, only the namespace NAME, CANN-<version>_<device> "
          "(default: all)"},
         {{"cache", "stats", "--json=yes", "--base", "base"}, "skc cache stats: option --json takes no value"},
-        {{"cache", "stats", "--base", "base", "--base=base"}, "skc cache stats: option --base is given twice; give it once"},
-        {{"cache", "stats", "--base", "nowhere"}, "skc cache stats: --base 'nowhere': no such directory; " + accepted_base},
+        {{"cache", "stats", "--base", "base", "--base=base"},
+         "skc cache stats: option --base is given twice; give it once"},
+        {{"cache", "stats", "--base", "nowhere"},
+         "skc cache stats: --base 'nowhere': no such directory; " + accepted_base},
         {{"cache", "clear", "--base", "file"}, "skc cache clear: --base 'file': not a directory; " + accepted_base},
         {{"cache", "verify", "--base="}, "skc cache verify: --base is empty; " + accepted_base},
         {{"cache", "ls", "--base", "base/../base"},
@@ -309,21 +324,27 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
          "skc cache stats: --base 'link': component '" + (tmp / "link").string() +
              "' is a symbolic link; give the real path instead"},
         {{"cache", "stats", "--base", "base", "--max-size", "1G"},
-         "skc cache stats: option --max-size applies only to 'skc cache prune' and 'skc cache config'; options: --base DIR, --cache-dir DIR, --namespace "
+         "skc cache stats: option --max-size applies only to 'skc cache prune' and 'skc cache config'; options: --base "
+         "DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "clear", "--base", "base", "--older-than", "1d"},
-         "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --cache-dir DIR, --namespace "
+         "skc cache clear: option --older-than applies only to 'skc cache prune'; options: --base DIR, --cache-dir "
+         "DIR, --namespace "
          "NAME, --json"},
         {{"cache", "ls", "--base", "base", "--max-entries", "3"},
-         "skc cache ls: option --max-entries applies only to 'skc cache prune' and 'skc cache config'; options: --base DIR, --cache-dir DIR, --namespace "
+         "skc cache ls: option --max-entries applies only to 'skc cache prune' and 'skc cache config'; options: --base "
+         "DIR, --cache-dir DIR, --namespace "
          "NAME, --json"},
         {{"cache", "prune", "--base", "base"},
          "skc cache prune: nothing to prune by; give at least one of --max-size SIZE, --max-entries N, --older-than "
          "DURATION"},
-        {{"cache", "prune", "--base", "base", "--max-size", "10X"}, "skc cache prune: bad --max-size '10X': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "10X"},
+         "skc cache prune: bad --max-size '10X': " + size_forms},
         {{"cache", "prune", "--base", "base", "--max-size", "G"}, "skc cache prune: bad --max-size 'G': " + size_forms},
-        {{"cache", "prune", "--base", "base", "--max-size", "-5"}, "skc cache prune: bad --max-size '-5': " + size_forms},
-        {{"cache", "prune", "--base", "base", "--max-size", "1.5G"}, "skc cache prune: bad --max-size '1.5G': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "-5"},
+         "skc cache prune: bad --max-size '-5': " + size_forms},
+        {{"cache", "prune", "--base", "base", "--max-size", "1.5G"},
+         "skc cache prune: bad --max-size '1.5G': " + size_forms},
         {{"cache", "prune", "--base", "base", "--max-size", "0"},
          "skc cache prune: bad --max-size '0': the size must be at least 1 byte; to remove every entry use 'skc cache "
          "clear'"},
@@ -335,9 +356,12 @@ TEST_CASE("bad usage: one line on stderr naming the problem and what is accepted
         {{"cache", "prune", "--base", "base", "--max-entries", "0"},
          "skc cache prune: bad --max-entries '0': expected a whole number of entries, at least 1, e.g. 1000 (to "
          "remove every entry use 'skc cache clear')"},
-        {{"cache", "prune", "--base", "base", "--older-than", "5y"}, "skc cache prune: bad --older-than '5y': " + duration_forms},
-        {{"cache", "prune", "--base", "base", "--older-than", "30"}, "skc cache prune: bad --older-than '30': " + duration_forms},
-        {{"cache", "prune", "--base", "base", "--older-than", "d"}, "skc cache prune: bad --older-than 'd': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "5y"},
+         "skc cache prune: bad --older-than '5y': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "30"},
+         "skc cache prune: bad --older-than '30': " + duration_forms},
+        {{"cache", "prune", "--base", "base", "--older-than", "d"},
+         "skc cache prune: bad --older-than 'd': " + duration_forms},
         {{"cache", "prune", "--base", "base", "--older-than", "106752d"},
          "skc cache prune: bad --older-than '106752d': the duration is too long; at most 106751d"},
         {{"cache", "stats", "--base", "base", "--namespace", "Ascend910B"},
@@ -385,13 +409,15 @@ TEST_CASE("no cache below the base: every command says so, exits with 0 and crea
         const Run json = run_skc(tmp.path(), args);
         CHECK(json.status == 0);
         CHECK(json.err.empty());
-        CHECK(json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": false,\n  \"namespaces\": []\n}\n");
+        CHECK(json.out ==
+              "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": false,\n  \"namespaces\": []\n}\n");
     }
     CHECK(fs::is_empty(tmp / "base"));
 
     // An absolute base is shown as given.
     const Run abs = run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "base").string()});
-    CHECK(abs.out == "no cache at " + (tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache").string() + "\n");
+    CHECK(abs.out ==
+          "no cache at " + (tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache").string() + "\n");
 
     // A cache folder without namespaces.
     fs::create_directories(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "not-a-namespace");
@@ -399,7 +425,8 @@ TEST_CASE("no cache below the base: every command says so, exits with 0 and crea
     CHECK(empty.status == 0);
     CHECK(empty.out == "no cache namespaces in " + shown_cache + "\n");
     const Run empty_json = run_skc(tmp.path(), {"cache", "clear", "--base", "base", "--json"});
-    CHECK(empty_json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
+    CHECK(empty_json.out ==
+          "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
 }
 
 TEST_CASE("stats: per namespace and in total") {
@@ -410,7 +437,8 @@ TEST_CASE("stats: per namespace and in total") {
     CHECK(r.err.empty());
     CHECK(r.out == "cache directory: " + shown_cache +
                        "\n"
-                       "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
+                       "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after "
+                       "each compile\n"
                        "\n"
                        "CANN-7.0_Ascend310P\n"
                        "  entries:             1\n"
@@ -454,7 +482,9 @@ TEST_CASE("stats: per namespace and in total") {
     const Run one = f.run({"cache", "stats", "--base", "base", "--namespace", ns_b});
     CHECK(one.status == 0);
     CHECK(one.out == "cache directory: " + shown_cache +
-                         "\n" "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
+                         "\n"
+                         "limits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied "
+                         "after each compile\n"
                          "\nCANN-7.0_Ascend310P\n"
                          "  entries:             1\n"
                          "  size:                100 B\n"
@@ -501,9 +531,11 @@ TEST_CASE("stats: per namespace and in total") {
 
     const Run missing = f.run({"cache", "stats", "--base", "base", "--namespace", "CANN-9.9_Nowhere"});
     CHECK(missing.status == 0);
-    CHECK(missing.out == "no cache namespace CANN-9.9_Nowhere in " + shown_cache + "; it holds " + ns_b + ", " + ns_a + "\n");
+    CHECK(missing.out ==
+          "no cache namespace CANN-9.9_Nowhere in " + shown_cache + "; it holds " + ns_b + ", " + ns_a + "\n");
     const Run missing_json = f.run({"cache", "stats", "--base", "base", "--namespace", "CANN-9.9_Nowhere", "--json"});
-    CHECK(missing_json.out == "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
+    CHECK(missing_json.out ==
+          "{\n  \"cache_dir\": \"" + shown_cache + "\",\n  \"exists\": true,\n  \"namespaces\": []\n}\n");
 
     // stats reads only: not even a lock file is created.
     CHECK(skc_test::snapshot(f.cache_dir) == before);
@@ -523,12 +555,14 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
     s.waits = 2;
     s.lock_wait_ns = 123456789;                 // 123.5 ms
     s.compile_time_saved_ns = 7384000000000LL;  // 2 h 3 min 4 s
-    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_Ascend910B")
+    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /
+                           "CANN-8.0_Ascend910B")
         .write("stats", s.encode());
     const Run r = run_skc(tmp.path(), {"cache", "stats", "--base", "base"});
     CHECK(r.status == 0);
     CHECK(r.out == "cache directory: " + shown_cache +
-                       "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied after each compile\n"
+                       "\nlimits: at most 5.0 GiB (default), no entry limit (default), in each namespace; applied "
+                       "after each compile\n"
                        "\nCANN-8.0_Ascend910B\n"
                        "  entries:             0\n"
                        "  size:                0 B\n"
@@ -552,7 +586,8 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
     CHECK(at(n, "hit_rate").as_double() == 0.625);
 
     // No lookups at all: no hit rate.
-    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_Ascend910B")
+    skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /
+                           "CANN-8.0_Ascend910B")
         .write("stats", skc::CacheStats{}.encode());
     CHECK(run_skc(tmp.path(), {"cache", "stats", "--base", "base"}).out.find("  hit rate:            -\n") !=
           std::string::npos);
@@ -566,8 +601,9 @@ TEST_CASE("ls: one line per entry, least recently used first; --json gives every
     const Run r = f.run({"cache", "ls", "--base", "base"});
     CHECK(r.status == 0);
     CHECK(r.err.empty());
-    CHECK(r.out == ns_b + ": 1 entry, 100 B\n" + ls_header + ls_row(f.b0, "-") + "\n" + ns_a + ": 3 entries, 6.0 KiB\n" +
-                       ls_header + ls_row(f.a0, "1.50 s") + ls_row(f.a1, "3.00 s") + ls_row(f.a2, "4.50 s"));
+    CHECK(r.out == ns_b + ": 1 entry, 100 B\n" + ls_header + ls_row(f.b0, "-") + "\n" + ns_a +
+                       ": 3 entries, 6.0 KiB\n" + ls_header + ls_row(f.a0, "1.50 s") + ls_row(f.a1, "3.00 s") +
+                       ls_row(f.a2, "4.50 s"));
 
     const Run one = f.run({"cache", "ls", "--namespace", ns_a, "--base", "base"});
     CHECK(one.out == ns_a + ": 3 entries, 6.0 KiB\n" + ls_header + ls_row(f.a0, "1.50 s") + ls_row(f.a1, "3.00 s") +
@@ -643,7 +679,8 @@ TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
     }
     const auto damaged = f.content();
     const Stored* a_bad[] = {&f.a1, &f.a2};
-    std::sort(std::begin(a_bad), std::end(a_bad), [](const Stored* x, const Stored* y) { return x->entry.key < y->entry.key; });
+    std::sort(std::begin(a_bad), std::end(a_bad),
+              [](const Stored* x, const Stored* y) { return x->entry.key < y->entry.key; });
     const auto reason = [&](const Stored* s) {
         return s == &f.a1 ? "the package's checksum does not match the entry"
                           : "the entry is unreadable (truncated or altered)";
@@ -651,8 +688,8 @@ TEST_CASE("verify: bad entries are reported and removed, exit status 1") {
     const Run r = f.run({"cache", "verify", "--base", "base"});
     CHECK(r.status == 1);
     CHECK(r.err.empty());
-    CHECK(r.out == ns_b + ": checked 1 entry, 1 bad\n  " + f.b0.entry.key + ": the package is missing (removed)\n" + ns_a +
-                       ": checked 3 entries, 2 bad\n  " + a_bad[0]->entry.key + ": " + reason(a_bad[0]) +
+    CHECK(r.out == ns_b + ": checked 1 entry, 1 bad\n  " + f.b0.entry.key + ": the package is missing (removed)\n" +
+                       ns_a + ": checked 3 entries, 2 bad\n  " + a_bad[0]->entry.key + ": " + reason(a_bad[0]) +
                        " (removed)\n  " + a_bad[1]->entry.key + ": " + reason(a_bad[1]) +
                        " (removed)\n3 bad entries found, 3 removed\n");
     CHECK(f.gone(f.a1));
@@ -708,13 +745,15 @@ TEST_CASE("verify --json, and a bad entry in use is reported but kept") {
     Fixture f(/*makeself=*/true);
     const Run clean = f.run({"cache", "verify", "--base", "base", "--json", "--namespace", ns_a});
     CHECK(clean.status == 0);
-    CHECK(clean.out == "{\n  \"cache_dir\": \"" + shown_cache +
-                           "\",\n  \"exists\": true,\n  \"namespaces\": [\n    {\n      \"namespace\": \"" + ns_a +
-                           "\",\n      \"checked\": 3,\n      \"bad\": []\n    }\n  ],\n  \"total\": {\n    \"checked\": 3,\n"
-                           "    \"bad\": 0,\n    \"removed\": 0\n  }\n}\n");
+    CHECK(clean.out ==
+          "{\n  \"cache_dir\": \"" + shown_cache +
+              "\",\n  \"exists\": true,\n  \"namespaces\": [\n    {\n      \"namespace\": \"" + ns_a +
+              "\",\n      \"checked\": 3,\n      \"bad\": []\n    }\n  ],\n  \"total\": {\n    \"checked\": 3,\n"
+              "    \"bad\": 0,\n    \"removed\": 0\n  }\n}\n");
 
     std::optional<Fixture::Pin> pin = f.pin(f.a1);  // a1 is in use ...
-    skc_test::spit(f.package_file(f.a0), std::string(fs::file_size(f.package_file(f.a0)), 'z'));  // ... a0 and a1 are damaged
+    skc_test::spit(f.package_file(f.a0),
+                   std::string(fs::file_size(f.package_file(f.a0)), 'z'));  // ... a0 and a1 are damaged
     {
         const int fd = ::open(f.package_file(f.a1).c_str(), O_WRONLY);
         REQUIRE(fd >= 0);
@@ -785,40 +824,47 @@ TEST_CASE("prune --max-entries removes the least recently used entries of each n
     const Run json = f.run({"cache", "prune", "--base", "base", "--max-entries", "1", "--json"});
     CHECK(json.status == 0);
     CHECK(json.err.empty());
-    CHECK(json.out == "{\n"
-                      "  \"cache_dir\": \"" + shown_cache + "\",\n"
-                      "  \"exists\": true,\n"
-                      "  \"limits\": {\n"
-                      "    \"max_bytes\": null,\n"
-                      "    \"max_entries\": 1,\n"
-                      "    \"older_than_s\": null\n"
-                      "  },\n"
-                      "  \"namespaces\": [\n"
-                      "    {\n"
-                      "      \"namespace\": \"" + ns_b + "\",\n"
-                      "      \"removed\": 0,\n"
-                      "      \"removed_bytes\": 0,\n"
-                      "      \"skipped_in_use\": 0,\n"
-                      "      \"entries_left\": 1,\n"
-                      "      \"bytes_left\": 100\n"
-                      "    },\n"
-                      "    {\n"
-                      "      \"namespace\": \"" + ns_a + "\",\n"
-                      "      \"removed\": 1,\n"
-                      "      \"removed_bytes\": 2048,\n"
-                      "      \"skipped_in_use\": 0,\n"
-                      "      \"entries_left\": 1,\n"
-                      "      \"bytes_left\": 3072\n"
-                      "    }\n"
-                      "  ],\n"
-                      "  \"total\": {\n"
-                      "    \"removed\": 1,\n"
-                      "    \"removed_bytes\": 2048,\n"
-                      "    \"skipped_in_use\": 0,\n"
-                      "    \"entries_left\": 2,\n"
-                      "    \"bytes_left\": 3172\n"
-                      "  }\n"
-                      "}\n");
+    CHECK(json.out ==
+          "{\n"
+          "  \"cache_dir\": \"" +
+              shown_cache +
+              "\",\n"
+              "  \"exists\": true,\n"
+              "  \"limits\": {\n"
+              "    \"max_bytes\": null,\n"
+              "    \"max_entries\": 1,\n"
+              "    \"older_than_s\": null\n"
+              "  },\n"
+              "  \"namespaces\": [\n"
+              "    {\n"
+              "      \"namespace\": \"" +
+              ns_b +
+              "\",\n"
+              "      \"removed\": 0,\n"
+              "      \"removed_bytes\": 0,\n"
+              "      \"skipped_in_use\": 0,\n"
+              "      \"entries_left\": 1,\n"
+              "      \"bytes_left\": 100\n"
+              "    },\n"
+              "    {\n"
+              "      \"namespace\": \"" +
+              ns_a +
+              "\",\n"
+              "      \"removed\": 1,\n"
+              "      \"removed_bytes\": 2048,\n"
+              "      \"skipped_in_use\": 0,\n"
+              "      \"entries_left\": 1,\n"
+              "      \"bytes_left\": 3072\n"
+              "    }\n"
+              "  ],\n"
+              "  \"total\": {\n"
+              "    \"removed\": 1,\n"
+              "    \"removed_bytes\": 2048,\n"
+              "    \"skipped_in_use\": 0,\n"
+              "    \"entries_left\": 2,\n"
+              "    \"bytes_left\": 3172\n"
+              "  }\n"
+              "}\n");
     CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1}));
     CHECK(f.present(f.a2));
     CHECK(f.present(f.b0));
@@ -903,7 +949,8 @@ TEST_CASE("clear removes every entry not in use") {
     const Run r = f.run({"cache", "clear", "--base", "base"});
     CHECK(r.status == 0);
     CHECK(r.err.empty());
-    CHECK(r.out == ns_b + ": removed 1 entry, 0 left\n" + ns_a + ": removed 2 entries, 1 left\ntotal: removed 3 entries, 1 left\n");
+    CHECK(r.out == ns_b + ": removed 1 entry, 0 left\n" + ns_a +
+                       ": removed 2 entries, 1 left\ntotal: removed 3 entries, 1 left\n");
     CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a2, &f.b0}));
     CHECK(f.present(f.a1));
     // The manifests stay: the namespaces are still there, empty.
@@ -916,8 +963,12 @@ TEST_CASE("clear removes every entry not in use") {
     CHECK(json.err.empty());
     CHECK(json.out == "{\n  \"cache_dir\": \"" + shown_cache +
                           "\",\n  \"exists\": true,\n  \"namespaces\": [\n"
-                          "    {\n      \"namespace\": \"" + ns_b + "\",\n      \"removed\": 0,\n      \"entries_left\": 0\n    },\n"
-                          "    {\n      \"namespace\": \"" + ns_a + "\",\n      \"removed\": 1,\n      \"entries_left\": 0\n    }\n"
+                          "    {\n      \"namespace\": \"" +
+                          ns_b +
+                          "\",\n      \"removed\": 0,\n      \"entries_left\": 0\n    },\n"
+                          "    {\n      \"namespace\": \"" +
+                          ns_a +
+                          "\",\n      \"removed\": 1,\n      \"entries_left\": 0\n    }\n"
                           "  ],\n  \"total\": {\n    \"removed\": 1,\n    \"entries_left\": 0\n  }\n}\n");
     CHECK(f.content() == Fixture::without(before, {&f.a0, &f.a1, &f.a2, &f.b0}));
     const skc::Value stats = skc::parse_json(f.run({"cache", "stats", "--base", "base", "--json"}).out);
@@ -957,7 +1008,8 @@ TEST_CASE("symbolic links below the base are refused before anything is touched 
                           "' is a symbolic link; give the real path instead\n");
 }
 
-TEST_CASE("what is not a file where the statistics should be counts as no statistics; a file as cache folder is refused") {
+TEST_CASE(
+    "what is not a file where the statistics should be counts as no statistics; a file as cache folder is refused") {
     Fixture f;
     const fs::path stats = f.cache_dir / ns_a / "stats";
     fs::remove(stats);

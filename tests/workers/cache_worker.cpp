@@ -139,7 +139,8 @@ struct Args {
 };
 
 std::uint64_t to_u64(const std::string& s, const std::string& flag) {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) die(2, flag + " needs a number, got \"" + s + "\"");
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+        die(2, flag + " needs a number, got \"" + s + "\"");
     return std::stoull(s);
 }
 
@@ -172,7 +173,8 @@ Args parse(int argc, char** argv) {
         else die(2, "unknown option " + flag);
     }
     if (a.base.empty() || a.mode.empty()) die(2, "--base and --mode are required");
-    if (a.mode != "mixed" && a.mode != "compile-once" && a.mode != "hold-lock" && a.mode != "hold-pin" && a.mode != "hits")
+    if (a.mode != "mixed" && a.mode != "compile-once" && a.mode != "hold-lock" && a.mode != "hold-pin" &&
+        a.mode != "hits")
         die(2, "unknown mode " + a.mode);
     if (!a.crash_at.empty() && a.crash_at != "during-compile" && a.crash_at != "during-package-write" &&
         a.crash_at != "during-entry-write")
@@ -302,8 +304,7 @@ public:
     /// What compile does for key `i`: log, optionally crash or hang, write the package.
     fs::path compile(std::size_t i) {
         const std::string hex = keys_[i].hex();
-        if (log_fd_ >= 0)
-            write_fd_all(log_fd_, "compile " + hex + " " + std::to_string(::getpid()) + "\n", "the log");
+        if (log_fd_ >= 0) write_fd_all(log_fd_, "compile " + hex + " " + std::to_string(::getpid()) + "\n", "the log");
         if (!args_.signal_file.empty() && args_.mode != "hold-pin") create_file(args_.signal_file);
         if (args_.mode == "hold-lock") sleep_forever();
         if (args_.crash_at == "during-compile") {
@@ -348,7 +349,8 @@ public:
             auto h = cache->lookup(keys_[args_.key]);
             if (!h) die(5, "hits: key " + std::to_string(args_.key) + " is not in the cache");
             if (n == 0) {
-                if (!cache->verify(*h)) die(3, "hits: the package of key " + std::to_string(args_.key) + " fails verify");
+                if (!cache->verify(*h))
+                    die(3, "hits: the package of key " + std::to_string(args_.key) + " fails verify");
                 check_hit(*h, args_.key, "hits");
             }
             ++counts_.lookup_hits;
@@ -359,8 +361,8 @@ public:
         const auto close_us =
             std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
         std::printf("summary lookup_hits=%llu iterations=%llu close_us=%lld\n",
-                    static_cast<unsigned long long>(counts_.lookup_hits), static_cast<unsigned long long>(counts_.iterations),
-                    static_cast<long long>(close_us));
+                    static_cast<unsigned long long>(counts_.lookup_hits),
+                    static_cast<unsigned long long>(counts_.iterations), static_cast<long long>(close_us));
         return 0;
     }
 
@@ -372,7 +374,8 @@ public:
         else if (args_.mode == "hold-pin") {
             auto h = cache.lookup(keys_[args_.key]);
             if (!h) die(5, "hold-pin: key " + std::to_string(args_.key) + " is not in the cache");
-            if (!cache.verify(*h)) die(3, "hold-pin: the package of key " + std::to_string(args_.key) + " fails verify");
+            if (!cache.verify(*h))
+                die(3, "hold-pin: the package of key " + std::to_string(args_.key) + " fails verify");
             check_hit(*h, args_.key, "hold-pin");
             create_file(args_.signal_file);
             sleep_forever();
@@ -387,7 +390,8 @@ public:
         }
         std::printf("summary hits=%llu waits=%llu compiles=%llu lookup_hits=%llu lookup_misses=%llu iterations=%llu\n",
                     static_cast<unsigned long long>(counts_.hits), static_cast<unsigned long long>(counts_.waits),
-                    static_cast<unsigned long long>(counts_.compiles), static_cast<unsigned long long>(counts_.lookup_hits),
+                    static_cast<unsigned long long>(counts_.compiles),
+                    static_cast<unsigned long long>(counts_.lookup_hits),
                     static_cast<unsigned long long>(counts_.lookup_misses),
                     static_cast<unsigned long long>(counts_.iterations));
         return 0;
@@ -462,9 +466,10 @@ int run(const Args& args) {
     if (at == CrashPoint::none && args.pause_locks == 0) return w.run(*cache);
     cache.reset();
     const std::string stem = skc::Layout::cache_stem("8.0", "dev");
-    skc::IndexCache<CrashingStorage, PausingLock> hooked(CrashingStorage(layout.cache_dir() / stem, at),
-                                                         PausingLock(layout.cache_dir(), args.pause_locks, args.pause_dir),
-                                                         cfg, skc::CacheLockNames{stem + "/keys/", stem});
+    skc::IndexCache<CrashingStorage, PausingLock> hooked(
+        CrashingStorage(layout.cache_dir() / stem, at),
+        PausingLock(layout.cache_dir(), args.pause_locks, args.pause_dir), cfg,
+        skc::CacheLockNames{stem + "/keys/", stem});
     return w.run(hooked);
 }
 

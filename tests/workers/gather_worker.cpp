@@ -184,9 +184,10 @@ int run(const Args& a) {
     }
     const skc::CompileReport rep = compiler.compile(ops);
     const RecordingReselect& r = compiler.reselect_hook();
-    write_report(a.report, with_pid({{"report", rep.to_value()},
-                                     {"reselect", skc::Value(skc::Object{
-                                                      {"calls", skc::Value(r.calls)},
+    write_report(
+        a.report,
+        with_pid({{"report", rep.to_value()},
+                  {"reselect", skc::Value(skc::Object{{"calls", skc::Value(r.calls)},
                                                       {"index_existed", skc::Value(r.index_existed)},
                                                       {"index_names_package", skc::Value(r.index_names_package)},
                                                       {"package", skc::Value(r.package)}})}}));
@@ -200,8 +201,9 @@ int main(int argc, char** argv) {
     try {
         return run(a);
     } catch (const skc::Error& e) {
-        write_report(a.report, with_pid({{"error", skc::Value(skc::Object{
-                                                       {"code", skc::Value(std::string(skc::to_string(e.code())))},
+        write_report(
+            a.report,
+            with_pid({{"error", skc::Value(skc::Object{{"code", skc::Value(std::string(skc::to_string(e.code())))},
                                                        {"what", skc::Value(std::string(e.what()))},
                                                        {"message", skc::Value(e.message())},
                                                        {"option", skc::Value(e.option())}})}}));
@@ -209,10 +211,11 @@ int main(int argc, char** argv) {
                      std::string(skc::to_string(e.code())).c_str(), e.what());
         return status_of(e.code());
     } catch (const std::exception& e) {
-        write_report(a.report, with_pid({{"error", skc::Value(skc::Object{{"code", skc::Value("exception")},
-                                                                         {"what", skc::Value(std::string(e.what()))},
-                                                                         {"message", skc::Value(std::string(e.what()))},
-                                                                         {"option", skc::Value("")}})}}));
+        write_report(a.report,
+                     with_pid({{"error", skc::Value(skc::Object{{"code", skc::Value("exception")},
+                                                                {"what", skc::Value(std::string(e.what()))},
+                                                                {"message", skc::Value(std::string(e.what()))},
+                                                                {"option", skc::Value("")}})}}));
         std::fprintf(stderr, "gather_worker %ld: %s\n", static_cast<long>(::getpid()), e.what());
         return 6;
     }

@@ -33,10 +33,14 @@ struct StringSink {
 };
 
 template <class Sink>
-constexpr void put_null(Sink& s) { s.update_byte('n'); }
+constexpr void put_null(Sink& s) {
+    s.update_byte('n');
+}
 
 template <class Sink>
-constexpr void put_bool(Sink& s, bool b) { s.update_byte(b ? 't' : 'f'); }
+constexpr void put_bool(Sink& s, bool b) {
+    s.update_byte(b ? 't' : 'f');
+}
 
 template <class Sink>
 constexpr void put_int(Sink& s, std::int64_t v) {

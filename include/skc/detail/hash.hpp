@@ -252,7 +252,8 @@ public:
             if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
             std::memcpy(buf_.data() + buffered_, &v, 8);
         } else {
-            for (int i = 0; i < 8; ++i) buf_[buffered_ + static_cast<std::size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
+            for (int i = 0; i < 8; ++i)
+                buf_[buffered_ + static_cast<std::size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
         }
         buffered_ += 8;
         total_ += 8;

@@ -209,8 +209,7 @@ public:
         const char c = 'x';
         [[maybe_unused]] const ssize_t w = ::write(write_fd_, &c, 1);
         ::close(write_fd_);
-        while (::waitpid(guard_, nullptr, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(guard_, nullptr, 0) < 0 && errno == EINTR) {}
         guard_ = -1;
     }
 

@@ -15,8 +15,8 @@
 //     each rank selected (what it would have compiled alone, what LocalFsGather links), nothing is
 //     parsed twice, and no follower folder needs to be visible to the leader;
 //   - the leader decides the union with detail::OpUnion (dedup by content digest, `_1`, `_2` for
-//     clashing names; `req.run.gathered()` is written only on a miss), runs `lead` once per node and sends every follower the
-//     outcome (detail::ok_outcome / detail::error_outcome as JSON text); a follower raises an error
+//     clashing names; `req.run.gathered()` is written only on a miss), runs `lead` once per node and sends every
+//     follower the outcome (detail::ok_outcome / detail::error_outcome as JSON text); a follower raises an error
 //     outcome with detail::result_or_throw;
 //   - two barriers around `share`, each a status message from every follower to the leader and a
 //     verdict back, so that a rank whose `share` throws makes the others fail with
@@ -141,7 +141,8 @@ public:
                         "MpiGather needs MPI to be initialised: the caller calls MPI_Init before constructing it and "
                         "MPI_Finalize after destroying it");
         if (comm == MPI_COMM_NULL) throw Error(Errc::invalid_argument, "MpiGather was given MPI_COMM_NULL");
-        if (timeout_ <= std::chrono::nanoseconds{0}) throw Error(Errc::invalid_argument, "the gather timeout must be positive");
+        if (timeout_ <= std::chrono::nanoseconds{0})
+            throw Error(Errc::invalid_argument, "the gather timeout must be positive");
         try {
             detail::check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
             detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -268,7 +269,8 @@ private:
         detail::check_mpi(MPI_Comm_size(node_comm_, &local_size_), "MPI_Comm_size");
         // The key is the rank, so node-local ranks follow the ranks and the leader is the lowest.
         node_ranks_.assign(static_cast<std::size_t>(local_size_), -1);
-        detail::check_mpi(MPI_Allgather(&rank_, 1, MPI_INT, node_ranks_.data(), 1, MPI_INT, node_comm_), "MPI_Allgather");
+        detail::check_mpi(MPI_Allgather(&rank_, 1, MPI_INT, node_ranks_.data(), 1, MPI_INT, node_comm_),
+                          "MPI_Allgather");
         std::vector<int> leaders(static_cast<std::size_t>(size_), 0);
         const int leader_here = local_rank_ == 0 ? 1 : 0;
         detail::check_mpi(MPI_Allgather(&leader_here, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_), "MPI_Allgather");
@@ -310,8 +312,8 @@ private:
             if (done) return std::move(*p.buffer);
             if (clock::now() >= deadline) {
                 pending_.push_back(std::move(p));
-                throw Error(Errc::timeout, "a message of " + std::to_string(count) + " bytes from " + local_name(local) +
-                                               " did not finish arriving in time");
+                throw Error(Errc::timeout, "a message of " + std::to_string(count) + " bytes from " +
+                                               local_name(local) + " did not finish arriving in time");
             }
             wait();
         }
@@ -422,8 +424,9 @@ private:
                 if (got.count(k)) continue;
                 if (std::optional<std::string> m = try_receive(k, tag, deadline)) {
                     if (m->starts_with(k_ops_error_magic))
-                        throw Error(Errc::peer_failed, local_name(k) + " could not send its ops: " +
-                                                           detail::utf8_or_replaced(m->substr(k_ops_error_magic.size())));
+                        throw Error(Errc::peer_failed,
+                                    local_name(k) + " could not send its ops: " +
+                                        detail::utf8_or_replaced(m->substr(k_ops_error_magic.size())));
                     got.emplace(k, std::move(*m));
                 } else {
                     missing.push_back(k);
@@ -431,10 +434,11 @@ private:
             }
             if (missing.empty()) return got;
             if (clock::now() >= deadline)
-                throw Error(Errc::timeout, list_local(missing) + " of " + std::to_string(local_size_) + " on " + where() +
-                                               (missing.size() == 1 ? " did not send its ops within "
-                                                                    : " did not send their ops within ") +
-                                               detail::seconds_text(timeout_));
+                throw Error(
+                    Errc::timeout,
+                    list_local(missing) + " of " + std::to_string(local_size_) + " on " + where() +
+                        (missing.size() == 1 ? " did not send its ops within " : " did not send their ops within ") +
+                        detail::seconds_text(timeout_));
             reap();
             wait();
         }
@@ -519,8 +523,9 @@ private:
                     return;
                 }
                 if (clock::now() >= deadline)
-                    throw Error(Errc::timeout, local_name(local_rank_) + " on " + where() + ": no word from " + leader_name() +
-                                                   " at the " + which + " barrier within " + detail::seconds_text(limit));
+                    throw Error(Errc::timeout, local_name(local_rank_) + " on " + where() + ": no word from " +
+                                                   leader_name() + " at the " + which + " barrier within " +
+                                                   detail::seconds_text(limit));
                 reap();
                 wait();
             }
@@ -597,7 +602,8 @@ private:
             reap();
             for (Pending& p : pending_) {
                 int done = 0;
-                if (MPI_Cancel(&p.request) == MPI_SUCCESS && MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+                if (MPI_Cancel(&p.request) == MPI_SUCCESS &&
+                    MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
                     continue;
                 if (p.request != MPI_REQUEST_NULL) MPI_Request_free(&p.request);
                 try {

@@ -2,7 +2,8 @@
 //
 // The key (make_cache_key) is the digest of named components: the set digest of the ops to
 // compile, their count, the toolchain version, the device, the deterministic flag, every
-// compiler option and the compiler's fingerprint, each kept by name so that a miss can be explained component by component.
+// compiler option and the compiler's fingerprint, each kept by name so that a miss can be explained component by
+// component.
 //
 // IndexCache stores one entry per key, as its own small object (`entries/<key>`), next to the
 // package it names (`packages/<key>.run`). A lookup reads one entry, whatever the number of
@@ -159,7 +160,7 @@ struct CacheEntry {
     std::string key;      // hex digest of the key
     std::string package;  // storage name of the package
     std::uint64_t size = 0;
-    Digest checksum;      // MurmurHash3_x64_128 of the package bytes: the entry's package is this content
+    Digest checksum;  // MurmurHash3_x64_128 of the package bytes: the entry's package is this content
     std::int64_t created_unix = 0;
     std::int64_t compile_ns = 0;  // how long the compile took (what a hit saves)
     std::uint64_t ops = 0;
@@ -245,7 +246,8 @@ inline std::optional<std::string_view> checked_body(std::string_view t, std::str
     const std::size_t check_at = t.rfind("check ");
     Digest check;
     if (t.substr(0, magic.size()) != magic || check_at == std::string_view::npos || check_at < magic.size() ||
-        t[check_at - 1] != '\n' || t.back() != '\n' || !parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
+        t[check_at - 1] != '\n' || t.back() != '\n' ||
+        !parse_hex_digest(t.substr(check_at + 6, t.size() - check_at - 7), check) ||
         hash_bytes(t.substr(0, check_at)) != check)
         return std::nullopt;
     return t.substr(magic.size(), check_at - magic.size());
@@ -309,13 +311,13 @@ inline std::optional<std::vector<KeyOp>> decode_op_list(std::string_view t) {
         const std::string_view line = body->substr(pos, nl - pos);
         pos = nl + 1;
         KeyOp op;
-        if (line.size() < 34 || line[32] != ' ' || !parse_hex_digest(line.substr(0, 32), op.digest)) return std::nullopt;
+        if (line.size() < 34 || line[32] != ' ' || !parse_hex_digest(line.substr(0, 32), op.digest))
+            return std::nullopt;
         op.name = unescape_line(line.substr(33));
         out.push_back(std::move(op));
     }
     return out;
 }
-
 
 /// This machine's name for the cache's per-node memos: the host name with anything but letters,
 /// digits, '-', '_' and '.' replaced by '_' ("node" when there is none).
@@ -325,7 +327,8 @@ inline const std::string& node_name() {
         std::string n;
         if (::gethostname(buf, sizeof buf - 1) == 0) n = buf;
         for (char& c : n)
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                  c == '.'))
                 c = '_';
         if (n.empty() || n.front() == '.') n = "node" + n;
         return n.substr(0, 64);
@@ -346,10 +349,10 @@ inline Digest checksum_of(const std::function<bool(const ChunkFn&)>& read) {
 struct CacheStats {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
-    std::uint64_t corrupt = 0;     // entries found bad (each also a miss) and removed
+    std::uint64_t corrupt = 0;  // entries found bad (each also a miss) and removed
     std::uint64_t evictions = 0;
-    std::uint64_t compiles = 0;    // compiles this cache ran (single flight: at most one per key)
-    std::uint64_t waits = 0;       // hits that first waited for another process's compile
+    std::uint64_t compiles = 0;  // compiles this cache ran (single flight: at most one per key)
+    std::uint64_t waits = 0;     // hits that first waited for another process's compile
     std::int64_t lock_wait_ns = 0;
     std::int64_t compile_time_saved_ns = 0;  // the recorded compile time of every hit
 
@@ -358,7 +361,8 @@ struct CacheStats {
     CacheStats& operator+=(const CacheStats& o) {
         const auto add = [](auto& a, auto b) {
             using T = std::remove_reference_t<decltype(a)>;
-            if (__builtin_add_overflow(a, b, &a)) a = b > 0 ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
+            if (__builtin_add_overflow(a, b, &a))
+                a = b > 0 ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
         };
         add(hits, o.hits);
         add(misses, o.misses);
@@ -451,7 +455,8 @@ struct StatsLogLine {
 /// `used <key>` for each entry hit and `at <ns>`, then `check` with the hash of what precedes it. It
 /// starts with a line feed as well as ending with one: a line a writer left unfinished (the disk
 /// filled) ends there, is no whole line (for_each_stats_log_line) and cannot spoil the next one.
-inline std::string stats_log_line(const CacheStats& s, const std::vector<std::array<char, 32>>& used, std::int64_t at_ns) {
+inline std::string stats_log_line(const CacheStats& s, const std::vector<std::array<char, 32>>& used,
+                                  std::int64_t at_ns) {
     std::string body = "skc-stats";
     body.reserve(96 + 38 * used.size());
     CacheStats::visit(s, [&](std::string_view name, auto counter) {
@@ -590,15 +595,20 @@ inline std::optional<std::uint64_t> parse_size(std::string_view s) {
     int shift = 0;
     if (!s.empty()) {
         switch (s.back()) {
-        case 'K': case 'k': shift = 10; break;
-        case 'M': case 'm': shift = 20; break;
-        case 'G': case 'g': shift = 30; break;
-        case 'T': case 't': shift = 40; break;
+        case 'K':
+        case 'k': shift = 10; break;
+        case 'M':
+        case 'm': shift = 20; break;
+        case 'G':
+        case 'g': shift = 30; break;
+        case 'T':
+        case 't': shift = 40; break;
         default: break;
         }
     }
     std::uint64_t n = 0;
-    if (!detail::parse_u64(shift == 0 ? s : s.substr(0, s.size() - 1), n) || n > (UINT64_MAX >> shift)) return std::nullopt;
+    if (!detail::parse_u64(shift == 0 ? s : s.substr(0, s.size() - 1), n) || n > (UINT64_MAX >> shift))
+        return std::nullopt;
     return n << shift;
 }
 
@@ -663,8 +673,10 @@ inline std::optional<std::uint64_t> env_cache_max_size() {
     const std::optional<std::uint64_t> n = parse_size(env);
     if (!n)
         throw Error(Errc::invalid_option,
-                    "value " + quote(env, 64) + " is not a size: expected bytes with an optional suffix K, M, G "
-                    "or T, e.g. 10G (0: no limit)", ErrorContext{{}, {}, "SKC_CACHE_MAX_SIZE"});
+                    "value " + quote(env, 64) +
+                        " is not a size: expected bytes with an optional suffix K, M, G "
+                        "or T, e.g. 10G (0: no limit)",
+                    ErrorContext{{}, {}, "SKC_CACHE_MAX_SIZE"});
     return n;
 }
 
@@ -693,7 +705,7 @@ inline EffectiveLimits effective_cache_limits(const CacheLimits& given, const st
 }
 
 struct CacheConfig {
-    CacheLimits limits;                                         // applied after each publish
+    CacheLimits limits;                                              // applied after each publish
     std::chrono::milliseconds wait_timeout = std::chrono::hours(2);  // for another process's compile
     LogSink log = stderr_log();
     CacheMode mode = CacheMode::read_write;  // read-only: never writes; recache: compiles and overwrites
@@ -730,9 +742,9 @@ struct CacheHit {
 template <class Guard>
 struct CacheOutcome {
     CacheResult result = CacheResult::compiled;
-    std::optional<CacheHit<Guard>> hit;       // hit, waited; compiled unless removed at once
+    std::optional<CacheHit<Guard>> hit;  // hit, waited; compiled unless removed at once
 
-    std::filesystem::path compiled_package;   // the package the compile produced (compiled, disabled)
+    std::filesystem::path compiled_package;  // the package the compile produced (compiled, disabled)
     std::chrono::nanoseconds lock_wait{0};
 };
 
@@ -746,8 +758,8 @@ struct PruneReport {
 };
 
 struct BadEntry {
-    std::string key;     // the entry's key (its name under entries/)
-    std::string reason;  // what is wrong with it
+    std::string key;       // the entry's key (its name under entries/)
+    std::string reason;    // what is wrong with it
     bool removed = false;  // false when another process was using it (it goes when that use ends)
 };
 
@@ -768,7 +780,7 @@ concept CachePolicy = requires(C& c, const CacheKey& key, std::filesystem::path 
 
 /// Names the cache uses in its lock policy.
 struct CacheLockNames {
-    std::string key_prefix = "keys/";   // per-key locks: key_prefix + "key-" + hex
+    std::string key_prefix = "keys/";          // per-key locks: key_prefix + "key-" + hex
     std::string namespace_lock = "namespace";  // statistics and whole-cache operations
 };
 
@@ -780,7 +792,10 @@ public:
     using Outcome = CacheOutcome<Guard>;
 
     IndexCache(S storage, L locks, CacheConfig config = {}, CacheLockNames names = {})
-        : storage_(std::move(storage)), locks_(std::move(locks)), config_(std::move(config)), names_(std::move(names)) {}
+        : storage_(std::move(storage)),
+          locks_(std::move(locks)),
+          config_(std::move(config)),
+          names_(std::move(names)) {}
     IndexCache(const IndexCache&) = delete;
     IndexCache& operator=(const IndexCache&) = delete;
     ~IndexCache() {
@@ -985,10 +1000,12 @@ public:
         CacheEntry stored = e;
         stored.package = "packages/" + e.key + ".run";
         const ObjectInfo info = storage_.import_file(stored.package, package);
-        if (info.size != e.size ||
-            detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(stored.package, fn); }) != e.checksum) {
+        if (info.size != e.size || detail::checksum_of([&](const ChunkFn& fn) {
+                                       return storage_.read_chunks(stored.package, fn);
+                                   }) != e.checksum) {
             storage_.remove(stored.package);
-            throw Error(Errc::corrupt, "the package is not the one entry " + e.key + " names (size or checksum differs)");
+            throw Error(Errc::corrupt,
+                        "the package is not the one entry " + e.key + " names (size or checksum differs)");
         }
         if (!op_list.empty()) storage_.write("oplists/" + e.key, std::string(op_list));
         storage_.write("entries/" + e.key, detail::encode_entry(stored));
@@ -1026,7 +1043,8 @@ public:
     /// are checked but not removed). With `check_package`, each package whose checksum matches is
     /// also given to it (as a file, where the storage keeps files): what it returns is why the
     /// package is unusable (run_package_fault() for run packages), nullopt when it is sound.
-    VerifyReport verify_all(const std::function<std::optional<std::string>(const std::filesystem::path&)>& check_package = {}) {
+    VerifyReport verify_all(
+        const std::function<std::optional<std::string>(const std::filesystem::path&)>& check_package = {}) {
         VerifyReport r;
         r.leftovers_removed = remove_leftovers();
         for (const std::string& name : storage_.list("entries")) {
@@ -1037,10 +1055,12 @@ public:
             if (l.fault) reason = *l.fault;
             else if (!l.entry) reason = "the entry is unreadable (truncated or altered)";  // listed, not a file
             else if (!package_intact(*l.entry)) reason = "the package's checksum does not match the entry";
-            else if (const auto path = check_package ? StorageTraits<S>::local_path(storage_, l.entry->package) : std::nullopt) {
+            else if (const auto path =
+                         check_package ? StorageTraits<S>::local_path(storage_, l.entry->package) : std::nullopt) {
                 if (std::optional<std::string> fault = check_package(*path)) {
                     reason = "the package was stored damaged (its checksum matches): " + *fault;
-                    r.bad.push_back(BadEntry{hex, reason, discard_damaged(hex, l.entry->checksum, reason, /*wait=*/false)});
+                    r.bad.push_back(
+                        BadEntry{hex, reason, discard_damaged(hex, l.entry->checksum, reason, /*wait=*/false)});
                 }
                 continue;
             }
@@ -1061,7 +1081,8 @@ public:
     /// Resets the stored statistics of every process (and this one's) to zero (`skc cache zero`).
     void zero_stats() {
         refuse_if_read_only("reset the statistics");
-        Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+        Guard g =
+            locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
         if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to reset the statistics");
         if constexpr (StorageTraits<S>::appends) fold_locked(/*zero=*/true);
         else storage_.write("stats", CacheStats{}.encode());
@@ -1084,7 +1105,8 @@ public:
         {
             Guard g;
             try {
-                g = locks_.lock_until(names_.namespace_lock, LockMode::shared, LockClock::now() + std::chrono::seconds(30));
+                g = locks_.lock_until(names_.namespace_lock, LockMode::shared,
+                                      LockClock::now() + std::chrono::seconds(30));
             } catch (const Error&) {  // a lock file this process may not create: read without it
             }
             s = stored_stats();
@@ -1099,7 +1121,8 @@ public:
     void fold_stats() {
         if constexpr (StorageTraits<S>::appends) {
             refuse_if_read_only("fold the statistics");
-            Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+            Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive,
+                                        LockClock::now() + std::chrono::seconds(30));
             if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to fold the statistics");
             fold_locked(/*zero=*/false);
         }
@@ -1128,12 +1151,14 @@ public:
             if constexpr (StorageTraits<S>::appends) {
                 if (delta == CacheStats{} && touched.empty()) return;
                 const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch()).count();
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count();
                 log_bytes = storage_.append(detail::stats_log, detail::stats_log_line(delta, touched, now_ns));
             } else {
                 for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
                 if (delta == CacheStats{}) return;
-                Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive, LockClock::now() + std::chrono::seconds(30));
+                Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive,
+                                            LockClock::now() + std::chrono::seconds(30));
                 if (!g.owns()) throw Error(Errc::timeout, "cannot take the cache's namespace lock to save statistics");
                 CacheStats s;
                 if (const auto t = storage_.read("stats")) s = CacheStats::decode(*t);
@@ -1166,7 +1191,8 @@ private:
     std::filesystem::path compile_counted(Compile& compile, std::chrono::nanoseconds* elapsed = nullptr) {
         const auto c0 = std::chrono::steady_clock::now();
         std::filesystem::path package = compile();
-        if (elapsed) *elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0);
+        if (elapsed)
+            *elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0);
         std::lock_guard lock(mu_);
         ++stats_.compiles;
         ++stats_.misses;
@@ -1229,7 +1255,8 @@ private:
                 if (std::optional<TakenObject> t = storage_.take(name, {})) taken.emplace_back(name, std::move(*t));
         const std::string name = std::string(detail::taken_stats_log) + std::to_string(::getpid()) + "." +
                                  std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-        if (std::optional<TakenObject> t = storage_.take(detail::stats_log, name)) taken.emplace_back(name, std::move(*t));
+        if (std::optional<TakenObject> t = storage_.take(detail::stats_log, name))
+            taken.emplace_back(name, std::move(*t));
         if (taken.empty() && !zero) return;
         std::map<std::string, std::int64_t, std::less<>> used;
         std::string records;
@@ -1248,7 +1275,8 @@ private:
     }
 
     /// Keeps the latest use of `key`.
-    static void note_use(std::map<std::string, std::int64_t, std::less<>>& used, std::string_view key, std::int64_t at_ns) {
+    static void note_use(std::map<std::string, std::int64_t, std::less<>>& used, std::string_view key,
+                         std::int64_t at_ns) {
         const auto it = used.find(key);
         if (it == used.end()) used.emplace(std::string(key), at_ns);
         else it->second = std::max(it->second, at_ns);
@@ -1316,7 +1344,8 @@ private:
         if (!info) return "the package is missing";
         if (!info->regular) return "the package is not a regular file (a symbolic link or a folder)";
         if (info->size != e.size)
-            return "the package's size is " + std::to_string(info->size) + " bytes, the entry says " + std::to_string(e.size);
+            return "the package's size is " + std::to_string(info->size) + " bytes, the entry says " +
+                   std::to_string(e.size);
         return std::nullopt;
     }
 
@@ -1337,7 +1366,8 @@ private:
 
     /// Whether the package's bytes still have the checksum the entry recorded (reads all of it).
     bool package_intact(const CacheEntry& e) const {
-        return detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) == e.checksum;
+        return detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) ==
+               e.checksum;
     }
 
     /// Reads and checks entry `hex`; a bad one is removed (when `repair`) and reported as absent.
@@ -1416,14 +1446,16 @@ private:
 
     /// Package first, then the entry naming it: a crash in between leaves an orphan package that the
     /// next publish of the key overwrites, never an entry without its package.
-    CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package, std::chrono::nanoseconds compile_time) {
+    CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package,
+                              std::chrono::nanoseconds compile_time) {
         judge_subfolders();
         const std::string hex = key.hex();
         CacheEntry e;
         e.key = hex;
         e.package = "packages/" + hex + ".run";
-        e.checksum = detail::checksum_of(
-            [&](const ChunkFn& fn) { return FilesystemStorage(package.parent_path()).read_chunks(package.filename().string(), fn); });
+        e.checksum = detail::checksum_of([&](const ChunkFn& fn) {
+            return FilesystemStorage(package.parent_path()).read_chunks(package.filename().string(), fn);
+        });
         const ObjectInfo info = storage_.import_file(e.package, package);
         e.size = info.size;
         // The copy must be what was hashed: a package changing while it was copied is refused.
@@ -1432,7 +1464,9 @@ private:
             throw Error(Errc::corrupt, "the package changed while it was stored in the cache",
                         ErrorContext{package.string(), {}, {}});
         }
-        e.created_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+        e.created_unix =
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
         e.compile_ns = compile_time.count();
         for (const auto& c : key.components) {
             e.components.push_back(c);
@@ -1443,14 +1477,16 @@ private:
         else storage_.remove("oplists/" + hex);
         storage_.write("entries/" + hex, detail::encode_entry(e));
         write_manifest();
-        for (const auto& [name, value] : key.components) log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);
+        for (const auto& [name, value] : key.components)
+            log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);
         return e;
     }
 
     /// Removes least recently used entries until within `limits` (0: no limit; both 0 with a
     /// negative age removes everything), and entries older than `older_than`. Never removes `keep`
     /// or an entry in use.
-    PruneReport evict_over_limits(CacheLimits limits, std::optional<std::chrono::seconds> older_than, const std::string& keep) {
+    PruneReport evict_over_limits(CacheLimits limits, std::optional<std::chrono::seconds> older_than,
+                                  const std::string& keep) {
         refuse_if_read_only("remove entries");
         fold_quietly();  // publishes, prune and clear fold the statistics log: off the lookup path
         PruneReport r;
@@ -1462,7 +1498,8 @@ private:
         for (const CacheEntry& e : all) bytes += e.size;
         std::uint64_t count = all.size();
         const std::int64_t now_ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
         for (const CacheEntry& e : all) {
             // Ages beyond 285 years (where nanoseconds overflow) match nothing.
             const bool too_old = clear_all || (older_than && older_than->count() < 9000000000LL &&
@@ -1503,8 +1540,8 @@ private:
     std::optional<CacheFolder> folder_;
     std::atomic<bool> subfolders_judged_{false};
     mutable std::mutex mu_;
-    CacheStats stats_;           // not yet flushed
-    mutable CacheStats flushed_;  // flushed by this process
+    CacheStats stats_;                           // not yet flushed
+    mutable CacheStats flushed_;                 // flushed by this process
     std::vector<std::array<char, 32>> touched_;  // keys hit since the last flush (may repeat)
     std::unordered_set<std::string> verified_;
 };
@@ -1546,12 +1583,13 @@ static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage,
 /// first stored or verified; the limits (`<root>/config`) are read when applied, and a publish
 /// rewrites a manifest that is missing or differs. Read-only creates nothing.
 inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_namespace(std::filesystem::path root,
-                                                                                    const std::string& stem,
-                                                                                    CacheConfig config = {}) {
+                                                                                     const std::string& stem,
+                                                                                     CacheConfig config = {}) {
     const bool read_only = config.mode == CacheMode::read_only;
     // A bad SKC_CACHE_MAX_SIZE is an error now, not after a compile.
     if (!read_only && config.limits.max_bytes == 0) (void)detail::env_cache_max_size();
-    FileLock locks(std::move(root), read_only ? LockAccess::read_only : LockAccess::read_write);  // a path is costly to copy
+    FileLock locks(std::move(root),
+                   read_only ? LockAccess::read_only : LockAccess::read_write);  // a path is costly to copy
     const std::filesystem::path& dir = locks.dir();
     if (!read_only && locks.dir_fd() < 0) detail::make_cache_dir(dir);
     if (!check_cache_trust(locks.dir_fd(), dir, stem) && !read_only) {
@@ -1561,8 +1599,8 @@ inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache_names
         FilesystemStorage(dir).write(stem + ".json", detail::cache_manifest(stem));
     }
     FilesystemStorage storage(locks.dir_handle(), stem);
-    auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(std::move(storage), std::move(locks), std::move(config),
-                                                                          CacheLockNames{stem + "/keys/", stem});
+    auto cache = std::make_unique<IndexCache<FilesystemStorage, FileLock>>(
+        std::move(storage), std::move(locks), std::move(config), CacheLockNames{stem + "/keys/", stem});
     cache->set_cache_folder(cache->locks().dir(), stem);
     return cache;
 }
@@ -1572,9 +1610,9 @@ namespace detail {
 /// A namespace name as read from a folder or a file: `CANN-` and more, no '/', NUL or space (stems
 /// have '-' for spaces), not a manifest or lock file name.
 inline bool valid_namespace(std::string_view ns) {
-    return ns.size() > 5 && ns.size() <= Layout::max_cache_stem && ns.starts_with("CANN-") && ns.find('/') == std::string_view::npos &&
-           ns.find('\0') == std::string_view::npos && ns.find(' ') == std::string_view::npos && !ns.ends_with(".json") &&
-           !ns.ends_with(".lock");
+    return ns.size() > 5 && ns.size() <= Layout::max_cache_stem && ns.starts_with("CANN-") &&
+           ns.find('/') == std::string_view::npos && ns.find('\0') == std::string_view::npos &&
+           ns.find(' ') == std::string_view::npos && !ns.ends_with(".json") && !ns.ends_with(".lock");
 }
 
 }  // namespace detail
@@ -1595,14 +1633,18 @@ inline std::vector<std::string> cache_namespaces(const std::filesystem::path& ro
 }
 
 /// The namespace of toolchain `version` and `device` in cache folder `root`.
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(std::filesystem::path root, std::string_view version,
-                                                                          std::string_view device, CacheConfig config = {}) {
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(std::filesystem::path root,
+                                                                           std::string_view version,
+                                                                           std::string_view device,
+                                                                           CacheConfig config = {}) {
     return open_cache_namespace(std::move(root), Layout::cache_stem(version, device), std::move(config));
 }
 
 /// The same in the base's own cache folder (`layout.cache_dir()`).
-inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const Layout& layout, std::string_view version,
-                                                                          std::string_view device, CacheConfig config = {}) {
+inline std::unique_ptr<IndexCache<FilesystemStorage, FileLock>> open_cache(const Layout& layout,
+                                                                           std::string_view version,
+                                                                           std::string_view device,
+                                                                           CacheConfig config = {}) {
     return open_cache(layout.cache_dir(), version, device, std::move(config));
 }
 

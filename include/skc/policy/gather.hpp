@@ -103,10 +103,10 @@ struct GatherRequest {
 
 /// The union of a node's (or job's) selected ops, ready to compile.
 struct GatheredSet {
-    std::filesystem::path dir;    // the folder to give the compiler; empty when the set is empty
-    std::vector<Digest> digests;  // content digests, distinct
+    std::filesystem::path dir;       // the folder to give the compiler; empty when the set is empty
+    std::vector<Digest> digests;     // content digests, distinct
     std::vector<std::string> names;  // their op info file names in `dir`, in the same order
-    std::size_t ranks = 1;        // ranks whose ops it holds
+    std::size_t ranks = 1;           // ranks whose ops it holds
     /// Fills `dir` (links or writes every op's file, waiting for files that ranks still write);
     /// empty when `dir` needs nothing more than the host's own files. The host calls it only on a
     /// miss, before the compiler, and only within `lead`: a cache hit writes and links nothing.
@@ -127,11 +127,12 @@ namespace detail {
 /// One message per requirement of GatherPolicy that `G` misses (a host calls it in one line).
 template <class G>
 consteval bool diagnose_gather() {
-    static_assert(requires(G& g, const GatherRequest& r, const LeadFn& l, const ShareFn& s) {
-                      { g.coordinate(r, l, s) } -> std::same_as<Value>;
-                  },
-                  "skc: the Gather policy needs a member `Value coordinate(const GatherRequest&, const LeadFn&, "
-                  "const ShareFn&)`");
+    static_assert(
+        requires(G & g, const GatherRequest& r, const LeadFn& l, const ShareFn& s) {
+            { g.coordinate(r, l, s) } -> std::same_as<Value>;
+        },
+        "skc: the Gather policy needs a member `Value coordinate(const GatherRequest&, const LeadFn&, "
+        "const ShareFn&)`");
     static_assert(GatherPolicy<G>,
                   "skc: the Gather policy needs members `std::size_t local_rank() const` and "
                   "`std::size_t local_world_size() const`");
@@ -241,8 +242,7 @@ public:
 private:
     void drain() {
         alignas(inotify_event) char buf[4096];
-        while (::read(fd_, buf, sizeof buf) > 0) {
-        }
+        while (::read(fd_, buf, sizeof buf) > 0) {}
     }
     void close_fd() {
         if (fd_ >= 0) ::close(fd_);
@@ -274,11 +274,11 @@ inline std::string list_ranks(const std::vector<std::size_t>& ranks) {
 
 /// A name usable as one path component: kept when plain, else `id-<digest>` of it.
 inline std::string path_component(std::string_view s) {
-    const bool plain = !s.empty() && s.size() <= 64 && s != "." && s != ".." &&
-                       std::all_of(s.begin(), s.end(), [](char c) {
-                           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                                  c == '.' || c == '_' || c == '-';
-                       });
+    const bool plain =
+        !s.empty() && s.size() <= 64 && s != "." && s != ".." && std::all_of(s.begin(), s.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                   c == '-';
+        });
     if (plain && s.front() != '.') return std::string(s);
     return "id-" + hash_bytes(s).hex();
 }
@@ -300,7 +300,8 @@ public:
     void add(const Digest& d, const std::string& name, const std::string& source, std::string_view text = {},
              std::size_t from = 0) {
         if (!is_plain_file_name(name))
-            throw Error(Errc::unsafe_path, "gathered op " + quote(name) + " is not a plain file name", ErrorContext{dir_.string(), {}, {}});
+            throw Error(Errc::unsafe_path, "gathered op " + quote(name) + " is not a plain file name",
+                        ErrorContext{dir_.string(), {}, {}});
         if (source.empty() && text.empty())
             throw Error(Errc::invalid_argument, "gathered op " + quote(name) + " has neither a file nor content");
         if (!seen_.insert(d).second) return;
@@ -329,11 +330,12 @@ private:
     struct Pending {
         std::string name;    // unique in the folder
         std::string source;  // a rank's file, or empty (a string: a path per op would cost more than the rest)
-        std::string text;              // the content when there is no file
+        std::string text;    // the content when there is no file
         std::size_t from = 0;
     };
 
-    static void write_all(const std::filesystem::path& dir, const std::vector<Pending>& pending, const AwaitSource& await) {
+    static void write_all(const std::filesystem::path& dir, const std::vector<Pending>& pending,
+                          const AwaitSource& await) {
         make_dir(dir);
         for (const Pending& p : pending) {
             const std::filesystem::path to = dir / p.name;
@@ -342,8 +344,10 @@ private:
                 if (::link(p.source.c_str(), to.c_str()) == 0) continue;
                 if (errno == EEXIST) throw_errno("cannot publish", to, errno);  // materialized twice
             }
-            write_new_file(dir, p.name, p.text.empty() ? read_file(std::filesystem::path(p.source), ReadLimits{}.max_file_bytes) : p.text,
-                           false);
+            write_new_file(
+                dir, p.name,
+                p.text.empty() ? read_file(std::filesystem::path(p.source), ReadLimits{}.max_file_bytes) : p.text,
+                false);
         }
     }
 
@@ -431,8 +435,8 @@ inline std::optional<LocalRanks> local_ranks_from_env(
     if (!size && !rank) return std::nullopt;
     auto parse = [](const char* name, const char* text, bool positive) -> std::size_t {
         const std::string t = text;
-        const bool digits = !t.empty() && t.size() <= 9 &&
-                            std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const bool digits =
+            !t.empty() && t.size() <= 9 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
         const std::size_t v = digits ? static_cast<std::size_t>(std::stoul(t)) : 0;
         if (!digits || (positive && v == 0))
             throw Error(Errc::invalid_option,
@@ -442,9 +446,10 @@ inline std::optional<LocalRanks> local_ranks_from_env(
         return v;
     };
     auto only_one = [](const char* missing, const char* set, const char* value) {
-        return Error(Errc::invalid_option,
-                     std::string(missing) + " is not set, but " + set + " is (" + value + "): a multi-rank job needs both",
-                     ErrorContext{{}, {}, missing});
+        return Error(
+            Errc::invalid_option,
+            std::string(missing) + " is not set, but " + set + " is (" + value + "): a multi-rank job needs both",
+            ErrorContext{{}, {}, missing});
     };
     if (!size) throw only_one("LOCAL_WORLD_SIZE", "LOCAL_RANK", rank);
     const std::size_t n = parse("LOCAL_WORLD_SIZE", size, true);
@@ -481,11 +486,13 @@ public:
                         ErrorContext{{}, {}, "LOCAL_WORLD_SIZE"});
         if (ranks_.local_rank >= ranks_.local_world_size)
             throw Error(Errc::invalid_option,
-                        "local rank " + std::to_string(ranks_.local_rank) + " is out of range for a local world size of " +
-                            std::to_string(ranks_.local_world_size),
+                        "local rank " + std::to_string(ranks_.local_rank) +
+                            " is out of range for a local world size of " + std::to_string(ranks_.local_world_size),
                         ErrorContext{{}, {}, "LOCAL_RANK"});
-        if (ranks_.run_id.empty()) throw Error(Errc::invalid_option, "the run id is empty", ErrorContext{{}, {}, "SKC_RUN_ID"});
-        if (timeout_ <= std::chrono::nanoseconds{0}) throw Error(Errc::invalid_argument, "the gather timeout must be positive");
+        if (ranks_.run_id.empty())
+            throw Error(Errc::invalid_option, "the run id is empty", ErrorContext{{}, {}, "SKC_RUN_ID"});
+        if (timeout_ <= std::chrono::nanoseconds{0})
+            throw Error(Errc::invalid_argument, "the gather timeout must be positive");
     }
 
     /// From the environment (local_ranks_from_env); throws when the variables are missing.
@@ -558,7 +565,8 @@ private:
             text.reserve(text.size() + req.selected.size() * 80);
             for (const SelectedOp& e : req.selected) {
                 if (!detail::is_plain_file_name(e.name))
-                    throw Error(Errc::invalid_argument, "a selected op has no plain file name: " + detail::quote(e.name));
+                    throw Error(Errc::invalid_argument,
+                                "a selected op has no plain file name: " + detail::quote(e.name));
                 text += e.digest.hex();
                 text += ' ';
                 text += e.name;
@@ -594,7 +602,8 @@ private:
                 ::unlink(tmp.c_str());
                 throw;
             }
-            const std::filesystem::path name = dir_ / claim_name(g_.ranks_.local_rank, g_.ranks_.local_world_size, nonce_);
+            const std::filesystem::path name =
+                dir_ / claim_name(g_.ranks_.local_rank, g_.ranks_.local_world_size, nonce_);
             if (::rename(tmp.c_str(), name.c_str()) != 0) fail("cannot publish", name, errno);
             // Another live process with this local rank: two jobs share the run id and base.
             for (const Claim& c : scan())
@@ -656,7 +665,8 @@ private:
                     if (!leader && clock::now() >= arrival_deadline)
                         throw Error(Errc::timeout,
                                     "local rank " + std::to_string(g_.ranks_.local_rank) +
-                                        ": local rank 0 (the leader) did not arrive within " + detail::seconds_text(g_.timeout_),
+                                        ": local rank 0 (the leader) did not arrive within " +
+                                        detail::seconds_text(g_.timeout_),
                                     ErrorContext{dir_.string(), {}, {}});
                 }
                 if (!writing && exists(dir_ / "files-needed")) {
@@ -691,10 +701,10 @@ private:
                     // The claim is released after the outcome is written: look once more before
                     // calling the leader dead.
                     if (!is_held(*leader) && !exists(dir_ / ("outcome." + leader->nonce + ".json")))
-                        throw Error(Errc::peer_failed,
-                                    "local rank 0 (the leader, pid " + pid_of(*leader) +
-                                        ") died before publishing the outcome",
-                                    ErrorContext{dir_.string(), {}, {}});
+                        throw Error(
+                            Errc::peer_failed,
+                            "local rank 0 (the leader, pid " + pid_of(*leader) + ") died before publishing the outcome",
+                            ErrorContext{dir_.string(), {}, {}});
                 }
                 if (clock::now() >= deadline)
                     throw Error(Errc::timeout,
@@ -720,7 +730,8 @@ private:
                 while (n < 0 && errno == EINTR);
                 const int err = errno;
                 ::close(fd);
-                if (n != static_cast<ssize_t>(line.size())) detail::throw_errno("cannot write", passed, n < 0 ? err : EIO);
+                if (n != static_cast<ssize_t>(line.size()))
+                    detail::throw_errno("cannot write", passed, n < 0 ? err : EIO);
             }
             // Whole lines only: a nonce is there when a line holds exactly it.
             const auto has = [](const std::string& text, const std::string& nonce) {
@@ -756,8 +767,9 @@ private:
                 if (missing.empty()) return;
                 if (clock::now() >= deadline)
                     throw Error(Errc::timeout,
-                                std::string(missing.size() == 1 ? "local rank " : "local ranks ") + detail::list_ranks(missing) +
-                                    " did not reach the second barrier within " + detail::seconds_text(g_.timeout_),
+                                std::string(missing.size() == 1 ? "local rank " : "local ranks ") +
+                                    detail::list_ranks(missing) + " did not reach the second barrier within " +
+                                    detail::seconds_text(g_.timeout_),
                                 ErrorContext{dir_.string(), {}, {}});
                 g_.watch_.wait(deadline);
             }
@@ -813,14 +825,14 @@ private:
         }
 
     private:
-
         static std::string claim_name(std::size_t rank, std::size_t world, const std::string& nonce) {
             return "r" + std::to_string(rank) + "-of-" + std::to_string(world) + "." + nonce + ".lock";
         }
 
         static bool is_nonce(std::string_view n) {
-            return n.size() == 24 &&
-                   std::all_of(n.begin(), n.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+            return n.size() == 24 && std::all_of(n.begin(), n.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                   });
         }
 
         /// 24 lowercase hexadecimal digits.
@@ -894,11 +906,10 @@ private:
         void check_sizes(const std::vector<Claim>& claims) const {
             for (const Claim& c : claims)
                 if (c.held && c.world != g_.ranks_.local_world_size) {
-                    const std::string msg = "LOCAL_WORLD_SIZE differs between ranks: local rank " +
-                                            std::to_string(g_.ranks_.local_rank) + " has " +
-                                            std::to_string(g_.ranks_.local_world_size) + ", local rank " +
-                                            std::to_string(c.rank) + " (pid " + pid_of(c) + ") has " +
-                                            std::to_string(c.world);
+                    const std::string msg =
+                        "LOCAL_WORLD_SIZE differs between ranks: local rank " + std::to_string(g_.ranks_.local_rank) +
+                        " has " + std::to_string(g_.ranks_.local_world_size) + ", local rank " +
+                        std::to_string(c.rank) + " (pid " + pid_of(c) + ") has " + std::to_string(c.world);
                     try {
                         detail::write_new_file(dir_, "mismatch." + nonce_, msg, false);
                     } catch (const Error&) {
@@ -936,8 +947,9 @@ private:
                 if (clock::now() >= deadline)
                     throw Error(Errc::timeout,
                                 std::string(missing.size() == 1 ? "local rank " : "local ranks ") +
-                                    detail::list_ranks(missing) + " of " + std::to_string(n) + " did not arrive within " +
-                                    detail::seconds_text(g_.timeout_) + " (run id " + detail::quote(g_.ranks_.run_id) + ")",
+                                    detail::list_ranks(missing) + " of " + std::to_string(n) +
+                                    " did not arrive within " + detail::seconds_text(g_.timeout_) + " (run id " +
+                                    detail::quote(g_.ranks_.run_id) + ")",
                                 ErrorContext{dir_.string(), {}, {}});
                 g_.watch_.wait(deadline);
             }

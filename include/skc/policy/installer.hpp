@@ -92,8 +92,8 @@ namespace skc {
 inline constexpr std::uint64_t default_keep_bytes = std::uint64_t{5} << 30;
 
 struct InstallOptions {
-    std::string backend = "host";  // L/static_kernel/<backend>; the package's index must agree
-    bool persistent = false;       // stays until uninstall(stem, persistent = true)
+    std::string backend = "host";       // L/static_kernel/<backend>; the package's index must agree
+    bool persistent = false;            // stays until uninstall(stem, persistent = true)
     std::chrono::seconds timeout{300};  // extraction time limit
     /// Bytes of extracted packages kept in L/static_kernel/<backend>/.kept/ after their last holder
     /// goes, for a later install of the same package to reuse without extracting; the least
@@ -124,10 +124,16 @@ public:
     Installation() = default;
     Installation(std::string stem, std::filesystem::path folder, bool extracted, std::function<void()> release,
                  bool reused = false)
-        : stem_(std::move(stem)), folder_(std::move(folder)), extracted_(extracted), reused_(reused),
+        : stem_(std::move(stem)),
+          folder_(std::move(folder)),
+          extracted_(extracted),
+          reused_(reused),
           release_(std::move(release)) {}
     Installation(Installation&& o) noexcept
-        : stem_(std::move(o.stem_)), folder_(std::move(o.folder_)), extracted_(o.extracted_), reused_(o.reused_),
+        : stem_(std::move(o.stem_)),
+          folder_(std::move(o.folder_)),
+          extracted_(o.extracted_),
+          reused_(o.reused_),
           release_(std::exchange(o.release_, nullptr)) {}
     Installation& operator=(Installation&& o) noexcept {
         if (this != &o) {
@@ -258,7 +264,8 @@ struct SignalSlot {
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<pid_t>::is_always_lock_free,
               "the signal handler needs lock-free atomics");
 inline SignalSlot g_signal_slots[max_signal_holders];
-inline struct sigaction g_prev_int {}, g_prev_term {};
+inline struct sigaction g_prev_int {
+}, g_prev_term{};
 
 extern "C" inline void skc_installer_signal_handler(int sig) {
     const int saved = errno;
@@ -378,7 +385,8 @@ public:
             cleanup_locked(base, opt.keep_bytes);
             if (installed_locked(base, stem)) return hold_locked(base, stem, opt, false);
             if (opt.keep_bytes > 0 && ::lstat((kept_dir(base) / stem).c_str(), &kept_st) == 0)
-                if (std::optional<Installation> inst = reuse_locked(base, stem, package, opt, identify())) return std::move(*inst);
+                if (std::optional<Installation> inst = reuse_locked(base, stem, package, opt, identify()))
+                    return std::move(*inst);
         }
         // Extract and check outside the lock: other installs go on meanwhile.
         static std::atomic<unsigned> counter{0};
@@ -407,8 +415,9 @@ public:
         const std::filesystem::path folder = base / stem;
         std::filesystem::remove_all(folder, ec);  // a leftover not listed in config.ini
         if (::rename(staging.c_str(), folder.c_str()) != 0)
-            throw Error(Errc::io_error, "run package " + stem + ": cannot move the package into place: " +
-                                            std::strerror(errno), ErrorContext{folder.string(), {}, {}});
+            throw Error(Errc::io_error,
+                        "run package " + stem + ": cannot move the package into place: " + std::strerror(errno),
+                        ErrorContext{folder.string(), {}, {}});
         detail::fsync_dir(base);
         return publish_and_hold_locked(base, stem, payload.device, opt, true, false);
     }
@@ -426,7 +435,8 @@ public:
             auto& reg = detail::holdings();
             std::lock_guard lk(reg.mu);
             for (auto it = reg.live.begin(); it != reg.live.end();) {
-                if (!persistent && it->second.base == base && it->second.stem == stem && it->second.owner == ::getpid()) {
+                if (!persistent && it->second.base == base && it->second.stem == stem &&
+                    it->second.owner == ::getpid()) {
                     mine.push_back(it->second.holder);
                     detail::free_signal_slot(it->second.slot);
                     it = reg.live.erase(it);
@@ -490,7 +500,8 @@ private:
     /// size of the package file.
     static Identity identify_package(const std::filesystem::path& package, const std::optional<Digest>& given) {
         const int fd = ::open(package.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0) fail(Errc::invalid_argument, package, "cannot read the package file: " + std::string(std::strerror(errno)));
+        if (fd < 0)
+            fail(Errc::invalid_argument, package, "cannot read the package file: " + std::string(std::strerror(errno)));
         struct Closer {
             int fd;
             ~Closer() { ::close(fd); }
@@ -509,7 +520,8 @@ private:
         for (;;) {
             const ssize_t n = ::read(fd, buf.data(), buf.size());
             if (n < 0 && errno == EINTR) continue;
-            if (n < 0) fail(Errc::io_error, package, "cannot read the package file: " + std::string(std::strerror(errno)));
+            if (n < 0)
+                fail(Errc::io_error, package, "cannot read the package file: " + std::string(std::strerror(errno)));
             if (n == 0) break;
             h.update(buf.data(), static_cast<std::size_t>(n));
         }
@@ -518,8 +530,8 @@ private:
     }
 
     static std::string identity_text(const Identity& id) {
-        return "skc-kept-extraction 1\nchecksum " + id.checksum.hex() + "\npackage_bytes " + std::to_string(id.package_bytes) +
-               "\nextracted_bytes " + std::to_string(id.extracted_bytes) + "\n";
+        return "skc-kept-extraction 1\nchecksum " + id.checksum.hex() + "\npackage_bytes " +
+               std::to_string(id.package_bytes) + "\nextracted_bytes " + std::to_string(id.extracted_bytes) + "\n";
     }
 
     /// The identity file of package folder `folder`; nullopt when it is missing or not exactly as
@@ -535,7 +547,8 @@ private:
         const char* p = text.data();
         const char* const end = p + text.size();
         auto expect = [&](std::string_view word) {
-            if (static_cast<std::size_t>(end - p) < word.size() || std::string_view(p, word.size()) != word) return false;
+            if (static_cast<std::size_t>(end - p) < word.size() || std::string_view(p, word.size()) != word)
+                return false;
             p += word.size();
             return true;
         };
@@ -559,10 +572,12 @@ private:
     /// none; false when it cannot. For the installer's own dot names, which FilesystemStorage does not
     /// take (and which no package stem can be).
     static bool write_small_file(const std::filesystem::path& p, const std::string& text) {
-        const std::filesystem::path tmp = p.parent_path() / (".tmp." + std::to_string(::getpid()) + p.filename().string());
+        const std::filesystem::path tmp =
+            p.parent_path() / (".tmp." + std::to_string(::getpid()) + p.filename().string());
         const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0) return false;
-        const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+        const bool written =
+            ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
         ::close(fd);
         if (written && ::rename(tmp.c_str(), p.c_str()) == 0) return true;
         ::unlink(tmp.c_str());
@@ -584,15 +599,17 @@ private:
 
     [[noreturn]] static void fail(Errc code, const std::filesystem::path& package, const std::string& what,
                                   const std::string& log_tail = {}) {
-        throw Error(code, "run package " + package.stem().string() + ": " + what +
-                              (log_tail.empty() ? std::string() : ". Last lines of its output:\n" + log_tail),
+        throw Error(code,
+                    "run package " + package.stem().string() + ": " + what +
+                        (log_tail.empty() ? std::string() : ". Last lines of its output:\n" + log_tail),
                     ErrorContext{package.string(), {}, {}});
     }
 
     static void check_name(const std::string& name, const char* what, const std::filesystem::path& where) {
         if (!detail::safe_component(name))
-            throw Error(Errc::invalid_name, std::string(what) + " \"" + name +
-                                                "\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'",
+            throw Error(Errc::invalid_name,
+                        std::string(what) + " \"" + name +
+                            "\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'",
                         ErrorContext{where.string(), {}, {}});
     }
 
@@ -603,23 +620,27 @@ private:
         struct statvfs fs {};
         if (::statvfs(dir.c_str(), &fs) != 0) return {};
         const unsigned long long free_bytes = static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize;
-        if (fs.f_files > 0 && fs.f_favail == 0) return " (its file system has no inodes left: " + std::string(std::strerror(ENOSPC)) + ")";
+        if (fs.f_files > 0 && fs.f_favail == 0)
+            return " (its file system has no inodes left: " + std::string(std::strerror(ENOSPC)) + ")";
         if (free_bytes >= 4ULL * static_cast<unsigned long long>(package_size)) return {};
-        return " (its file system has only " + std::to_string(free_bytes / 1024) + " KiB free, less than the package needs unpacked: " +
-               std::strerror(ENOSPC) + ")";
+        return " (its file system has only " + std::to_string(free_bytes / 1024) +
+               " KiB free, less than the package needs unpacked: " + std::strerror(ENOSPC) + ")";
     }
 
     /// Extracts `package` into `staging`; its output is kept in memory (a full op library is a
     /// usual cause of failure, and the message must still say so).
-    void extract(const std::filesystem::path& package, const std::filesystem::path& staging, std::chrono::seconds timeout) const {
+    void extract(const std::filesystem::path& package, const std::filesystem::path& staging,
+                 std::chrono::seconds timeout) const {
         struct stat st {};
         if (::stat(package.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-            fail(Errc::invalid_argument, package, "cannot read the package file: " +
-                                                      std::string(errno ? std::strerror(errno) : "not a regular file"));
+            fail(Errc::invalid_argument, package,
+                 "cannot read the package file: " + std::string(errno ? std::strerror(errno) : "not a regular file"));
         const detail::MemoryLog log;
-        if (log.fd() < 0) fail(Errc::io_error, package, std::string("cannot keep the extraction's output: ") + std::strerror(errno));
-        const std::vector<std::string> args{shell_.string(), std::filesystem::absolute(package).string(), "--quiet",
-                                            "--noexec", "--nox11", "--target", staging.string()};
+        if (log.fd() < 0)
+            fail(Errc::io_error, package, std::string("cannot keep the extraction's output: ") + std::strerror(errno));
+        const std::vector<std::string> args{
+            shell_.string(), std::filesystem::absolute(package).string(), "--quiet", "--noexec", "--nox11", "--target",
+            staging.string()};
         pid_t pid = -1;
         const int rc = detail::spawn_in_group(args, log.fd(), false, pid);
         if (rc != 0) fail(Errc::io_error, package, "cannot start " + shell_.string() + ": " + std::strerror(rc));
@@ -628,11 +649,13 @@ private:
         const bool done = detail::wait_until(pid, std::chrono::steady_clock::now() + timeout, status);
         ::kill(-pid, SIGKILL);  // whatever is left of its process group (tar, gzip)
         guard.release();
-        const auto into = [&] { return " into " + staging.parent_path().string() + full_disk_note(staging.parent_path(), st.st_size); };
+        const auto into = [&] {
+            return " into " + staging.parent_path().string() + full_disk_note(staging.parent_path(), st.st_size);
+        };
         if (!done) {
-            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            fail(Errc::timeout, package, "extraction" + into() + " did not finish within " + std::to_string(timeout.count()) + " s",
+            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            fail(Errc::timeout, package,
+                 "extraction" + into() + " did not finish within " + std::to_string(timeout.count()) + " s",
                  log.tail());
         }
         if (WIFSIGNALED(status))
@@ -641,8 +664,10 @@ private:
                      (WTERMSIG(status) == SIGTERM ? " (it ends itself so when tar fails)" : ""),
                  log.tail());
         if (WEXITSTATUS(status) != 0)
-            fail(Errc::corrupt, package, "extraction" + into() + " failed (makeself exited with status " +
-                                             std::to_string(WEXITSTATUS(status)) + ")", log.tail());
+            fail(Errc::corrupt, package,
+                 "extraction" + into() + " failed (makeself exited with status " + std::to_string(WEXITSTATUS(status)) +
+                     ")",
+                 log.tail());
     }
 
     struct Payload {
@@ -682,8 +707,8 @@ private:
         auto str = [&](const Value& obj, const char* key, const std::string& where) -> std::string {
             const Value* v = obj.find(key);
             if (v == nullptr || !v->is_string() || v->as_string().empty())
-                fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + key +
-                                                 " must be a non-empty string");
+                fail(Errc::corrupt, package,
+                     "bad binary_info_config.json: " + where + key + " must be a non-empty string");
             return v->as_string();
         };
         if (!index.is_object()) fail(Errc::corrupt, package, "bad binary_info_config.json: not a JSON object");
@@ -703,10 +728,12 @@ private:
         std::size_t i = 0;
         for (const Value& k : kernels->as_array()) {
             const std::string where = "kernels[" + std::to_string(i++) + "].";
-            if (!k.is_object()) fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + " not an object");
+            if (!k.is_object())
+                fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + " not an object");
             const std::string digest = str(k, "digest", where);
             if (!digest_text_ok(digest))
-                fail(Errc::corrupt, package, "bad binary_info_config.json: " + where + "digest must be 32 lowercase hex digits");
+                fail(Errc::corrupt, package,
+                     "bad binary_info_config.json: " + where + "digest must be 32 lowercase hex digits");
             str(k, "op_type", where);
             str(k, "symbol", where);
             const std::string file = str(k, "file", where);
@@ -737,9 +764,10 @@ private:
                                 const std::filesystem::path& root) {
         std::filesystem::path p = root;
         if (!kernel_file_name_ok(file))
-            fail(Errc::unsafe_path, package, "kernel file name \"" + file +
-                                                 "\" is not accepted: it must be a relative path below kernels/ without "
-                                                 "'.', '..' or empty parts");
+            fail(Errc::unsafe_path, package,
+                 "kernel file name \"" + file +
+                     "\" is not accepted: it must be a relative path below kernels/ without "
+                     "'.', '..' or empty parts");
         const std::filesystem::path rel(file);
         for (const auto& part : rel) {
             p /= part;
@@ -755,23 +783,27 @@ private:
 
     static std::string package_uninstall_script(const std::string& stem) {
         return "#!/bin/sh\n"
-               "# Removes the run package " + stem + " from this op library.\n"
+               "# Removes the run package " +
+               stem +
+               " from this op library.\n"
                "# It removes the package folder and its holder files only; the shared files\n"
                "# (config.ini, config/<device>/binary_info_config.json) drop it at the next skc\n"
                "# install, uninstall or cleanup. Do not run it while a process uses the package.\n"
                "set -e\n"
                "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
                "base=$(dirname \"$here\")\n"
-               "rm -rf -- \"$base/.holders/" + stem + "\" \"$here\"\n";
+               "rm -rf -- \"$base/.holders/" +
+               stem + "\" \"$here\"\n";
     }
 
     static std::string top_uninstall_script(const Order& order) {
-        std::string s = "#!/bin/sh\n"
-                        "# Removes every run package installed here, the kept extractions and the shared files\n"
-                        "# (written by skc).\n"
-                        "# Do not run it while a process uses the packages.\n"
-                        "set -e\n"
-                        "cd \"$(dirname \"$0\")\"\n";
+        std::string s =
+            "#!/bin/sh\n"
+            "# Removes every run package installed here, the kept extractions and the shared files\n"
+            "# (written by skc).\n"
+            "# Do not run it while a process uses the packages.\n"
+            "set -e\n"
+            "cd \"$(dirname \"$0\")\"\n";
         for (const auto& [stem, device] : order) s += "rm -rf -- \"" + stem + "\"\n";
         s += "rm -rf -- config .holders .kept config.ini uninstall.sh\n";
         return s;
@@ -807,8 +839,9 @@ private:
     }
 
     static std::string config_text(const Order& order) {
-        std::string s = "# Run packages installed here by skc, in install order (for a kernel in several\n"
-                        "# packages, the last one wins). Format: <package stem> = <device>\n[packages]\n";
+        std::string s =
+            "# Run packages installed here by skc, in install order (for a kernel in several\n"
+            "# packages, the last one wins). Format: <package stem> = <device>\n[packages]\n";
         for (const auto& [stem, device] : order) s += stem + " = " + device + "\n";
         return s;
     }
@@ -898,7 +931,8 @@ private:
             id = reg.next++;
             reg.live[id] = detail::Holding{base, stem, holder, ::getpid(), detail::claim_signal_slot(dir / holder)};
         }
-        return Installation(stem, base / stem, extracted, [id] { release_holding(id); }, reused);
+        return Installation(
+            stem, base / stem, extracted, [id] { release_holding(id); }, reused);
     }
 
     /// Gives up one holding of this process (no-op when released already, e.g. by uninstall()).
@@ -946,7 +980,8 @@ private:
     /// folders of dead processes; records `new_limit` as the keep limit; keeps uninstalled packages
     /// within the limit (else deletes them) and evicts kept extractions beyond it; republishes the
     /// shared files when anything changed. Returns the number of packages uninstalled.
-    static std::size_t cleanup_locked(const std::filesystem::path& base, std::optional<std::uint64_t> new_limit = std::nullopt) {
+    static std::size_t cleanup_locked(const std::filesystem::path& base,
+                                      std::optional<std::uint64_t> new_limit = std::nullopt) {
         std::error_code ec;
         std::vector<std::string> folders;  // names a package folder may have
         for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
@@ -960,8 +995,7 @@ private:
             try {
                 const long pid = std::stol(name.substr(dash + 1));
                 dead = !(pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM));
-            } catch (const std::exception&) {
-            }
+            } catch (const std::exception&) {}
             if (dead) std::filesystem::remove_all(e.path(), ec);
         }
         std::optional<std::uint64_t> limit = new_limit;  // read from .kept/ when first needed
@@ -1017,7 +1051,8 @@ private:
     /// `limit`, else deleted. Returns whether it was kept.
     static bool retire_locked(const std::filesystem::path& base, const std::string& stem, std::uint64_t limit) {
         const std::filesystem::path folder = base / stem;
-        if (const std::optional<Identity> id = limit > 0 ? read_identity(folder) : std::nullopt; id && id->extracted_bytes <= limit) {
+        if (const std::optional<Identity> id = limit > 0 ? read_identity(folder) : std::nullopt;
+            id && id->extracted_bytes <= limit) {
             const std::filesystem::path kept = kept_dir(base) / stem;
             std::error_code ec;
             std::filesystem::create_directory(kept_dir(base), ec);
@@ -1026,7 +1061,7 @@ private:
             if (::rename(folder.c_str(), kept.c_str()) == 0) {
                 // Released now: the time LRU eviction goes by (the precise clock: a file system's own
                 // "now" is coarse, and releases follow each other closely).
-                struct timespec now[2] {};
+                struct timespec now[2]{};
                 ::clock_gettime(CLOCK_REALTIME, &now[0]);
                 now[1] = now[0];
                 ::utimensat(AT_FDCWD, kept.c_str(), now, 0);
@@ -1039,7 +1074,8 @@ private:
 
     /// Under the lock: deletes `path` (a package folder, installed or kept), renamed away first so
     /// that a crash half-way leaves no half package under its name.
-    static void remove_locked(const std::filesystem::path& base, const std::filesystem::path& path, const std::string& stem) {
+    static void remove_locked(const std::filesystem::path& base, const std::filesystem::path& path,
+                              const std::string& stem) {
         std::error_code ec;
         const std::filesystem::path gone = base / (".removing-" + stem + "-" + std::to_string(::getpid()));
         if (::rename(path.c_str(), gone.c_str()) == 0) std::filesystem::remove_all(gone, ec);
@@ -1058,7 +1094,8 @@ private:
         const std::filesystem::path dir = kept_dir(base);
         std::vector<std::string> names;
         std::error_code ec;
-        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+        for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+            names.push_back(e.path().filename().string());
         std::vector<Kept> kept;
         std::uint64_t total = 0;
         for (const std::string& name : names) {
@@ -1101,7 +1138,8 @@ private:
             if (ks == nullptr || !ks->is_array()) continue;
             for (const Value& k : ks->as_array()) {
                 const Value *d = k.find("digest"), *f = k.find("file"), *s = k.find("symbol"), *o = k.find("op_type");
-                if (!d || !f || !s || !o || !d->is_string() || !f->is_string() || !s->is_string() || !o->is_string()) continue;
+                if (!d || !f || !s || !o || !d->is_string() || !f->is_string() || !s->is_string() || !o->is_string())
+                    continue;
                 // Checked at install; a package's index altered since is checked again, as every name read from a file.
                 if (!digest_text_ok(d->as_string()) || !kernel_file_name_ok(f->as_string())) continue;
                 kernels[d->as_string()] = Value(Object{{"package", Value(stem)},
@@ -1149,8 +1187,8 @@ public:
     Installation install(const std::filesystem::path& package, const std::filesystem::path& library,
                          const InstallOptions& opt) {
         calls.push_back({"install", package, library, package.stem().string(), opt.backend, opt.persistent});
-        return Installation(package.stem().string(), RunPackageInstaller::base_of(library, opt.backend) / package.stem(),
-                            false, nullptr);
+        return Installation(package.stem().string(),
+                            RunPackageInstaller::base_of(library, opt.backend) / package.stem(), false, nullptr);
     }
     bool uninstall(const std::filesystem::path& library, std::string_view stem, std::string_view backend,
                    bool persistent) {

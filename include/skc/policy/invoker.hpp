@@ -52,11 +52,11 @@ using ProgressCallback = std::function<void(std::size_t done, std::size_t total,
 
 /// What to compile and how: the command line of SPEC section 8.
 struct CompileRequest {
-    std::filesystem::path json_dir;    // -p: the op info files to compile
-    std::string device;                // -v
-    unsigned jobs = 1;                 // -j
-    std::filesystem::path output_dir;  // -o: where the package (and the log) go
-    std::optional<LogLevel> log_level;  // -l
+    std::filesystem::path json_dir;       // -p: the op info files to compile
+    std::string device;                   // -v
+    unsigned jobs = 1;                    // -j
+    std::filesystem::path output_dir;     // -o: where the package (and the log) go
+    std::optional<LogLevel> log_level;    // -l
     std::vector<std::string> extra_args;  // options that change the kernels, passed last
     std::chrono::seconds timeout{3600};
     /// Called with each well-formed progress line the compiler prints whose `done` is above the
@@ -105,8 +105,8 @@ inline std::optional<ProgressLine> parse_progress_line(std::string_view line) {
 }
 
 struct CompileResult {
-    std::filesystem::path package;    // the new `*.run` in output_dir
-    std::filesystem::path log;        // the compiler's output
+    std::filesystem::path package;  // the new `*.run` in output_dir
+    std::filesystem::path log;      // the compiler's output
     std::chrono::nanoseconds elapsed{0};
 };
 
@@ -120,9 +120,11 @@ namespace detail {
 /// One message per requirement of OpCompilerInvoker that `I` misses (a host calls it in one line).
 template <class I>
 consteval bool diagnose_invoker() {
-    static_assert(requires(I& i, const CompileRequest& r) { i.compile(r); },
-                  "skc: the Invoker policy needs a member `CompileResult compile(const CompileRequest&)`");
-    static_assert(OpCompilerInvoker<I>, "skc: the Invoker's `compile(const CompileRequest&)` must return CompileResult");
+    static_assert(
+        requires(I & i, const CompileRequest& r) { i.compile(r); },
+        "skc: the Invoker policy needs a member `CompileResult compile(const CompileRequest&)`");
+    static_assert(OpCompilerInvoker<I>,
+                  "skc: the Invoker's `compile(const CompileRequest&)` must return CompileResult");
     return true;
 }
 
@@ -192,7 +194,8 @@ class OutputCopier {
 public:
     OutputCopier(int from, int log_fd, const ProgressCallback& report)
         : from_(from), log_(log_fd), scanner_(report), scan_(static_cast<bool>(report)), buf_(65536, '\0') {
-        ::fcntl(from_, F_SETFL, ::fcntl(from_, F_GETFL) | O_NONBLOCK);  // only the read end: the compiler's writes block
+        ::fcntl(from_, F_SETFL,
+                ::fcntl(from_, F_GETFL) | O_NONBLOCK);  // only the read end: the compiler's writes block
     }
     OutputCopier(const OutputCopier&) = delete;
     OutputCopier& operator=(const OutputCopier&) = delete;
@@ -213,7 +216,8 @@ public:
         for (;;) {
             const pid_t w = ::waitpid(pid, &status, WNOHANG);
             if (w == pid) return true;
-            if (w < 0 && errno != EINTR) throw Error(Errc::io_error, std::string("waitpid failed: ") + std::strerror(errno));
+            if (w < 0 && errno != EINTR)
+                throw Error(Errc::io_error, std::string("waitpid failed: ") + std::strerror(errno));
             const auto now = std::chrono::steady_clock::now();
             if (now >= deadline) return false;
             const long long left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
@@ -334,7 +338,8 @@ public:
         if (::pipe2(out, O_CLOEXEC) != 0) {
             const int err = errno;
             ::close(log_fd);
-            throw Error(Errc::io_error, std::string("cannot create a pipe for the compiler's output: ") + std::strerror(err));
+            throw Error(Errc::io_error,
+                        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(err));
         }
         detail::OutputCopier copier(out[0], log_fd, r.on_progress);
 
@@ -354,8 +359,7 @@ public:
             ::kill(-pid, SIGTERM);
             if (!copier.wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
                 ::kill(-pid, SIGKILL);
-                while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-                }
+                while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
             }
         }
         ::kill(-pid, SIGKILL);  // whatever the compiler left running in its group
@@ -364,19 +368,24 @@ public:
         res.elapsed = std::chrono::steady_clock::now() - t0;
 
         if (!finished)
-            fail(Errc::timeout, "the compiler did not finish within " + std::to_string(r.timeout.count()) +
-                                    " s; its process group was killed", res.log, copier);
+            fail(Errc::timeout,
+                 "the compiler did not finish within " + std::to_string(r.timeout.count()) +
+                     " s; its process group was killed",
+                 res.log, copier);
         if (WIFSIGNALED(status))
-            fail(Errc::compile_failed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log, copier);
+            fail(Errc::compile_failed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log,
+                 copier);
         if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-            fail(Errc::compile_failed, "the compiler exited with status " + std::to_string(WEXITSTATUS(status)), res.log, copier);
+            fail(Errc::compile_failed, "the compiler exited with status " + std::to_string(WEXITSTATUS(status)),
+                 res.log, copier);
 
         std::vector<std::filesystem::path> fresh;
         for (const auto& p : detail::run_files(r.output_dir))
             if (before.count(p) == 0) fresh.push_back(p);
         if (fresh.empty())
-            fail(Errc::compile_failed, "the compiler exited with status 0 but wrote no *.run package in " +
-                                           r.output_dir.string(), res.log, copier);
+            fail(Errc::compile_failed,
+                 "the compiler exited with status 0 but wrote no *.run package in " + r.output_dir.string(), res.log,
+                 copier);
         std::sort(fresh.begin(), fresh.end(), [](const auto& a, const auto& b) {
             std::error_code e1, e2;
             return std::filesystem::last_write_time(a, e1) < std::filesystem::last_write_time(b, e2);
@@ -397,12 +406,13 @@ private:
             if (const std::size_t cut = kept.size() > 4096 ? kept.find('\n', kept.size() - 4096) : std::string::npos;
                 cut != std::string::npos)
                 kept.erase(0, cut + 1);
-            throw Error(code, what + " (its log could not be written: " + std::strerror(copier.log_error()) + ")" +
-                                  (kept.empty() ? std::string() : ". Last lines of its output:\n" + kept),
+            throw Error(code,
+                        what + " (its log could not be written: " + std::strerror(copier.log_error()) + ")" +
+                            (kept.empty() ? std::string() : ". Last lines of its output:\n" + kept),
                         ErrorContext{log.string(), {}, {}});
         }
-        throw Error(code, what + (tail.empty() ? std::string(" (its log is empty)")
-                                               : ". Last lines of its log:\n" + tail),
+        throw Error(code,
+                    what + (tail.empty() ? std::string(" (its log is empty)") : ". Last lines of its log:\n" + tail),
                     ErrorContext{log.string(), {}, {}});
     }
 
@@ -413,7 +423,7 @@ private:
 
 /// Any callable `CompileResult(const CompileRequest&)` as an invoker (tests, in-process compilers).
 template <class F>
-    requires std::is_invocable_r_v<CompileResult, F&, const CompileRequest&>
+requires std::is_invocable_r_v<CompileResult, F&, const CompileRequest&>
 class FunctionInvoker {
 public:
     explicit FunctionInvoker(F f) : f_(std::move(f)) {}

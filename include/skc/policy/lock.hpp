@@ -72,11 +72,13 @@ auto lock_waiting(L& l, std::string_view name, LockMode mode) {
 /// One message per requirement of LockPolicy that `L` misses (a host calls it in one line).
 template <class L>
 consteval bool diagnose_lock() {
-    static_assert(requires { typename L::Guard; },
-                  "skc: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
-    static_assert(requires(L& l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
-                  "skc: the Lock policy needs a member "
-                  "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
+    static_assert(
+        requires { typename L::Guard; },
+        "skc: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
+    static_assert(
+        requires(L & l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
+        "skc: the Lock policy needs a member "
+        "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
     static_assert(LockPolicy<L>,
                   "skc: the Lock policy's lock_until must return its `Guard`, which must be movable and have "
                   "`bool owns() const`");
@@ -121,16 +123,18 @@ template <LockPolicy L>
 struct LockTraits {
     using Guard = typename L::Guard;
     static Guard try_lock(L& l, std::string_view name, LockMode mode) {
-        if constexpr (requires { { l.try_lock(name, mode) } -> std::same_as<Guard>; })
+        if constexpr (requires {
+                          { l.try_lock(name, mode) } -> std::same_as<Guard>;
+                      })
             return l.try_lock(name, mode);
-        else
-            return detail::lock_without_waiting(l, name, mode);
+        else return detail::lock_without_waiting(l, name, mode);
     }
     static Guard lock(L& l, std::string_view name, LockMode mode) {
-        if constexpr (requires { { l.lock(name, mode) } -> std::same_as<Guard>; })
+        if constexpr (requires {
+                          { l.lock(name, mode) } -> std::same_as<Guard>;
+                      })
             return l.lock(name, mode);
-        else
-            return detail::lock_waiting(l, name, mode);
+        else return detail::lock_waiting(l, name, mode);
     }
 };
 
@@ -220,7 +224,7 @@ private:
             if (fd < 0 && (errno == EACCES || errno == EROFS) && mode == LockMode::shared) {
                 const int denied = errno;
                 fd = open_relative(rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // readers of a read-only cache
-                if (fd < 0 && errno == ENOENT) errno = denied;  // it cannot be created: that is the error
+                if (fd < 0 && errno == ENOENT) errno = denied;               // it cannot be created: that is the error
             }
             if (fd < 0) throw_open_error(name, errno);
             Guard g(fd);
@@ -229,21 +233,22 @@ private:
             // meanwhile), or two processes could hold one name. skc never removes lock files; a
             // shared lock on a removed file only weakens a reader's pin, so readers skip the check.
             if (mode == LockMode::shared) return g;
-            struct stat held {}, now {};
+            struct stat held {
+            }, now{};
             const int dfd = handle_->get();
             const int rc = dfd >= 0 ? ::fstatat(dfd, rel.c_str(), &now, AT_SYMLINK_NOFOLLOW)
                                     : ::lstat((dir() / rel).c_str(), &now);
-            if (::fstat(fd, &held) == 0 && rc == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev)
-                return g;
+            if (::fstat(fd, &held) == 0 && rc == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev) return g;
         }
     }
 
     [[noreturn]] void throw_open_error(std::string_view name, int err) const {
-        throw Error(err == EACCES || err == EPERM || err == EROFS ? Errc::permission_denied
-                    : err == ELOOP                                  ? Errc::unsafe_path
-                                                                    : Errc::io_error,
-                    std::string("cannot open lock file: ") + (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
-                    ErrorContext{path_of(name).string(), {}, {}});
+        throw Error(
+            err == EACCES || err == EPERM || err == EROFS ? Errc::permission_denied
+            : err == ELOOP                                ? Errc::unsafe_path
+                                                          : Errc::io_error,
+            std::string("cannot open lock file: ") + (err == ELOOP ? "it is a symbolic link" : std::strerror(err)),
+            ErrorContext{path_of(name).string(), {}, {}});
     }
 
     /// openat() relative to the lock folder's descriptor; the full path while the folder does not
@@ -252,7 +257,8 @@ private:
         for (int attempt = 0;; ++attempt) {
             const int dfd = handle_->get();
             // 0666 less the umask: a group-shared cache (umask 002) gets lock files its group can lock.
-            const int fd = dfd >= 0 ? ::openat(dfd, rel.c_str(), flags, 0666) : ::open((dir() / rel).c_str(), flags, 0666);
+            const int fd =
+                dfd >= 0 ? ::openat(dfd, rel.c_str(), flags, 0666) : ::open((dir() / rel).c_str(), flags, 0666);
             if (fd >= 0 || errno != ENOENT || dfd < 0 || attempt > 0 || !handle_->stale()) return fd;
         }
     }
@@ -295,8 +301,7 @@ public:
         Guard() = default;
         Guard(std::shared_ptr<State> s, std::string name, LockMode mode)
             : state_(std::move(s)), name_(std::move(name)), mode_(mode) {}
-        Guard(Guard&& o) noexcept
-            : state_(std::move(o.state_)), name_(std::move(o.name_)), mode_(o.mode_) {}
+        Guard(Guard&& o) noexcept : state_(std::move(o.state_)), name_(std::move(o.name_)), mode_(o.mode_) {}
         Guard& operator=(Guard&& o) noexcept {
             if (this != &o) {
                 release();

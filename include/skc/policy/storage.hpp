@@ -117,25 +117,47 @@ namespace detail {
 /// One message per member of the Storage concept that `S` misses (a host calls it in one line).
 template <class S>
 consteval bool diagnose_storage() {
-    static_assert(requires(const S& s, std::string_view n) { { s.read(n) } -> std::same_as<std::optional<std::string>>; },
-                  "skc: the Storage policy needs a member `std::optional<std::string> read(std::string_view name) const`");
-    static_assert(requires(S& s, std::string_view n, std::string_view d) { { s.write(n, d) } -> std::same_as<void>; },
-                  "skc: the Storage policy needs a member `void write(std::string_view name, std::string_view data)`");
-    static_assert(requires(S& s, std::string_view n, const std::filesystem::path& f) {
-                      { s.import_file(n, f) } -> std::same_as<ObjectInfo>;
-                  },
-                  "skc: the Storage policy needs a member "
-                  "`ObjectInfo import_file(std::string_view name, const std::filesystem::path& file)`");
-    static_assert(requires(S& s, std::string_view n) { { s.remove(n) } -> std::same_as<bool>; },
-                  "skc: the Storage policy needs a member `bool remove(std::string_view name)`");
-    static_assert(requires(const S& s, std::string_view n) { { s.stat(n) } -> std::same_as<std::optional<ObjectInfo>>; },
-                  "skc: the Storage policy needs a member `std::optional<ObjectInfo> stat(std::string_view name) const`");
-    static_assert(requires(S& s, std::string_view n) { { s.touch(n) } -> std::same_as<void>; },
-                  "skc: the Storage policy needs a member `void touch(std::string_view name)`");
-    static_assert(requires(const S& s, std::string_view n) { { s.list(n) } -> std::same_as<std::vector<std::string>>; },
-                  "skc: the Storage policy needs a member `std::vector<std::string> list(std::string_view prefix) const`");
-    static_assert(requires(const S& s, std::string_view n, const ChunkFn& fn) { { s.read_chunks(n, fn) } -> std::same_as<bool>; },
-                  "skc: the Storage policy needs a member `bool read_chunks(std::string_view name, const ChunkFn& fn) const`");
+    static_assert(
+        requires(const S& s, std::string_view n) {
+            { s.read(n) } -> std::same_as<std::optional<std::string>>;
+        },
+        "skc: the Storage policy needs a member `std::optional<std::string> read(std::string_view name) const`");
+    static_assert(
+        requires(S & s, std::string_view n, std::string_view d) {
+            { s.write(n, d) } -> std::same_as<void>;
+        },
+        "skc: the Storage policy needs a member `void write(std::string_view name, std::string_view data)`");
+    static_assert(
+        requires(S & s, std::string_view n, const std::filesystem::path& f) {
+            { s.import_file(n, f) } -> std::same_as<ObjectInfo>;
+        },
+        "skc: the Storage policy needs a member "
+        "`ObjectInfo import_file(std::string_view name, const std::filesystem::path& file)`");
+    static_assert(
+        requires(S & s, std::string_view n) {
+            { s.remove(n) } -> std::same_as<bool>;
+        },
+        "skc: the Storage policy needs a member `bool remove(std::string_view name)`");
+    static_assert(
+        requires(const S& s, std::string_view n) {
+            { s.stat(n) } -> std::same_as<std::optional<ObjectInfo>>;
+        },
+        "skc: the Storage policy needs a member `std::optional<ObjectInfo> stat(std::string_view name) const`");
+    static_assert(
+        requires(S & s, std::string_view n) {
+            { s.touch(n) } -> std::same_as<void>;
+        },
+        "skc: the Storage policy needs a member `void touch(std::string_view name)`");
+    static_assert(
+        requires(const S& s, std::string_view n) {
+            { s.list(n) } -> std::same_as<std::vector<std::string>>;
+        },
+        "skc: the Storage policy needs a member `std::vector<std::string> list(std::string_view prefix) const`");
+    static_assert(
+        requires(const S& s, std::string_view n, const ChunkFn& fn) {
+            { s.read_chunks(n, fn) } -> std::same_as<bool>;
+        },
+        "skc: the Storage policy needs a member `bool read_chunks(std::string_view name, const ChunkFn& fn) const`");
     return true;
 }
 
@@ -147,15 +169,16 @@ struct StorageTraits {
     /// Removes what writers killed half-way left behind (temporary objects); returns how many.
     /// Storages that publish without temporaries have nothing to collect.
     static std::uint64_t collect_garbage(S& s) {
-        if constexpr (requires { { s.collect_garbage() } -> std::convertible_to<std::uint64_t>; })
+        if constexpr (requires {
+                          { s.collect_garbage() } -> std::convertible_to<std::uint64_t>;
+                      })
             return s.collect_garbage();
-        else
-            return 0;
+        else return 0;
     }
 
     /// Whether the storage offers an append log (append, take, and touch at a given time, which
     /// a fold applies for the hits the log records).
-    static constexpr bool appends = requires(S& s, std::string_view n, std::int64_t t) {
+    static constexpr bool appends = requires(S & s, std::string_view n, std::int64_t t) {
         { s.append(n, n) } -> std::same_as<std::uint64_t>;
         { s.take(n, n) } -> std::same_as<std::optional<TakenObject>>;
         { s.touch(n, t) } -> std::same_as<void>;
@@ -163,10 +186,11 @@ struct StorageTraits {
 
     /// The object's file, when the storage keeps objects as files; nullopt otherwise.
     static std::optional<std::filesystem::path> local_path(const S& s, std::string_view name) {
-        if constexpr (requires { { s.local_path(name) } -> std::same_as<std::optional<std::filesystem::path>>; })
+        if constexpr (requires {
+                          { s.local_path(name) } -> std::same_as<std::optional<std::filesystem::path>>;
+                      })
             return s.local_path(name);
-        else
-            return std::nullopt;
+        else return std::nullopt;
     }
 };
 
@@ -187,7 +211,8 @@ inline ObjectInfo info_of(const struct stat& st) {
     // new ctime (which, unlike mtime, cannot be set back by a user).
     std::uint64_t id = static_cast<std::uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ULL;
     id ^= static_cast<std::uint64_t>(st.st_ino) + 0x632BE59BD9B4E019ULL + (id << 6) + (id >> 2);
-    const auto ctime = static_cast<std::uint64_t>(st.st_ctim.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(st.st_ctim.tv_nsec);
+    const auto ctime =
+        static_cast<std::uint64_t>(st.st_ctim.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(st.st_ctim.tv_nsec);
     id ^= ctime + 0x94D049BB133111EBULL + (id << 6) + (id >> 2);
     i.identity = id;
     i.regular = S_ISREG(st.st_mode);
@@ -205,7 +230,8 @@ public:
     /// `parent`'s descriptor, so that a cache folder, its locks and a namespace in it share one
     /// (FileLock::dir_handle()), and a fresh process opens one folder, not two.
     FilesystemStorage(std::shared_ptr<const detail::DirHandle> parent, std::string_view folder)
-        : root_(parent->path().native() + "/" + std::string(folder)), dir_(std::move(parent)),
+        : root_(parent->path().native() + "/" + std::string(folder)),
+          dir_(std::move(parent)),
           prefix_(std::string(folder) + "/") {
         detail::check_object_name(folder);
     }
@@ -295,8 +321,7 @@ public:
             const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
             if (in < 0) detail::throw_errno("cannot open", file, errno);
             char buf[1 << 16];
-            drain(in, file, buf, sizeof buf,
-                  [&](std::string_view c) { detail::write_all(fd, c, tmp); });
+            drain(in, file, buf, sizeof buf, [&](std::string_view c) { detail::write_all(fd, c, tmp); });
         });
         return stat(name).value();
     }
@@ -354,8 +379,7 @@ public:
             }
             struct stat st {};
             int rc = 0;
-            while ((rc = ::flock(fd, LOCK_SH)) != 0 && errno == EINTR) {
-            }
+            while ((rc = ::flock(fd, LOCK_SH)) != 0 && errno == EINTR) {}
             if (rc != 0 || ::fstat(fd, &st) != 0) {
                 const int err = errno;
                 ::close(fd);
@@ -366,14 +390,14 @@ public:
                 continue;
             }
             ssize_t w = 0;
-            while ((w = ::write(fd, data.data(), data.size())) < 0 && errno == EINTR) {
-            }
+            while ((w = ::write(fd, data.data(), data.size())) < 0 && errno == EINTR) {}
             const int err = errno;
             ::close(fd);
             if (w < 0) detail::throw_errno("cannot append", path(name), err);
             if (static_cast<std::size_t>(w) != data.size())
-                throw Error(Errc::io_error, "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
-                                                " bytes were written (is the disk full?)",
+                throw Error(Errc::io_error,
+                            "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
+                                " bytes were written (is the disk full?)",
                             ErrorContext{path(name).string(), {}, {}});
             return static_cast<std::uint64_t>(st.st_size) + data.size();
         }
@@ -395,8 +419,7 @@ public:
             try {
                 struct stat st {};
                 int rc = 0;
-                while ((rc = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
-                }
+                while ((rc = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
                 if (rc != 0 || ::fstat(fd, &st) != 0) {
                     const int err = errno;
                     detail::throw_errno("cannot lock", path(name), err);
@@ -510,7 +533,8 @@ private:
         const std::string at = relative(name);
         for (int attempt = 0;; ++attempt) {
             const int dir = dir_->get();
-            const int rc = dir >= 0 ? ::fstatat(dir, at.c_str(), &st, AT_SYMLINK_NOFOLLOW) : ::lstat(path(name).c_str(), &st);
+            const int rc =
+                dir >= 0 ? ::fstatat(dir, at.c_str(), &st, AT_SYMLINK_NOFOLLOW) : ::lstat(path(name).c_str(), &st);
             if (rc == 0 || errno != ENOENT || dir < 0 || attempt > 0 || !dir_->stale()) return rc;
         }
     }
@@ -639,7 +663,9 @@ public:
     void write(std::string_view name, std::string_view data) { put(name, std::string(data)); }
     ObjectInfo import_file(std::string_view name, const std::filesystem::path& file) {
         std::string data;
-        FilesystemStorage(file.parent_path()).read_chunks(file.filename().string(), [&](std::string_view c) { data.append(c); });
+        FilesystemStorage(file.parent_path()).read_chunks(file.filename().string(), [&](std::string_view c) {
+            data.append(c);
+        });
         put(name, std::move(data));
         return stat(name).value();
     }
@@ -717,7 +743,8 @@ public:
 
 private:
     static std::int64_t now_ns() {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     }
     void put(std::string_view name, std::string data) {
         detail::check_object_name(name);

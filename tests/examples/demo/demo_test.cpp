@@ -21,7 +21,9 @@ using skc_test::TempDir;
 
 using skc_test::Run;
 
-Run run_demo(const fs::path& cwd, const std::vector<std::string>& args) { return skc_test::run_program(SKC_DEMO, cwd, args); }
+Run run_demo(const fs::path& cwd, const std::vector<std::string>& args) {
+    return skc_test::run_program(SKC_DEMO, cwd, args);
+}
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
@@ -65,7 +67,8 @@ TEST_CASE("skc_demo --small: a miss that compiles, then a cache hit without comp
     CHECK(doc.find("agreement")->find("ok")->as_bool());
     CHECK(doc.find("timing")->find("ops")->as_array().size() == 8);
 
-    const Run third = run_demo(dir.path(), {"--small", "--base", base.string(), "--iters", "2", "--no-cache", "--jobs", "2"});
+    const Run third =
+        run_demo(dir.path(), {"--small", "--base", base.string(), "--iters", "2", "--no-cache", "--jobs", "2"});
     INFO("third run stdout:\n" << third.out << "\nstderr:\n" << third.err);
     CHECK(third.status == 0);
     CHECK(has(third.out, "cache: disabled (compiled)"));
@@ -74,9 +77,12 @@ TEST_CASE("skc_demo --small: a miss that compiles, then a cache hit without comp
 
 TEST_CASE("skc_demo: bad command lines exit 2 with the usage; --help exits 0") {
     TempDir dir;
-    for (const std::vector<std::string>& args :
-         {std::vector<std::string>{"--bogus"}, {"--iters"}, {"--iters", "0"}, {"--seq", "x"}, {"--small", "--heads", "3"},
-          {"--json=yes"}}) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"--bogus"},
+                                                 {"--iters"},
+                                                 {"--iters", "0"},
+                                                 {"--seq", "x"},
+                                                 {"--small", "--heads", "3"},
+                                                 {"--json=yes"}}) {
         const Run r = run_demo(dir.path(), args);
         INFO(args.front() << ": " << r.err);
         CHECK(r.status == 2);

@@ -44,9 +44,12 @@ TensorDesc tensor(RuntimeShape shape, std::string dtype = "float") {
     return t;
 }
 
-skc::Attr attr(std::string name, std::string dtype, skc::Value v) { return skc::Attr{std::move(name), std::move(dtype), {}, std::move(v), {}}; }
+skc::Attr attr(std::string name, std::string dtype, skc::Value v) {
+    return skc::Attr{std::move(name), std::move(dtype), {}, std::move(v), {}};
+}
 
-OpRecord make(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out, std::vector<skc::Attr> attrs = {}) {
+OpRecord make(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out,
+              std::vector<skc::Attr> attrs = {}) {
     OpRecord r;
     r.op_type = std::move(type);
     r.inputs = std::move(in);
@@ -220,7 +223,9 @@ TEST_CASE("HostReselect: an absent or empty index leaves the runtime on the gene
 
     const fs::path index = skc_host::installed_index_path(context(lib.path()));
     fs::create_directories(index.parent_path());
-    skc_test::spit(index, R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": {}})");
+    skc_test::spit(
+        index,
+        R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": {}})");
     hook.reselect(context(lib.path()));
     CHECK(hook.loaded() == 0);
     CHECK(rt.table().size() == 0);
@@ -234,7 +239,8 @@ TEST_CASE("HostReselect: an absent or empty index leaves the runtime on the gene
     CHECK(rt.counters().static_calls == 0);
 }
 
-TEST_CASE("HostReselect with a real installed package: static kernels, a bad index changes nothing, uninstall goes back") {
+TEST_CASE(
+    "HostReselect with a real installed package: static kernels, a bad index changes nothing, uninstall goes back") {
     TempDir lib;
     Runtime rt;
     HostReselect hook(rt);

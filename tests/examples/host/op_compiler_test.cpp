@@ -105,7 +105,8 @@ std::vector<skc::ProgressLine> progress_lines(const std::string& text) {
     std::size_t pos = 0;
     while (pos < text.size()) {
         const std::size_t nl = std::min(text.find('\n', pos), text.size());
-        if (auto p = skc::parse_progress_line(std::string_view(text).substr(pos, nl - pos))) out.push_back(std::move(*p));
+        if (auto p = skc::parse_progress_line(std::string_view(text).substr(pos, nl - pos)))
+            out.push_back(std::move(*p));
         pos = nl + 1;
     }
     return out;
@@ -146,7 +147,9 @@ void check_usage_error(const Run& r, const std::string& message) {
 
 }  // namespace
 
-TEST_CASE("host_op_compiler compiles the example ops into a run package that installs, loads and matches the generic kernels") {
+TEST_CASE(
+    "host_op_compiler compiles the example ops into a run package that installs, loads and matches the generic "
+    "kernels") {
     TempDir tmp;
     const fs::path out = tmp / "out", lib = tmp / "lib";
     const Run r = run_tool({"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "2", "-o", out.string()});
@@ -166,25 +169,32 @@ TEST_CASE("host_op_compiler compiles the example ops into a run package that ins
 
     // What it printed: every unsupported file skipped with its reason, the duplicate, progress, summary.
     const std::string supported_list =
-        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, Relu, "
+        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, "
+        "Relu, "
         "Gelu, SoftmaxV2, LayerNorm, LayerNormV3, Transpose)\n";
     CHECK(r.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
                           ": 11 kernels to compile, 3 unsupported, 1 duplicate\n",
                       0) == 0);
-    CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD" + supported_list) != std::string::npos);
-    CHECK(r.out.find("skipped GatherV2_float_ND_1000_64_13.json: GatherV2: op type GatherV2" + supported_list) != std::string::npos);
-    CHECK(r.out.find("skipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum" + supported_list) != std::string::npos);
-    CHECK(r.out.find("duplicate MatMulV2_float_ND_32_64_14.json: same op as MatMulV2_float_ND_32_64_1.json\n") != std::string::npos);
+    CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD" + supported_list) !=
+          std::string::npos);
+    CHECK(r.out.find("skipped GatherV2_float_ND_1000_64_13.json: GatherV2: op type GatherV2" + supported_list) !=
+          std::string::npos);
+    CHECK(r.out.find("skipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum" + supported_list) !=
+          std::string::npos);
+    CHECK(r.out.find("duplicate MatMulV2_float_ND_32_64_14.json: same op as MatMulV2_float_ND_32_64_1.json\n") !=
+          std::string::npos);
     for (int i = 1; i <= 12; ++i) CHECK(r.out.find("[" + std::to_string(i) + "/12] compiled ") != std::string::npos);
     CHECK(r.out.find("] compiled MatMulV2 [32,64] [64,192] -> [32,192]\n") != std::string::npos);
     CHECK(r.out.find("] compiled entry table\n") != std::string::npos);
     CHECK(r.out.find("linked kernels/" + stem + ".so (11 kernels)\n") != std::string::npos);
     // Progress lines: every file once, the three unsupported ones at once, the duplicate with its original.
-    check_progress(progress_lines(r.out), example_names(),
-                   {"ConcatD_float_ND_2_16_64_12.json", "GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
+    check_progress(
+        progress_lines(r.out), example_names(),
+        {"ConcatD_float_ND_2_16_64_12.json", "GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
     CHECK(r.out.find("\nskc-progress: 0/15\n") != std::string::npos);
-    const std::string summary = "compiled 11 kernels (1 duplicate op info files compiled once), skipped 3 unsupported ops; package " +
-                                package.string() + "\n";
+    const std::string summary =
+        "compiled 11 kernels (1 duplicate op info files compiled once), skipped 3 unsupported ops; package " +
+        package.string() + "\n";
     CHECK(r.out.size() >= summary.size());
     CHECK(r.out.substr(r.out.size() - std::min(r.out.size(), summary.size())) == summary);
 
@@ -250,7 +260,8 @@ TEST_CASE("host_op_compiler compiles the example ops into a run package that ins
             for (std::size_t e = 0; e < out_static[o].size(); ++e) {
                 const float s = out_static[o][e], g = out_generic[o][e];
                 unwritten += std::isfinite(s) ? 0 : 1;  // outputs start as NaN
-                worst = std::max(worst, std::abs(static_cast<double>(s) - g) / std::max(1.0, std::abs(static_cast<double>(g))));
+                worst = std::max(
+                    worst, std::abs(static_cast<double>(s) - g) / std::max(1.0, std::abs(static_cast<double>(g))));
                 differ += std::memcmp(&s, &g, sizeof s) != 0 ? 1 : 0;
                 ++elements;
             }
@@ -279,8 +290,8 @@ TEST_CASE("host_op_compiler: --opt-level, -l debug and -l error") {
     copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json", "ReduceSum_float_ND_32_64_11.json"});
 
     SUBCASE("-l debug shows the compiler command lines with -O0") {
-        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", (tmp / "out").string(), "-l",
-                                "debug", "--opt-level", "0", "-f", "true"},
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", (tmp / "out").string(),
+                                "-l", "debug", "--opt-level", "0", "-f", "true"},
                                {"CXX=c++"});
         INFO(r.out << r.err);
         REQUIRE(r.status == 0);
@@ -293,11 +304,12 @@ TEST_CASE("host_op_compiler: --opt-level, -l debug and -l error") {
         CHECK(names_in(tmp / "out").size() == 1);
     }
     SUBCASE("-l error prints nothing but the progress lines on success") {
-        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "4", "-o", (tmp / "out").string(), "-l",
-                                "error", "--opt-level=1"});
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "4", "-o", (tmp / "out").string(),
+                                "-l", "error", "--opt-level=1"});
         REQUIRE(r.status == 0);
-        CHECK(r.out == "skc-progress: 0/2\nskc-progress: 1/2 ReduceSum_float_ND_32_64_11.json\n"
-                       "skc-progress: 2/2 Add_float_ND_32_64_9.json\n");
+        CHECK(r.out ==
+              "skc-progress: 0/2\nskc-progress: 1/2 ReduceSum_float_ND_32_64_11.json\n"
+              "skc-progress: 2/2 Add_float_ND_32_64_9.json\n");
         CHECK(r.err.empty());
         const std::vector<std::string> left = names_in(tmp / "out");
         REQUIRE(left.size() == 1);
@@ -314,18 +326,24 @@ TEST_CASE("host_op_compiler: bad command lines exit 2 with the message and the u
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1"}), "missing -o <output_dir>");
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "--fast"}), "unknown option '--fast'");
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "extra"}), "unknown option 'extra'");
-    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "0", "-o", out}), "-j: \"0\" is not a positive integer (1 to 1024)");
-    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "-3", "-o", out}), "-j: \"-3\" is not a positive integer (1 to 1024)");
-    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "2x", "-o", out}), "-j: \"2x\" is not a positive integer (1 to 1024)");
-    check_usage_error(run_tool({"-p", ops, "-v", "../dev", "-j", "1", "-o", out}),
-                      "-v: device name \"../dev\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
-    check_usage_error(run_tool({"-p", ops, "-v", "a b", "-j", "1", "-o", out}),
-                      "-v: device name \"a b\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "0", "-o", out}),
+                      "-j: \"0\" is not a positive integer (1 to 1024)");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "-3", "-o", out}),
+                      "-j: \"-3\" is not a positive integer (1 to 1024)");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "2x", "-o", out}),
+                      "-j: \"2x\" is not a positive integer (1 to 1024)");
+    check_usage_error(
+        run_tool({"-p", ops, "-v", "../dev", "-j", "1", "-o", out}),
+        "-v: device name \"../dev\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
+    check_usage_error(
+        run_tool({"-p", ops, "-v", "a b", "-j", "1", "-o", out}),
+        "-v: device name \"a b\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "-l", "loud"}),
                       "-l: \"loud\" is not one of debug, info, warning, error");
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "--opt-level", "4"}),
                       "--opt-level: \"4\" is not 0, 1, 2 or 3");
-    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "-f", "yes"}), "-f: \"yes\" is not true or false");
+    check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o", out, "-f", "yes"}),
+                      "-f: \"yes\" is not true or false");
     check_usage_error(run_tool({"-p", ops, "-p", ops, "-v", "dev0", "-j", "1", "-o", out}), "option -p is given twice");
     check_usage_error(run_tool({"-p", ops, "-v", "dev0", "-j", "1", "-o"}), "option -o needs a value");
     CHECK_FALSE(fs::exists(tmp / "out"));  // nothing was created
@@ -352,7 +370,8 @@ TEST_CASE("host_op_compiler: bad input") {
     SUBCASE("an invalid op info file: exit 2, the message names the file and the JSON path") {
         copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json"});
         const fs::path bad = tmp / "ops" / "Bad_float_ND_1_0.json";
-        spit(bad, R"({"op_type": "Add", "inputs": [{"dtype": "float", "shape": [2, -1], "format": "ND"}], "outputs": []})");
+        spit(bad,
+             R"({"op_type": "Add", "inputs": [{"dtype": "float", "shape": [2, -1], "format": "ND"}], "outputs": []})");
         std::string expected;
         try {
             (void)skc::read_op_info(bad);
@@ -409,8 +428,9 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
         const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out.string()},
                                {"CXX=" + script.string()});
         CHECK(r.status == 1);
-        const std::string head = "host_op_compiler: compiling " + op_file.string() + " (Add [32,64] [32,64] -> [32,64]) failed: " +
-                                 script.string() + " -std=c++17 -O3 -fPIC -c -o ";
+        const std::string head = "host_op_compiler: compiling " + op_file.string() +
+                                 " (Add [32,64] [32,64] -> [32,64]) failed: " + script.string() +
+                                 " -std=c++17 -O3 -fPIC -c -o ";
         INFO(r.err);
         CHECK(r.err.rfind(head, 0) == 0);
         const std::string tail = "/src/" + symbol + ".cpp exited with status 1. Its output:\nbad-cxx: cannot compile ";
@@ -420,9 +440,12 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
         CHECK(names_in(out).empty());                           // no package, no work folder
     }
     SUBCASE("CXX=false") {
-        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "2", "-o", out.string()}, {"CXX=false"});
+        const Run r =
+            run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "2", "-o", out.string()}, {"CXX=false"});
         CHECK(r.status == 1);
-        CHECK(r.err.rfind("host_op_compiler: compiling " + op_file.string() + " (Add [32,64] [32,64] -> [32,64]) failed: false -std=c++17 -O3 ", 0) == 0);
+        CHECK(r.err.rfind("host_op_compiler: compiling " + op_file.string() +
+                              " (Add [32,64] [32,64] -> [32,64]) failed: false -std=c++17 -O3 ",
+                          0) == 0);
         CHECK(r.err.find(" exited with status 1. Its output:\n(no output)\n") != std::string::npos);
         // -j 2: the entry table was compiled at the same time and failed too; reported second.
         CHECK(r.err.find("\ncompiling the entry table failed: false -std=c++17 -O3 ") != std::string::npos);
@@ -433,7 +456,8 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
                                {"CXX=skc-no-such-compiler"});
         CHECK(r.status == 1);
         CHECK(r.err == "host_op_compiler: compiling " + op_file.string() +
-                           " (Add [32,64] [32,64] -> [32,64]): cannot start \"skc-no-such-compiler\": No such file or directory\n");
+                           " (Add [32,64] [32,64] -> [32,64]): cannot start \"skc-no-such-compiler\": No such file or "
+                           "directory\n");
         CHECK(names_in(out).empty());
     }
     SUBCASE("makeself fails") {
@@ -449,8 +473,8 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
         CHECK(r.out.find("[2/2] compiled ") != std::string::npos);
         CHECK(r.err.rfind("host_op_compiler: packing static_kernel_", 0) == 0);
         CHECK(r.err.find(".run failed: makeself --quiet --nox11 ") != std::string::npos);
-        CHECK(r.err.find(" 'skc host kernels' ./setup.sh exited with status 2. Its output:\nmakeself: no space left on device\n") !=
-              std::string::npos);
+        CHECK(r.err.find(" 'skc host kernels' ./setup.sh exited with status 2. Its output:\nmakeself: no space left on "
+                         "device\n") != std::string::npos);
         CHECK(names_in(out).empty());
     }
 }
@@ -459,16 +483,19 @@ TEST_CASE("host_op_compiler: SIGTERM stops the compilers, removes the work folde
     TempDir tmp, io;
     const fs::path out = tmp / "out";
     const skc_test::Started st = skc_test::start_program(
-        tool, {}, {"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {}, io.path());
+        tool, {}, {"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {},
+        io.path());
     // Wait until the first kernel is compiled (11 more compiles to go at -j 1), then stop it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-    while (slurp(io / "stdout").find("[1/12] compiled ") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    while (slurp(io / "stdout").find("[1/12] compiled ") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     REQUIRE(::kill(st.pid, SIGTERM) == 0);
     const Run r = skc_test::finish(st);
     INFO(r.out << r.err);
     CHECK(r.status == 128 + SIGTERM);
-    CHECK(slurp(io / "stderr") == "host_op_compiler: stopped by " + skc::detail::signal_name(SIGTERM) + "; no package written\n");
+    CHECK(slurp(io / "stderr") ==
+          "host_op_compiler: stopped by " + skc::detail::signal_name(SIGTERM) + "; no package written\n");
     CHECK(slurp(io / "stdout").find("[12/12]") == std::string::npos);
     CHECK(names_in(out).empty());
 }
@@ -492,8 +519,9 @@ TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
     fs::create_directories(index.parent_path());
 
     auto with_kernels = [&](const std::string& kernels) {
-        spit(index, R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )" +
-                        kernels + "}\n");
+        spit(index,
+             R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )" +
+                 kernels + "}\n");
     };
     auto entry = [&](const std::string& file, const std::string& symbol) {
         return R"({")" + digest + R"(": {"package": "pkg", "file": ")" + file + R"(", "symbol": ")" + symbol +
@@ -525,11 +553,14 @@ TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
         struct Case {
             std::string text, json_path, message;
         };
-        const std::string head = R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )";
+        const std::string head =
+            R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev0", "kernels": )";
         const std::vector<Case> cases{
             {"[]", "", "bad installed kernel index: not a JSON object"},
-            {R"({"format": "skc-run-package", "version": 1})", "format", "bad installed kernel index: must be \"skc-installed-kernels\""},
-            {R"({"format": "skc-installed-kernels", "version": 2})", "version", "bad installed kernel index: must be 1"},
+            {R"({"format": "skc-run-package", "version": 1})", "format",
+             "bad installed kernel index: must be \"skc-installed-kernels\""},
+            {R"({"format": "skc-installed-kernels", "version": 2})", "version",
+             "bad installed kernel index: must be 1"},
             {R"({"format": "skc-installed-kernels", "version": 1, "backend": "npu", "device": "dev0", "kernels": {}})",
              "backend", "bad installed kernel index: must be \"host\""},
             {R"({"format": "skc-installed-kernels", "version": 1, "backend": "host", "device": "dev1", "kernels": {}})",
@@ -538,14 +569,18 @@ TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
             {head + R"({"0123": {"file": "pkg/kernels/k.so", "symbol": "cos"}}})", "kernels.0123",
              "bad installed kernel index: key is not a 32-lower-case-hex digest"},
             {head + R"({"0123456789ABCDEF0123456789abcdef": {"file": "pkg/kernels/k.so", "symbol": "cos"}}})",
-             "kernels.0123456789ABCDEF0123456789abcdef", "bad installed kernel index: key is not a 32-lower-case-hex digest"},
-            {head + R"({")" + digest + R"(": "k.so"}})", "kernels." + digest, "bad installed kernel index: must be an object"},
-            {head + R"({")" + digest + R"(": {"symbol": "cos"}}})", "kernels." + digest, "bad installed kernel index: missing \"file\""},
-            {head + R"({")" + digest + R"(": {"file": "pkg/kernels/k.so", "symbol": ""}}})", "kernels." + digest + ".symbol",
-             "bad installed kernel index: must be a non-empty string"},
+             "kernels.0123456789ABCDEF0123456789abcdef",
+             "bad installed kernel index: key is not a 32-lower-case-hex digest"},
+            {head + R"({")" + digest + R"(": "k.so"}})", "kernels." + digest,
+             "bad installed kernel index: must be an object"},
+            {head + R"({")" + digest + R"(": {"symbol": "cos"}}})", "kernels." + digest,
+             "bad installed kernel index: missing \"file\""},
+            {head + R"({")" + digest + R"(": {"file": "pkg/kernels/k.so", "symbol": ""}}})",
+             "kernels." + digest + ".symbol", "bad installed kernel index: must be a non-empty string"},
             {head + R"({")" + digest + R"(": {"file": "../../k.so", "symbol": "cos"}}})", "kernels." + digest + ".file",
              "bad installed kernel index: \"../../k.so\" is not a relative path inside the op library"},
-            {head + R"({")" + digest + R"(": {"file": "/usr/lib/k.so", "symbol": "cos"}}})", "kernels." + digest + ".file",
+            {head + R"({")" + digest + R"(": {"file": "/usr/lib/k.so", "symbol": "cos"}}})",
+             "kernels." + digest + ".file",
              "bad installed kernel index: \"/usr/lib/k.so\" is not a relative path inside the op library"},
         };
         for (const Case& c : cases) {
@@ -582,18 +617,21 @@ TEST_CASE("load_installed_kernels: absent, malformed and unloadable indexes") {
         CHECK(e.message().find("No such file or directory") != std::string::npos);
     }
     SUBCASE("a library without an entry table") {
-        CHECK_THROWS_WITH_AS((void)skc_host::read_entry_table(base / "pkg/kernels/k.so"),
-                             ((base / "pkg/kernels/k.so").string() +
-                              ": no kernel entry table (skc_host_kernel_table, skc_host_kernel_count) in kernel library")
-                                 .c_str(),
-                             skc::Error);
+        CHECK_THROWS_WITH_AS(
+            (void)skc_host::read_entry_table(base / "pkg/kernels/k.so"),
+            ((base / "pkg/kernels/k.so").string() +
+             ": no kernel entry table (skc_host_kernel_table, skc_host_kernel_count) in kernel library")
+                .c_str(),
+            skc::Error);
     }
 }
 
-TEST_CASE("host_op_compiler's progress lines reach ProcessInvoker's callback in order; the log keeps all of its output") {
+TEST_CASE(
+    "host_op_compiler's progress lines reach ProcessInvoker's callback in order; the log keeps all of its output") {
     TempDir tmp;
-    const std::set<std::string> names = {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json", "MatMulV2_float_ND_32_64_1.json",
-                                         "MatMulV2_float_ND_32_64_14.json", "ReduceSum_float_ND_32_64_11.json"};
+    const std::set<std::string> names = {"Add_float_ND_32_64_9.json", "Gelu_float_ND_32_256_8.json",
+                                         "MatMulV2_float_ND_32_64_1.json", "MatMulV2_float_ND_32_64_14.json",
+                                         "ReduceSum_float_ND_32_64_11.json"};
     copy_examples(tmp / "ops", {names.begin(), names.end()});
     skc::ProcessInvoker inv(tool);
     skc::CompileRequest r;
@@ -612,13 +650,17 @@ TEST_CASE("host_op_compiler's progress lines reach ProcessInvoker's callback in 
     const std::vector<skc::ProgressLine> logged = progress_lines(log);
     REQUIRE(logged.size() == seen.size());
     for (std::size_t i = 0; i < seen.size(); ++i) CHECK(logged[i].op == seen[i].op);
-    CHECK(log.rfind("5 op info files in " + (tmp / "ops").string() + ": 3 kernels to compile, 1 unsupported, 1 duplicate\n", 0) == 0);
+    CHECK(log.rfind(
+              "5 op info files in " + (tmp / "ops").string() + ": 3 kernels to compile, 1 unsupported, 1 duplicate\n",
+              0) == 0);
     CHECK(log.find("[4/4] compiled ") != std::string::npos);
     CHECK(log.find("compiled 3 kernels (1 duplicate op info files compiled once), skipped 1 unsupported ops; package " +
                    res.package.string() + "\n") != std::string::npos);
 }
 
-TEST_CASE("StaticKernelCompiler forwards host_op_compiler's progress: the op info files it was given, in order, with the time") {
+TEST_CASE(
+    "StaticKernelCompiler forwards host_op_compiler's progress: the op info files it was given, in order, with the "
+    "time") {
     TempDir tmp;
     skc::process_compiled().clear();
     std::vector<skc::OpRecord> ops;

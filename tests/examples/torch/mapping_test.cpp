@@ -38,7 +38,9 @@ std::mt19937_64& rng() {
     return g;
 }
 
-std::int64_t pick(std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng()); }
+std::int64_t pick(std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng());
+}
 
 /// A strided tensor as a framework hands it out: sizes, strides, and a buffer holding every
 /// element it reaches (from its first element on).
@@ -57,7 +59,8 @@ struct Strided {
 
 /// `sizes` laid out with dims in memory order `order` (outermost first), each dim's extent padded
 /// by `pad[d]` (a window of a larger tensor), dims in `zero` with stride 0 (broadcast).
-Strided make_strided(const Vec& sizes, const std::vector<std::size_t>& order, const Vec& pad, const std::vector<std::size_t>& zero = {}) {
+Strided make_strided(const Vec& sizes, const std::vector<std::size_t>& order, const Vec& pad,
+                     const std::vector<std::size_t>& zero = {}) {
     Strided t;
     t.sizes = sizes;
     t.strides.assign(sizes.size(), 0);
@@ -203,7 +206,7 @@ Case binary_case(Aten a) {
     switch (pick(0, 3)) {
     case 0: break;
     case 1: other = Vec(full.end() - 1, full.end()); break;  // trailing broadcast
-    case 2: other = {}; break;                                // a 0-dim tensor
+    case 2: other = {}; break;                               // a 0-dim tensor
     default: other = Vec(full.size(), 1); other.back() = full.back();
     }
     const bool swap = pick(0, 1) == 1;  // the broadcast one first
@@ -234,7 +237,8 @@ Case unary_case(Aten a) {
     c.in = {x};
     finish(c);
     std::vector<double> y;
-    for (float v : x.data) y.push_back(a == Aten::relu ? std::max<double>(v, 0) : c.call.i0 ? gelu_tanh(v) : gelu_erf(v));
+    for (float v : x.data)
+        y.push_back(a == Aten::relu ? std::max<double>(v, 0) : c.call.i0 ? gelu_tanh(v) : gelu_erf(v));
     c.out_sizes = {x.sizes};
     c.want = {y};
     c.slot_of = {0};
@@ -254,7 +258,8 @@ Case softmax_case() {
         double mx = -1e300, sum = 0;
         for (std::int64_t j = 0; j < cols; ++j) mx = std::max<double>(mx, x.data[r + static_cast<std::size_t>(j)]);
         for (std::int64_t j = 0; j < cols; ++j) sum += std::exp(x.data[r + static_cast<std::size_t>(j)] - mx);
-        for (std::int64_t j = 0; j < cols; ++j) y.push_back(std::exp(x.data[r + static_cast<std::size_t>(j)] - mx) / sum);
+        for (std::int64_t j = 0; j < cols; ++j)
+            y.push_back(std::exp(x.data[r + static_cast<std::size_t>(j)] - mx) / sum);
     }
     c.out_sizes = {x.sizes};
     c.want = {y};
@@ -341,8 +346,9 @@ std::int64_t numel(const Vec& v) {
     return n;
 }
 
-constexpr Aten all_ops[] = {Aten::mm,   Aten::addmm, Aten::addmm_activation, Aten::bmm,      Aten::add,  Aten::mul,
-                            Aten::relu, Aten::gelu,  Aten::softmax,          Aten::native_layer_norm, Aten::clone};
+constexpr Aten all_ops[] = {
+    Aten::mm,   Aten::addmm,   Aten::addmm_activation,  Aten::bmm,  Aten::add, Aten::mul, Aten::relu,
+    Aten::gelu, Aten::softmax, Aten::native_layer_norm, Aten::clone};
 
 }  // namespace
 
@@ -458,7 +464,8 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
     CHECK_EQ(describe(Call{Aten::clone, {TensorArg{s23, st62}}, 1}),
              "Transpose: self (sizes [2,3], strides [6,2]) is not a permutation of a dense tensor");
     const Vec s234{2, 3, 4}, st_421{12, 4, 1}, s3{3};
-    CHECK_EQ(describe(Call{Aten::native_layer_norm, {TensorArg{s234, st_421}, TensorArg{s3, st1}, TensorArg{s3, st1}}, 3, 1}),
+    CHECK_EQ(describe(Call{
+                 Aten::native_layer_norm, {TensorArg{s234, st_421}, TensorArg{s3, st1}, TensorArg{s3, st1}}, 3, 1}),
              "LayerNormV3: weight [3] and bias [3] are not the normalized shape [4]");
     (void)s0;
 }

@@ -119,8 +119,7 @@ public:
     int kill_and_reap(pid_t pid) {
         ::kill(pid, SIGKILL);
         int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
         live_.erase(pid);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
@@ -148,9 +147,7 @@ bool wait_for_file(const fs::path& p, milliseconds timeout) {
     return true;
 }
 
-long long ms_since(Clock::time_point t0) {
-    return std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
-}
+long long ms_since(Clock::time_point t0) { return std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count(); }
 
 // ---- what workers leave ------------------------------------------------------------------------------
 
@@ -162,14 +159,16 @@ struct Fixture {
     Children kids;
 
     std::vector<std::string> args(std::string mode, std::size_t key = 0) const {
-        return {"--base", base.string(), "--log", log.string(), "--mode", std::move(mode), "--key", std::to_string(key)};
+        return {"--base", base.string(),   "--log", log.string(),
+                "--mode", std::move(mode), "--key", std::to_string(key)};
     }
     fs::path out(const std::string& name) const { return tmp / name; }
     std::string stdout_of(const std::string& name) const { return skc_test::slurp(tmp / (name + ".out")); }
     std::string stderr_of(const std::string& name) const { return skc_test::slurp(tmp / (name + ".err")); }
 
     /// The cache as a user process opens it.
-    std::unique_ptr<skc::IndexCache<skc::FilesystemStorage, skc::FileLock>> open(milliseconds wait = milliseconds(30000)) const {
+    std::unique_ptr<skc::IndexCache<skc::FilesystemStorage, skc::FileLock>> open(
+        milliseconds wait = milliseconds(30000)) const {
         skc::CacheConfig cfg;
         cfg.log = skc::null_log();
         cfg.wait_timeout = wait;
@@ -274,9 +273,9 @@ TEST_CASE("16 processes look up and compile on one cache: no torn read, one comp
     for (std::size_t w = 0; w < workers; ++w) {
         const std::string name = "mixed" + std::to_string(w);
         std::vector<std::string> a = f.args("mixed");
-        a.insert(a.end(), {"--keys", std::to_string(keys), "--seconds", "3", "--compile-ms", "10", "--seed",
-                           std::to_string(w + 1), "--ready", f.out(name + ".ready").string(), "--go",
-                           f.out("go").string()});
+        a.insert(a.end(),
+                 {"--keys", std::to_string(keys), "--seconds", "3", "--compile-ms", "10", "--seed",
+                  std::to_string(w + 1), "--ready", f.out(name + ".ready").string(), "--go", f.out("go").string()});
         pids.push_back(f.kids.spawn(a, f.out(name)));
     }
     for (std::size_t w = 0; w < workers; ++w)
@@ -355,7 +354,8 @@ TEST_CASE("single flight: 8 processes asking for one key at once compile it once
     for (std::size_t w = 0; w < workers; ++w) {
         const std::string name = "once" + std::to_string(w);
         std::vector<std::string> a = f.args("compile-once", 0);
-        a.insert(a.end(), {"--compile-ms", "500", "--ready", f.out(name + ".ready").string(), "--go", f.out("go").string()});
+        a.insert(a.end(),
+                 {"--compile-ms", "500", "--ready", f.out(name + ".ready").string(), "--go", f.out("go").string()});
         pids.push_back(f.kids.spawn(a, f.out(name)));
     }
     for (std::size_t w = 0; w < workers; ++w)
@@ -416,7 +416,8 @@ std::uint64_t run_hitters(Fixture& f, const std::string& prefix, std::size_t wor
     for (std::size_t w = 0; w < workers; ++w) {
         const std::string name = prefix + std::to_string(w);
         std::vector<std::string> a = f.args("hits", 0);
-        a.insert(a.end(), {"--hits", std::to_string(hits), "--ready", f.out(name + ".ready").string(), "--go", go.string()});
+        a.insert(a.end(),
+                 {"--hits", std::to_string(hits), "--ready", f.out(name + ".ready").string(), "--go", go.string()});
         pids.push_back(f.kids.spawn(a, f.out(name)));
     }
     for (std::size_t w = 0; w < workers; ++w)
@@ -539,7 +540,8 @@ TEST_CASE("single flight holds when the entry a waiter saw is evicted before it 
     INFO("p1 stdout: " << f.stdout_of("p1") << " stderr: " << f.stderr_of("p1"));
     REQUIRE(status == 0);
     CHECK(once_of(f.stdout_of("p1")).result == "waited");
-    CHECK(f.compiles() == std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pc)}, {hex, static_cast<long>(p2)}});
+    CHECK(f.compiles() ==
+          std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pc)}, {hex, static_cast<long>(p2)}});
     const skc::VerifyReport v = cache->verify_all();
     CHECK(v.checked == 1);
     CHECK(v.bad.empty());
@@ -552,7 +554,8 @@ TEST_CASE("a process killed while it compiles releases the key: the waiter compi
     const std::string hex = make_key(0).hex();
     // A logs its compile, creates its signal file, and SIGKILLs itself 1.5 s later, holding the key.
     std::vector<std::string> a = f.args("compile-once", 0);
-    a.insert(a.end(), {"--crash-at", "during-compile", "--crash-delay-ms", "1500", "--signal", f.out("a.sig").string()});
+    a.insert(a.end(),
+             {"--crash-at", "during-compile", "--crash-delay-ms", "1500", "--signal", f.out("a.sig").string()});
     const pid_t pa = f.kids.spawn(a, f.out("a"));
     REQUIRE(wait_for_file(f.out("a.sig"), milliseconds(30000)));
 
@@ -575,7 +578,8 @@ TEST_CASE("a process killed while it compiles releases the key: the waiter compi
     CHECK(o.result == "compiled");
     CHECK(o.lock_wait_ms >= 200);  // it waited for A's death, not for a timeout
     CHECK(o.lock_wait_ms < 10000);
-    CHECK(f.compiles() == std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
+    CHECK(f.compiles() ==
+          std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
 
     CHECK(f.names("entries") == std::set<std::string>{hex});
     CHECK(f.names("packages") == std::set<std::string>{hex + ".run"});
@@ -622,7 +626,8 @@ TEST_CASE("a process killed while writing a package: the next one compiles, the 
     const pid_t pc = f.kids.spawn(f.args("compile-once", 0), f.out("c"));
     REQUIRE(f.kids.wait(pc, milliseconds(10000)) == 0);
     CHECK(once_of(f.stdout_of("c")).result == "hit");
-    CHECK(f.compiles() == std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
+    CHECK(f.compiles() ==
+          std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
 
     CHECK(f.visible("entries") == std::set<std::string>{hex});
     CHECK(f.visible("packages") == std::set<std::string>{hex + ".run"});
@@ -669,7 +674,8 @@ TEST_CASE("a process killed while writing an entry: the orphan package and the t
     const pid_t pc = f.kids.spawn(f.args("compile-once", 0), f.out("c"));
     REQUIRE(f.kids.wait(pc, milliseconds(10000)) == 0);
     CHECK(once_of(f.stdout_of("c")).result == "hit");
-    CHECK(f.compiles() == std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
+    CHECK(f.compiles() ==
+          std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(pa)}, {hex, static_cast<long>(pb)}});
 
     CHECK(f.visible("entries") == std::set<std::string>{hex});
     CHECK(f.names("packages") == std::set<std::string>{hex + ".run"});
@@ -703,7 +709,7 @@ TEST_CASE("a process killed while holding a pin: its pin dies with it, eviction 
 
     auto cache = f.open();
     skc::PruneReport r = cache->prune(skc::CacheLimits{0, 0}, std::chrono::seconds(0));
-    CHECK(r.removed == 1);  // key 1
+    CHECK(r.removed == 1);         // key 1
     CHECK(r.skipped_in_use == 1);  // key 0, pinned
     CHECK(r.entries_left == 1);
     CHECK(r.bytes_left == package_content(k0).size());

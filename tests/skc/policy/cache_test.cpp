@@ -82,7 +82,9 @@ struct Compiler {
         skc_test::spit(p, "#!/bin/sh\n# package for " + k.hex() + "\n" + std::string(1000, 'k'));
         return p;
     }
-    static std::string content(const skc::CacheKey& k) { return "#!/bin/sh\n# package for " + k.hex() + "\n" + std::string(1000, 'k'); }
+    static std::string content(const skc::CacheKey& k) {
+        return "#!/bin/sh\n# package for " + k.hex() + "\n" + std::string(1000, 'k');
+    }
 };
 
 template <class Config>
@@ -179,7 +181,8 @@ TEST_CASE_TEMPLATE("cache law: statistics survive the process through flush", C,
     CHECK(s.compiles == 1);
 }
 
-TEST_CASE_TEMPLATE("cache law: a compile that throws stores nothing and releases the key", C, FsFileLock, MemProcessLock) {
+TEST_CASE_TEMPLATE("cache law: a compile that throws stores nothing and releases the key", C, FsFileLock,
+                   MemProcessLock) {
     Fixture<C> fx;
     auto cache = fx.make();
     Compiler compiler{fx.dir.path()};
@@ -264,7 +267,7 @@ TEST_CASE_TEMPLATE("cache law: a package altered in place is caught by verify an
     if constexpr (std::is_same_v<C, MemProcessLock>) {
         fx.storage.corrupt_in_place("packages/" + k.hex() + ".run", evil);  // same size, same identity
         auto hit = cache->lookup(k);
-        REQUIRE(hit.has_value());  // the cheap check cannot see it ...
+        REQUIRE(hit.has_value());          // the cheap check cannot see it ...
         CHECK_FALSE(cache->verify(*hit));  // ... the full checksum does
     } else {
         const fs::path pkg = fx.dir / "static_kernel_compile_outputs" / "static_kernel_cache" / "CANN-8.0_dev" /
@@ -439,7 +442,8 @@ TEST_CASE("fault: a package of another size") {
     FsFault f;
     std::ofstream(f.package(f.bad), std::ios::app) << "tail";
     const auto size = Compiler::content(f.bad).size();
-    f.expect_miss("the package's size is " + std::to_string(size + 4) + " bytes, the entry says " + std::to_string(size));
+    f.expect_miss("the package's size is " + std::to_string(size + 4) + " bytes, the entry says " +
+                  std::to_string(size));
 }
 
 TEST_CASE("fault: a package replaced by a symlink") {
@@ -518,7 +522,9 @@ void run(const std::vector<std::string>& argv) {
 }  // namespace
 
 TEST_CASE("copies hit: cp -r (new inodes and times)") {
-    expect_copy_hits([](const fs::path& from, const fs::path& to) { run({"/bin/cp", "-r", from.string(), to.string()}); });
+    expect_copy_hits([](const fs::path& from, const fs::path& to) {
+        run({"/bin/cp", "-r", from.string(), to.string()});
+    });
 }
 
 TEST_CASE("copies hit: a tar round trip") {
@@ -539,13 +545,17 @@ TEST_CASE("copies hit: the packages' mode changed (chmod)") {
     });
 }
 
-TEST_CASE("a node checks a package once: later caches on the node trust its memo (a changed file: see the fault cases)") {
+TEST_CASE(
+    "a node checks a package once: later caches on the node trust its memo (a changed file: see the fault cases)") {
     skc_test::TempDir dir;
     skc::MemoryStorage store;
     skc::ProcessLock locks;
     Compiler compiler{dir.path()};
     const skc::CacheKey k = key_of(72);
-    auto make = [&] { return std::make_unique<skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>>(store, locks, skc::CacheConfig{{}, 1h, skc::null_log()}); };
+    auto make = [&] {
+        return std::make_unique<skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>>(
+            store, locks, skc::CacheConfig{{}, 1h, skc::null_log()});
+    };
     make()->get_or_compile(k, [&] { return compiler(k); });
     CHECK(store.list("verified").empty());  // a package just compiled here was never checked
     {
@@ -564,7 +574,7 @@ TEST_CASE("a node checks a package once: later caches on the node trust its memo
         auto c = make();
         auto h = c->lookup(k);
         REQUIRE(h.has_value());
-        CHECK(c->verify(*h));        // ... and not again (the full check is verify_all's)
+        CHECK(c->verify(*h));  // ... and not again (the full check is verify_all's)
         h.reset();
         const skc::VerifyReport r = c->verify_all();
         REQUIRE(r.bad.size() == 1);
@@ -578,7 +588,8 @@ TEST_CASE("fault: verify_all finds what a lookup cannot: same size, same identit
     skc::MemoryStorage store;
     skc::ProcessLock locks;
     Compiler compiler{dir.path()};
-    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, locks, skc::CacheConfig{{}, 1h, skc::null_log()});
+    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, locks,
+                                                                skc::CacheConfig{{}, 1h, skc::null_log()});
     const skc::CacheKey a = key_of(50), b = key_of(51);
     cache.get_or_compile(a, [&] { return compiler(a); });
     cache.get_or_compile(b, [&] { return compiler(b); });
@@ -677,14 +688,16 @@ TEST_CASE("statistics: one hit or one miss per call; a hit that fails verificati
     skc_test::TempDir dir;
     skc::MemoryStorage store;
     Compiler compiler{dir.path()};
-    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, skc::ProcessLock{}, skc::CacheConfig{{}, 1h, skc::null_log()});
+    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, skc::ProcessLock{},
+                                                                skc::CacheConfig{{}, 1h, skc::null_log()});
     const skc::CacheKey k = key_of(80);
     cache.get_or_compile(k, [&] { return compiler(k); });
     std::string evil = Compiler::content(k);
     evil[9] = '#';
     store.corrupt_in_place("packages/" + k.hex() + ".run", evil);
     {
-        skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> fresh(store, skc::ProcessLock{}, skc::CacheConfig{{}, 1h, skc::null_log()});
+        skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> fresh(store, skc::ProcessLock{},
+                                                                    skc::CacheConfig{{}, 1h, skc::null_log()});
         const auto o = fresh.get_or_compile(k, [&] { return compiler(k); });
         CHECK(o.result == skc::CacheResult::compiled);
         const skc::CacheStats s = fresh.stats();
@@ -754,8 +767,7 @@ TEST_CASE("limits: the caller, then SKC_CACHE_MAX_SIZE, then the cache folder's 
     CHECK(e.size_from == skc::LimitSource::caller);
 
     ::setenv("SKC_CACHE_MAX_SIZE", "lots", 1);
-    CHECK_THROWS_WITH(skc::effective_cache_limits({}, root),
-                      doctest::Contains("value \"lots\" is not a size"));
+    CHECK_THROWS_WITH(skc::effective_cache_limits({}, root), doctest::Contains("value \"lots\" is not a size"));
     ::unsetenv("SKC_CACHE_MAX_SIZE");
 
     // A folder's limit reaches every cache opened on it: the second publish evicts the first entry.
@@ -893,7 +905,9 @@ struct StatsFx {
     fs::path stats = ns / "stats";
     skc::CacheKey k = key_of(1);
 
-    StatsFx() { open()->get_or_compile(k, [&] { return compiler(k); }); }
+    StatsFx() {
+        open()->get_or_compile(k, [&] { return compiler(k); });
+    }
     std::unique_ptr<skc::IndexCache<>> open() const {
         return skc::open_cache(root, "8.0", "dev", skc::CacheConfig{{}, 1h, skc::null_log()});
     }
@@ -920,7 +934,8 @@ std::string hits_line(std::uint64_t hits) {
 
 /// The counts the cases below compare (lock waits and saved compile times vary from run to run).
 std::string counts(const skc::CacheStats& s) {
-    return "hits " + std::to_string(s.hits) + ", misses " + std::to_string(s.misses) + ", compiles " + std::to_string(s.compiles);
+    return "hits " + std::to_string(s.hits) + ", misses " + std::to_string(s.misses) + ", compiles " +
+           std::to_string(s.compiles);
 }
 std::string counts(std::uint64_t hits, std::uint64_t misses, std::uint64_t compiles) {
     skc::CacheStats s;
@@ -1021,8 +1036,7 @@ TEST_CASE("statistics: an unfinished last line, a torn line and garbage lines in
     const auto checked = [](const std::string& body) {
         return "\n" + body + " check " + skc::detail::hash_bytes(body).hex() + "\n";
     };
-    skc_test::spit(f.log, hits_line(3) +
-                              full.substr(0, full.size() / 2) +  // written half before the disk filled
+    skc_test::spit(f.log, hits_line(3) + full.substr(0, full.size() / 2) +  // written half before the disk filled
                               hits_line(4) + "\ngarbage\n" + std::string("\n\0\xff\n", 4) + tampered +
                               checked(unknown_body) + checked(bad_value_body) + "\nskc-stats hits 1\n" +
                               full.substr(0, full.size() - 1));  // all but its line feed: unfinished
@@ -1102,7 +1116,7 @@ TEST_CASE("use times: a hit's is in the log until a fold applies it; entries() a
     auto cache = f.open();
     const std::vector<skc::CacheEntry> order = cache->entries();
     REQUIRE(order.size() == 4);
-    CHECK(order.back().key == keys[0].hex());  // the most recently used, by the log
+    CHECK(order.back().key == keys[0].hex());                         // the most recently used, by the log
     const skc::PruneReport r = cache->prune(skc::CacheLimits{0, 2});  // folds first
     CHECK(r.removed == 2);
     CHECK(cache->lookup(keys[0]).has_value());
@@ -1112,7 +1126,9 @@ TEST_CASE("use times: a hit's is in the log until a fold applies it; entries() a
     CHECK(fs::last_write_time(oldest) > before);  // the fold set the logged use time
 }
 
-TEST_CASE("open_cache reads and writes nothing in a namespace that exists; a publish rewrites the manifest and reads the limits") {
+TEST_CASE(
+    "open_cache reads and writes nothing in a namespace that exists; a publish rewrites the manifest and reads the "
+    "limits") {
     skc_test::TempDir dir;
     Compiler compiler{dir.path()};
     const fs::path root = dir / "cache";
@@ -1146,14 +1162,15 @@ TEST_CASE("trust: the folders below a namespace are judged before a package is f
     REQUIRE(hit.has_value());
     CHECK_THROWS_WITH_AS(cache->verify(*hit), doctest::Contains(message.c_str()), skc::Error);
     hit.reset();
-    CHECK_THROWS_WITH_AS(f.open()->get_or_compile(f.k, [&] { return f.compiler(f.k); }), doctest::Contains(message.c_str()),
-                         skc::Error);
+    CHECK_THROWS_WITH_AS(f.open()->get_or_compile(f.k, [&] { return f.compiler(f.k); }),
+                         doctest::Contains(message.c_str()), skc::Error);
     const skc::CacheKey other = key_of(2);
     CHECK_THROWS_WITH_AS(f.open()->publish(other, f.compiler(other)), doctest::Contains(message.c_str()), skc::Error);
     skc::CacheConfig ro{{}, 1h, skc::null_log()};
     ro.mode = skc::CacheMode::read_only;
-    CHECK_THROWS_WITH_AS(skc::open_cache(f.root, "8.0", "dev", ro)->get_or_compile(f.k, [&] { return f.compiler(f.k); }),
-                         doctest::Contains(message.c_str()), skc::Error);
+    CHECK_THROWS_WITH_AS(
+        skc::open_cache(f.root, "8.0", "dev", ro)->get_or_compile(f.k, [&] { return f.compiler(f.k); }),
+        doctest::Contains(message.c_str()), skc::Error);
     fs::permissions(entries, fs::perms::others_write, fs::perm_options::remove);
     CHECK(f.open()->get_or_compile(f.k, [&] { return f.compiler(f.k); }).result == skc::CacheResult::hit);
 
@@ -1221,15 +1238,17 @@ TEST_CASE("explain_miss: the nearest entry, the key parts that differ, and the o
     CHECK(x->added == std::vector<std::string>{"Add_d_6.json"});
     CHECK(x->removed == std::vector<std::string>{"Add_c_3.json"});
     CHECK(x->near());
-    CHECK(x->summary() == "nearest cache entry " + stored.hex() +
-                              " (CANN-8.0_dev) differs in ops: 1 changed (Add_b_5.json) 1 added (Add_d_6.json) 1 removed "
-                              "(Add_c_3.json)");
+    CHECK(x->summary() ==
+          "nearest cache entry " + stored.hex() +
+              " (CANN-8.0_dev) differs in ops: 1 changed (Add_b_5.json) 1 added (Add_d_6.json) 1 removed "
+              "(Add_c_3.json)");
 
     // The compiler and the toolchain changed, the ops did not: looked up across namespaces.
     skc::KeyInputs other = in;
     other.toolchain_version = "9.0";
     other.compiler = "content:bbbb";
-    const auto y = skc::explain_miss(root, named_key({{"Add_a_1.json", 1}, {"Add_b_2.json", 2}, {"Add_c_3.json", 3}}, other));
+    const auto y =
+        skc::explain_miss(root, named_key({{"Add_a_1.json", 1}, {"Add_b_2.json", 2}, {"Add_c_3.json", 3}}, other));
     REQUIRE(y.has_value());
     CHECK_FALSE(y->ops_differ);
     REQUIRE(y->parts.size() == 2);
@@ -1337,8 +1356,9 @@ TEST_CASE("export and import: a round trip hits; a truncated, altered or foreign
 }
 
 TEST_CASE("statistics saturate: a huge stats file neither wraps nor is undefined behaviour") {
-    skc::CacheStats huge = skc::CacheStats::decode("hits 18446744073709551615\ncompile_time_saved_ns 9223372036854775807\n"
-                                                   "lock_wait_ns -9223372036854775807\n");
+    skc::CacheStats huge = skc::CacheStats::decode(
+        "hits 18446744073709551615\ncompile_time_saved_ns 9223372036854775807\n"
+        "lock_wait_ns -9223372036854775807\n");
     skc::CacheStats more;
     more.hits = 5;
     more.compile_time_saved_ns = 4500000000;

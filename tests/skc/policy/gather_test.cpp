@@ -104,8 +104,8 @@ TEST_CASE("local_ranks_from_env: LOCAL_WORLD_SIZE must be a positive integer") {
     check_option_error(env_error({{"LOCAL_WORLD_SIZE", "4\n"}, {"LOCAL_RANK", "0"}}), "LOCAL_WORLD_SIZE",
                        "LOCAL_WORLD_SIZE=\"4\\x0a\" is not a positive integer");
     // The largest accepted: nine digits.
-    const auto big = skc::local_ranks_from_env("", getenv_of({{"LOCAL_WORLD_SIZE", "999999999"}, {"LOCAL_RANK", "0"},
-                                                             {"SKC_RUN_ID", "job"}}));
+    const auto big = skc::local_ranks_from_env(
+        "", getenv_of({{"LOCAL_WORLD_SIZE", "999999999"}, {"LOCAL_RANK", "0"}, {"SKC_RUN_ID", "job"}}));
     REQUIRE(big.has_value());
     CHECK(big->local_world_size == 999999999u);
 }
@@ -120,8 +120,8 @@ TEST_CASE("local_ranks_from_env: LOCAL_RANK must be a non-negative integer below
                        "LOCAL_RANK=4 is out of range for LOCAL_WORLD_SIZE=4 (0 to 3)");
     check_option_error(env_error({{"LOCAL_WORLD_SIZE", "1"}, {"LOCAL_RANK", "7"}, {"SKC_RUN_ID", "job"}}), "LOCAL_RANK",
                        "LOCAL_RANK=7 is out of range for LOCAL_WORLD_SIZE=1 (0 to 0)");
-    const auto r = skc::local_ranks_from_env("", getenv_of({{"LOCAL_WORLD_SIZE", "08"}, {"LOCAL_RANK", "007"},
-                                                           {"SKC_RUN_ID", "job"}}));
+    const auto r = skc::local_ranks_from_env(
+        "", getenv_of({{"LOCAL_WORLD_SIZE", "08"}, {"LOCAL_RANK", "007"}, {"SKC_RUN_ID", "job"}}));
     REQUIRE(r.has_value());
     CHECK(r->local_world_size == 8);
     CHECK(r->local_rank == 7);
@@ -143,12 +143,13 @@ TEST_CASE("local_ranks_from_env: the run id is SKC_RUN_ID, else TORCHELASTIC_RUN
     CHECK(run_id({{"SKC_RUN_ID", ""}, {"TORCHELASTIC_RUN_ID", ""}}, "fb") == "fb");
     CHECK(run_id({}, "fb") == "fb");
 
-    const std::string none = "local rank 2: no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does) to the "
-                             "same value on every rank of the job";
+    const std::string none =
+        "local rank 2: no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does) to the "
+        "same value on every rank of the job";
     check_option_error(env_error(ranks), "SKC_RUN_ID", none);
-    check_option_error(env_error({{"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"SKC_RUN_ID", ""},
-                                  {"TORCHELASTIC_RUN_ID", ""}}),
-                       "SKC_RUN_ID", none);
+    check_option_error(
+        env_error({{"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"SKC_RUN_ID", ""}, {"TORCHELASTIC_RUN_ID", ""}}),
+        "SKC_RUN_ID", none);
 }
 
 TEST_CASE("LocalFsGather refuses an impossible rank, an empty run id and a zero timeout") {
@@ -202,13 +203,13 @@ TEST_CASE("OpUnion: the first file of a content wins, other content under a take
     spit(tmp / "r0/Add.json", "add of rank 0");
     spit(tmp / "r0/Mul.json", "mul");
     spit(tmp / "r1/Add.json", "add of rank 1");  // same name, other content
-    spit(tmp / "r1/Mul.json", "mul");           // same content (digest 2) under the same name
+    spit(tmp / "r1/Mul.json", "mul");            // same content (digest 2) under the same name
     spit(tmp / "r1/Add_1.json", "a file already named like a suffix");
 
     skc::detail::OpUnion u(tmp / "gathered");
     u.add(digest_n(1), "Add.json", tmp / "r0/Add.json");
     u.add(digest_n(2), "Mul.json", tmp / "r0/Mul.json");
-    u.add(digest_n(2), "Mul.json", tmp / "r1/Mul.json");  // dropped: the digest is known
+    u.add(digest_n(2), "Mul.json", tmp / "r1/Mul.json");    // dropped: the digest is known
     u.add(digest_n(1), "Other.json", tmp / "r1/Add.json");  // dropped too, whatever its name
     u.add(digest_n(3), "Add_1.json", tmp / "r1/Add_1.json");
     u.add(digest_n(4), "Add.json", tmp / "r1/Add.json");  // Add.json and Add_1.json are taken
@@ -246,7 +247,8 @@ TEST_CASE("OpUnion: a name read from another rank's file that is not a plain fil
     fs::create_directories(tmp / "deep/er/r0");
     spit(tmp / "deep/er/r0/Add.json", "add");
     skc::detail::OpUnion u(tmp / "deep/er/gathered");
-    for (const std::string& bad : std::vector<std::string>{"../../../victim.json", "../victim.json", "..", ".", "", "a/b.json",
+    for (const std::string& bad :
+         std::vector<std::string>{"../../../victim.json", "../victim.json", "..", ".", "", "a/b.json",
                                   std::string("nul\0.json", 9), "line\nbreak.json"}) {
         CAPTURE(bad);
         CHECK_THROWS_WITH_AS(u.add(digest_n(1), bad, tmp / "deep/er/r0/Add.json"),
@@ -355,21 +357,24 @@ if [ -n "$SKC_TEST_COMPILE_FAIL" ]; then echo "error: no kernel for you"; exit 1
 src="$out/payload.$$"
 mkdir -p "$src/kernels"
 index="$src/binary_info_config.json"
-printf '{"format": "skc-run-package", "version": 1, "backend": "host", "device": "%s", "kernels": [' "$device" > "$index"
+printf '{"format": "skc-run-package", "version": 1, "backend": "host", "device": "%s", "kernels": [' \
+  "$device" > "$index"
 i=0
 sep=""
 for f in "$ops"/*.json; do
   d=$(md5sum < "$f" | cut -c1-32)
   t=$(sed -n 's/^ *"op_type": *"\([A-Za-z0-9_]*\)".*/\1/p' "$f" | head -n 1)
   printf 'kernel %s\n' "$d" > "$src/kernels/k$i.so"
-  printf '%s{"digest": "%s", "op_type": "%s", "file": "kernels/k%s.so", "symbol": "sym_%s"}' "$sep" "$d" "${t:-Op}" "$i" "$i" >> "$index"
+  printf '%s{"digest": "%s", "op_type": "%s", "file": "kernels/k%s.so", "symbol": "sym_%s"}' \
+    "$sep" "$d" "${t:-Op}" "$i" "$i" >> "$index"
   sep=", "
   i=$((i + 1))
 done
 printf ']}\n' >> "$index"
 printf '#!/bin/sh\nexit 0\n' > "$src/setup.sh"
 chmod +x "$src/setup.sh"
-makeself --quiet --nox11 --nocomp --nomd5 --nocrc "$src" "$out/static_kernel_$(date +%Y%m%d%H%M%S)_$$.run" "skc gather test" ./setup.sh
+makeself --quiet --nox11 --nocomp --nomd5 --nocrc "$src" "$out/static_kernel_$(date +%Y%m%d%H%M%S)_$$.run" \
+  "skc gather test" ./setup.sh
 rm -rf "$src"
 echo "packed $i kernels"
 )sh";
@@ -436,8 +441,7 @@ std::map<pid_t, std::string> children_of_test() {
 void kill_group(pid_t pgid) {
     ::kill(-pgid, SIGKILL);
     int status = 0;
-    while (::waitpid(-pgid, &status, 0) > 0 || errno == EINTR) {
-    }
+    while (::waitpid(-pgid, &status, 0) > 0 || errno == EINTR) {}
 }
 
 /// Kills and reaps every child the test still has (the last line of defence after a scenario).
@@ -552,8 +556,8 @@ public:
     }
 
     [[nodiscard]] std::vector<std::string> args(const fs::path& ops_dir, const fs::path& report) const {
-        return {"--base", base.string(), "--ops", ops_dir.string(), "--lib", lib.string(), "--compiler",
-                compiler.string(), "--timeout", std::to_string(timeout_s), "--report", report.string()};
+        return {"--base",     base.string(),     "--ops",     ops_dir.string(),          "--lib",    lib.string(),
+                "--compiler", compiler.string(), "--timeout", std::to_string(timeout_s), "--report", report.string()};
     }
 
     /// Reaps every rank, waiting at most until `deadline`; a rank still running then is killed
@@ -591,7 +595,7 @@ public:
         }
         for (Rank* r : ranks) {
             CHECK_MESSAGE(!r->killed_by_test, "still running at the deadline, killed: " << r->log());
-            CHECK(::kill(r->pid, 0) == -1);  // reaped: the pid is gone
+            CHECK(::kill(r->pid, 0) == -1);                   // reaped: the pid is gone
             const std::string err = slurp(r->io / "stderr");  // clean under the sanitizers
             CHECK_MESSAGE(err.find("runtime error:") == std::string::npos, err);
             CHECK_MESSAGE(err.find("Sanitizer") == std::string::npos, err);
@@ -651,8 +655,7 @@ public:
         std::string names;
         for (const auto deadline = Clock::now() + 3s;;) {
             std::this_thread::sleep_for(20ms);
-            while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-            }
+            while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
             names.clear();
             for (const auto& [pid, name] : children_of_test()) names += " " + std::to_string(pid) + " (" + name + ")";
             if (names.empty() || Clock::now() >= deadline) break;
@@ -683,8 +686,9 @@ void check_failed(const Rank& r, int status, const std::string& code, Clock::tim
 
 }  // namespace
 
-TEST_CASE("eight ranks with different ops: one compile, one package, one extraction, the union, reselect after "
-          "the install; a second job hits the cache") {
+TEST_CASE(
+    "eight ranks with different ops: one compile, one package, one extraction, the union, reselect after "
+    "the install; a second job hits the cache") {
     Node node;
     const std::vector<std::string> files = example_files();
     REQUIRE(files.size() == 15);
@@ -788,7 +792,8 @@ TEST_CASE("a rank that never arrives: every rank ends with a timeout naming it, 
         for (const Rank& r : ranks) check_failed(r, 3, "timeout", r.started, node.limit());
         CHECK(ranks[0].message() == m);
         CHECK(ranks[0].what().ends_with(": " + m));
-        for (std::size_t k = 1; k < 3; ++k) CHECK(ranks[k].what() == ranks[0].what());  // the leader's error, where found
+        for (std::size_t k = 1; k < 3; ++k)
+            CHECK(ranks[k].what() == ranks[0].what());  // the leader's error, where found
     }
     SUBCASE("the rank starts and dies before it claims its local rank") {
         std::vector<Rank> ranks;
@@ -847,8 +852,8 @@ TEST_CASE("the leader killed while compiling: the followers end with peer_failed
     // leader that outlives it) ends that group when the leader dies, within 2 s of its SIGTERM.
     for (const auto deadline = Clock::now() + 3s; running(compiler) && Clock::now() < deadline;)
         std::this_thread::sleep_for(20ms);
-    CHECK_MESSAGE(!running(compiler), "the compiler (pid " << compiler << ") outlived its SIGKILLed leader (pid "
-                                                           << ranks[0].pid << ")");
+    CHECK_MESSAGE(!running(compiler),
+                  "the compiler (pid " << compiler << ") outlived its SIGKILLed leader (pid " << ranks[0].pid << ")");
     kill_group(compiler);
     Node::check_nothing_left();
 }
@@ -875,8 +880,9 @@ TEST_CASE("ranks that disagree on LOCAL_WORLD_SIZE: every rank's error names it 
     // The odd rank says it in its own words, or (when another rank saw the odd claim first and left
     // a note) in that rank's words.
     const std::string odd = ranks[0].message();
-    const bool own_words = odd.rfind("LOCAL_WORLD_SIZE differs between ranks: local rank 3 has 8, local rank ", 0) == 0 &&
-                           odd.ends_with(") has 4");
+    const bool own_words =
+        odd.rfind("LOCAL_WORLD_SIZE differs between ranks: local rank 3 has 8, local rank ", 0) == 0 &&
+        odd.ends_with(") has 4");
     const bool relayed = odd.rfind("LOCAL_WORLD_SIZE differs between ranks: local rank ", 0) == 0 &&
                          odd.ends_with(" has 4, local rank 3 (pid " + odd_pid + ") has 8");
     CHECK_MESSAGE((own_words || relayed), odd);
@@ -929,10 +935,13 @@ TEST_CASE("a rank without LOCAL_WORLD_SIZE or without a run id stops with the ex
         {{{"LOCAL_WORLD_SIZE", ""}, {"LOCAL_RANK", "1"}},
          "LOCAL_WORLD_SIZE",
          "LOCAL_WORLD_SIZE is not set, but LOCAL_RANK is (1): a multi-rank job needs both"},
-        {{{"LOCAL_WORLD_SIZE", ""}, {"LOCAL_RANK", ""}}, "LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE and LOCAL_RANK are not set"},
+        {{{"LOCAL_WORLD_SIZE", ""}, {"LOCAL_RANK", ""}},
+         "LOCAL_WORLD_SIZE",
+         "LOCAL_WORLD_SIZE and LOCAL_RANK are not set"},
         {{{"SKC_RUN_ID", ""}},
          "SKC_RUN_ID",
-         "local rank 1: no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does) to the same value on every "
+         "local rank 1: no run id: set SKC_RUN_ID (or TORCHELASTIC_RUN_ID, as torchrun does) to the same value on "
+         "every "
          "rank of the job"},
     };
     for (const Case& c : cases) {
@@ -996,7 +1005,8 @@ TEST_CASE("the leader's compile fails: the leader ends with compile_failed, ever
     Node node;
     const fs::path ops = node.ops("a", {"Add_float_ND_32_64_9.json"});
     std::vector<Rank> ranks;
-    for (std::size_t k = 0; k < 3; ++k) ranks.push_back(node.start(k, 3, "job-h", ops, {{"SKC_TEST_COMPILE_FAIL", "1"}}));
+    for (std::size_t k = 0; k < 3; ++k)
+        ranks.push_back(node.start(k, 3, "job-h", ops, {{"SKC_TEST_COMPILE_FAIL", "1"}}));
     Node::wait_all(ranks, Clock::now() + 15s);
     check_failed(ranks[0], 5, "compile_failed", ranks[0].started, node.limit());
     CHECK(ranks[0].message().rfind("the compiler exited with status 1. Last lines of its log:\n", 0) == 0);
@@ -1015,8 +1025,9 @@ TEST_CASE("the leader's compile fails: the leader ends with compile_failed, ever
     Node::check_nothing_left();
 }
 
-TEST_CASE("on a miss, a follower whose op info files never come: the leader times out naming it, or names it as "
-          "ended when it dies") {
+TEST_CASE(
+    "on a miss, a follower whose op info files never come: the leader times out naming it, or names it as "
+    "ended when it dies") {
     for (const bool kill : {false, true}) {
         CAPTURE(kill);
         Node node;

@@ -32,9 +32,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 using skc_test::slurp;
 using skc_test::spit;
+using std::chrono::milliseconds;
 
 using Kernel = skc_test::PackagedKernel;
 using skc_test::digest_of;
@@ -137,7 +137,9 @@ std::string wait_installed(const fs::path& out) {
 std::size_t holder_count(const fs::path& lib, const std::string& stem) {
     std::error_code ec;
     std::size_t n = 0;
-    for (auto it = fs::directory_iterator(lib / "static_kernel/host/.holders" / stem, ec); !ec && it != fs::directory_iterator(); ++it) ++n;
+    for (auto it = fs::directory_iterator(lib / "static_kernel/host/.holders" / stem, ec);
+         !ec && it != fs::directory_iterator(); ++it)
+        ++n;
     return n;
 }
 
@@ -146,9 +148,9 @@ std::size_t holder_count(const fs::path& lib, const std::string& stem) {
 TEST_CASE("install lays out the package and the shared files; releasing removes them") {
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
-    const fs::path pkg = make_package(tmp.path(), "static_kernel_20240101000000",
-                                      {{digest_of(1), "Add", "kernels/add.so", "add\n"},
-                                       {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
+    const fs::path pkg = make_package(
+        tmp.path(), "static_kernel_20240101000000",
+        {{digest_of(1), "Add", "kernels/add.so", "add\n"}, {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
     skc::RunPackageInstaller installer;
     {
         skc::Installation inst = installer.install(pkg, lib, {});
@@ -192,7 +194,10 @@ TEST_CASE("a persistent install stays until uninstall(persistent = true)") {
     skc::RunPackageInstaller installer;
     skc::InstallOptions opt;
     opt.persistent = true;
-    { skc::Installation inst = installer.install(pkg, lib, opt); CHECK_FALSE(inst.holds()); }
+    {
+        skc::Installation inst = installer.install(pkg, lib, opt);
+        CHECK_FALSE(inst.holds());
+    }
     CHECK(installer.cleanup(lib, "host") == 0);
     CHECK(index_packages(lib).at(digest_of(7)) == "pk");
     CHECK_FALSE(installer.uninstall(lib, "pk", "host", false));
@@ -276,7 +281,8 @@ TEST_CASE("8 processes installing different packages at once") {
     Workers w;
     std::vector<pid_t> pids;
     for (int i = 0; i < 8; ++i)
-        pids.push_back(w.spawn({lib.string(), pkgs[i].string(), "persistent"}, tmp / ("c" + std::to_string(i) + ".out")));
+        pids.push_back(
+            w.spawn({lib.string(), pkgs[i].string(), "persistent"}, tmp / ("c" + std::to_string(i) + ".out")));
     for (pid_t p : pids) CHECK(w.wait(p) == 0);
     const auto idx = index_packages(lib);
     CHECK(idx.size() == 8);
@@ -293,8 +299,8 @@ TEST_CASE("the last installed package wins a digest; uninstalling it brings the 
     const fs::path lib = tmp / "lib";
     const std::string d = digest_of(42);
     const fs::path p1 = make_package(tmp.path(), "first", {{d, "Add", "kernels/a.so", "first\n"}});
-    const fs::path p2 = make_package(tmp.path(), "second", {{d, "Add", "kernels/b.so", "second\n"},
-                                                             {digest_of(43), "Mul", "kernels/c.so", "c\n"}});
+    const fs::path p2 = make_package(
+        tmp.path(), "second", {{d, "Add", "kernels/b.so", "second\n"}, {digest_of(43), "Mul", "kernels/c.so", "c\n"}});
     skc::RunPackageInstaller installer;
     skc::Installation i1 = installer.install(p1, lib, {});
     skc::Installation i2 = installer.install(p2, lib, {});
@@ -308,11 +314,13 @@ TEST_CASE("the last installed package wins a digest; uninstalling it brings the 
     CHECK(idx.find("kernels")->find(d)->find("file")->as_string() == "first/kernels/a.so");
 }
 
-TEST_CASE("an installed package's own index altered since: its names are checked again when the global index is rebuilt") {
+TEST_CASE(
+    "an installed package's own index altered since: its names are checked again when the global index is rebuilt") {
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
-    const fs::path p1 = make_package(tmp.path(), "first", {{digest_of(1), "Add", "kernels/a.so", "a\n"},
-                                                           {digest_of(2), "Mul", "kernels/b.so", "b\n"}});
+    const fs::path p1 =
+        make_package(tmp.path(), "first",
+                     {{digest_of(1), "Add", "kernels/a.so", "a\n"}, {digest_of(2), "Mul", "kernels/b.so", "b\n"}});
     const fs::path p2 = make_package(tmp.path(), "second", {{digest_of(3), "Relu", "kernels/c.so", "c\n"}});
     skc::RunPackageInstaller installer;
     skc::Installation i1 = installer.install(p1, lib, {});
@@ -320,9 +328,12 @@ TEST_CASE("an installed package's own index altered since: its names are checked
     // library, and a digest that is not one.
     skc_test::spit(i1.folder() / "binary_info_config.json",
                    R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "dev0", "kernels": [)"
-                   R"({"digest": ")" + digest_of(1) + R"(", "op_type": "Add", "file": "kernels/../../../../victim.so", "symbol": "s"},)"
-                   R"({"digest": "../x", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"},)"
-                   R"({"digest": ")" + digest_of(2) + R"(", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"}]})");
+                   R"({"digest": ")" +
+                       digest_of(1) +
+                       R"(", "op_type": "Add", "file": "kernels/../../../../victim.so", "symbol": "s"},)"
+                       R"({"digest": "../x", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"},)"
+                       R"({"digest": ")" +
+                       digest_of(2) + R"(", "op_type": "Mul", "file": "kernels/b.so", "symbol": "s"}]})");
     skc::Installation i2 = installer.install(p2, lib, {});  // rebuilds the global index
     CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(2), "first"}, {digest_of(3), "second"}});
     const std::string text = slurp(lib / "static_kernel/host/config/dev0/binary_info_config.json");
@@ -366,16 +377,18 @@ TEST_CASE("bad packages are refused and leave the op library unchanged") {
         spit(good, bytes);
         const skc::Error e = refused(good);
         CHECK(e.code() == skc::Errc::corrupt);
-        CHECK(e.message().rfind("run package corr: extraction into " + (tmp / "lib/static_kernel/host").string() +
-                                    " failed (makeself exited with status 2). Last lines of its output:\nError in MD5 checksums: ",
-                                0) == 0);
+        CHECK(e.message().rfind(
+                  "run package corr: extraction into " + (tmp / "lib/static_kernel/host").string() +
+                      " failed (makeself exited with status 2). Last lines of its output:\nError in MD5 checksums: ",
+                  0) == 0);
     }
     SUBCASE("../ in a file name") {
         const fs::path bad = make_package(tmp.path(), "evil", {{digest_of(9), "Add", "kernels/../../x.so", ""}});
         const skc::Error e = refused(bad);
         CHECK(e.code() == skc::Errc::unsafe_path);
-        CHECK(e.message() == "run package evil: kernel file name \"kernels/../../x.so\" is not accepted: it must be a "
-                             "relative path below kernels/ without '.', '..' or empty parts");
+        CHECK(e.message() ==
+              "run package evil: kernel file name \"kernels/../../x.so\" is not accepted: it must be a "
+              "relative path below kernels/ without '.', '..' or empty parts");
     }
     SUBCASE("missing kernel file") {
         const fs::path bad = make_package(tmp.path(), "missing", {{digest_of(9), "Add", "kernels/none.so", ""}});
@@ -386,7 +399,8 @@ TEST_CASE("bad packages are refused and leave the op library unchanged") {
     SUBCASE("bad digest") {
         const fs::path bad = make_package(tmp.path(), "baddig", {{"xyz", "Add", "kernels/a.so", "a"}});
         const skc::Error e = refused(bad);
-        CHECK(e.message() == "run package baddig: bad binary_info_config.json: kernels[0].digest must be 32 lowercase hex digits");
+        CHECK(e.message() ==
+              "run package baddig: bad binary_info_config.json: kernels[0].digest must be 32 lowercase hex digits");
     }
     CHECK(skc_test::snapshot(lib) == before);
 }
@@ -467,12 +481,15 @@ TEST_CASE("a second process installing a held package does not extract it; both 
     CHECK(installer.list(lib, "host").empty());
 }
 
-TEST_CASE("the last holder's release keeps the package; the next process reuses it, with the shared files of a fresh install") {
+TEST_CASE(
+    "the last holder's release keeps the package; the next process reuses it, with the shared files of a fresh "
+    "install") {
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
     const fs::path base = lib / "static_kernel/host";
-    const fs::path pkg = make_package(tmp.path(), "reuse", {{digest_of(1), "Add", "kernels/add.so", "add\n"},
-                                                            {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
+    const fs::path pkg = make_package(
+        tmp.path(), "reuse",
+        {{digest_of(1), "Add", "kernels/add.so", "add\n"}, {digest_of(2), "Mul", "kernels/sub/mul.so", "mul\n"}});
     skc::RunPackageInstaller installer;
     Workers w;
     const pid_t a = w.spawn({lib.string(), pkg.string(), "wait-file", (tmp / "go-a").string()}, tmp / "a.out");
@@ -510,7 +527,8 @@ TEST_CASE("a package with the same stem and another checksum is extracted, not r
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
     const fs::path v1 = make_simple(tmp / "v1", "same", 1);
-    const fs::path v2 = make_package(tmp / "v2", "same", {{digest_of(2), "Mul", "kernels/same.so", "another kernel\n"}});
+    const fs::path v2 =
+        make_package(tmp / "v2", "same", {{digest_of(2), "Mul", "kernels/same.so", "another kernel\n"}});
     skc::RunPackageInstaller installer;
     installer.install(v1, lib, {}).release();
     REQUIRE(kept_stems(lib) == std::vector<std::string>{"same"});
@@ -596,8 +614,9 @@ TEST_CASE("a damaged kept extraction is not reused: the package is extracted aga
     skc_test::TempDir tmp;
     const fs::path lib = tmp / "lib";
     const fs::path kept = lib / "static_kernel/host/.kept/dmg";
-    const fs::path pkg = make_package(tmp.path(), "dmg", {{digest_of(1), "Add", "kernels/a.so", "a kernel\n"},
-                                                          {digest_of(2), "Mul", "kernels/b.so", "b kernel\n"}});
+    const fs::path pkg = make_package(
+        tmp.path(), "dmg",
+        {{digest_of(1), "Add", "kernels/a.so", "a kernel\n"}, {digest_of(2), "Mul", "kernels/b.so", "b kernel\n"}});
     skc::RunPackageInstaller installer;
     installer.install(pkg, lib, {}).release();
     REQUIRE(fs::is_directory(kept));
@@ -607,7 +626,8 @@ TEST_CASE("a damaged kept extraction is not reused: the package is extracted aga
     SUBCASE("index rewritten to name a file outside kernels/") {
         spit(kept / "binary_info_config.json",
              R"({"format": "skc-run-package", "version": 1, "backend": "host", "device": "dev0", "kernels": [)"
-             R"({"digest": ")" + digest_of(1) + R"(", "op_type": "Add", "file": "kernels/../../x.so", "symbol": "s"}]})");
+             R"({"digest": ")" +
+                 digest_of(1) + R"(", "op_type": "Add", "file": "kernels/../../x.so", "symbol": "s"}]})");
     }
     SUBCASE("identity removed") { fs::remove(kept / ".skc-identity"); }
     SUBCASE("identity garbled") { spit(kept / ".skc-identity", "checksum 0\n"); }
@@ -661,7 +681,8 @@ TEST_CASE("leftovers of killed processes around the kept extractions are cleaned
     fs::create_directories(base / (".removing-old-" + dead) / "kernels");
     spit(base / ".kept" / (".tmp." + dead + ".limit"), "12");
     fs::create_directories(base / ".kept/stray/kernels");
-    skc::Installation inst = installer.install(pkg, lib, keep(skc::default_keep_bytes - 1));  // a new limit: .kept is checked
+    skc::Installation inst =
+        installer.install(pkg, lib, keep(skc::default_keep_bytes - 1));  // a new limit: .kept is checked
     CHECK(inst.reused());
     CHECK_FALSE(fs::exists(base / (".removing-old-" + dead)));
     CHECK_FALSE(fs::exists(base / ".kept" / (".tmp." + dead + ".limit")));
@@ -832,7 +853,8 @@ TEST_CASE("a signal to a process whose 4 threads hold installs: the handler unli
     for (const int sig : {SIGTERM, SIGINT}) {
         CAPTURE(sig);
         const fs::path out = tmp / ("hold" + std::to_string(sig) + ".out");
-        const pid_t p = w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "hold", a.string(), b.string()}, out);
+        const pid_t p =
+            w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "hold", a.string(), b.string()}, out);
         CHECK(wait_installed(out) == "holding 8\n");
         CHECK(holder_count(lib, "sig_a") == 4);
         CHECK(holder_count(lib, "sig_b") == 4);
@@ -859,7 +881,8 @@ TEST_CASE("SIGTERM while 4 threads install and release: the process ends at once
     for (const int delay_ms : {0, 50, 200}) {
         CAPTURE(delay_ms);
         const fs::path out = tmp / ("churn" + std::to_string(delay_ms) + ".out");
-        const pid_t p = w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "churn", a.string(), b.string()}, out);
+        const pid_t p =
+            w.spawn_program(SKC_INSTALL_THREADS_WORKER, {lib.string(), "4", "churn", a.string(), b.string()}, out);
         CHECK(wait_installed(out) == "churning\n");
         std::this_thread::sleep_for(milliseconds(delay_ms));
         ::kill(p, SIGTERM);

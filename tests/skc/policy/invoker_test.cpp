@@ -20,8 +20,7 @@ namespace {
 /// A fake compiler: a shell script given as fixed arguments (`sh -c SCRIPT name ARGS...`), so the
 /// standard options arrive as "$@". The script finds -o's value in $out.
 skc::ProcessInvoker fake(const std::string& body, std::chrono::milliseconds grace = 2s) {
-    const std::string script =
-        "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n" + body;
+    const std::string script = "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n" + body;
     return skc::ProcessInvoker("/bin/sh", {"-c", script, "fake_op_compiler"}, grace);
 }
 
@@ -67,12 +66,12 @@ TEST_CASE("the command line of SPEC section 8, passed without a shell") {
 
 TEST_CASE("success: the new package is found, output goes to the log, arguments arrive intact") {
     skc_test::TempDir dir;
-    skc::ProcessInvoker inv = skc::ProcessInvoker(
-        "/bin/sh", {"-c",
-                    "for a in \"$@\"; do echo \"arg[$a]\"; done; echo to-stderr >&2\n"
-                    "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
-                    "echo payload > \"$out/static_kernel_20261202.run\"",
-                    "fake"});
+    skc::ProcessInvoker inv =
+        skc::ProcessInvoker("/bin/sh", {"-c",
+                                        "for a in \"$@\"; do echo \"arg[$a]\"; done; echo to-stderr >&2\n"
+                                        "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\n"
+                                        "echo payload > \"$out/static_kernel_20261202.run\"",
+                                        "fake"});
     fs::create_directories(dir / "out");
     skc_test::spit(dir / "out" / "old.run", "from before");  // not this compile's
     skc::CompileRequest r = request(dir);
@@ -115,9 +114,10 @@ TEST_CASE("exit 0 without a package is an error") {
 TEST_CASE("a hang past the timeout: the whole process group is killed, in time") {
     skc_test::TempDir dir;
     // The compiler starts a grandchild that ignores SIGTERM, records its pid, and hangs.
-    auto inv = fake("sh -c 'trap \"\" TERM; echo $$ > \"$0\"; sleep 1000' \"$out/grandchild.pid\" &\n"
-                    "trap '' TERM; echo started; sleep 1000",
-                    300ms);
+    auto inv = fake(
+        "sh -c 'trap \"\" TERM; echo $$ > \"$0\"; sleep 1000' \"$out/grandchild.pid\" &\n"
+        "trap '' TERM; echo started; sleep 1000",
+        300ms);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string err = error_of(inv, request(dir, 1s));
     const auto took = std::chrono::steady_clock::now() - t0;
@@ -141,8 +141,8 @@ TEST_CASE("huge output does not block the compiler") {
 TEST_CASE("a compiler that does not exist") {
     skc_test::TempDir dir;
     skc::ProcessInvoker inv(dir / "no_such_compiler");
-    CHECK_EQ(error_of(inv, request(dir)),
-             "invalid_argument: " + (dir / "no_such_compiler").string() + ": cannot start the compiler: No such file or directory");
+    CHECK_EQ(error_of(inv, request(dir)), "invalid_argument: " + (dir / "no_such_compiler").string() +
+                                              ": cannot start the compiler: No such file or directory");
 }
 
 TEST_CASE("FunctionInvoker wraps a callable") {
@@ -194,24 +194,27 @@ skc::CompileRequest recording(const skc_test::TempDir& dir, std::vector<Report>&
 
 TEST_CASE("progress lines reach the callback in order while the log keeps all the output") {
     skc_test::TempDir dir;
-    auto inv = fake("echo 'skc-progress: 0/3'; echo compiling a\n"
-                    "echo 'skc-progress: 1/3 a.json'\n"
-                    "echo 'skc-progress: 2/3 b c.json' >&2\n"
-                    "printf 'skc-progress: 3/3 c.json\\r\\n'\n"
-                    "echo linked; echo p > \"$out/k.run\"");
+    auto inv = fake(
+        "echo 'skc-progress: 0/3'; echo compiling a\n"
+        "echo 'skc-progress: 1/3 a.json'\n"
+        "echo 'skc-progress: 2/3 b c.json' >&2\n"
+        "printf 'skc-progress: 3/3 c.json\\r\\n'\n"
+        "echo linked; echo p > \"$out/k.run\"");
     std::vector<Report> seen;
     const skc::CompileResult res = inv.compile(recording(dir, seen));
     CHECK(seen == std::vector<Report>{{0, 3, ""}, {1, 3, "a.json"}, {2, 3, "b c.json"}, {3, 3, "c.json"}});
-    CHECK(skc_test::slurp(res.log) == "skc-progress: 0/3\ncompiling a\nskc-progress: 1/3 a.json\nskc-progress: 2/3 b c.json\n"
-                                      "skc-progress: 3/3 c.json\r\nlinked\n");
+    CHECK(skc_test::slurp(res.log) ==
+          "skc-progress: 0/3\ncompiling a\nskc-progress: 1/3 a.json\nskc-progress: 2/3 b c.json\n"
+          "skc-progress: 3/3 c.json\r\nlinked\n");
 }
 
 TEST_CASE("progress lines are read while the compiler runs, not after it ends") {
     skc_test::TempDir dir;
     // The compiler waits until the first report has been seen (the callback creates a file).
-    auto inv = fake("echo 'skc-progress: 1/2 a.json'\n"
-                    "i=0; while [ ! -e \"$out/seen\" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done\n"
-                    "[ -e \"$out/seen\" ] && echo p > \"$out/k.run\"");
+    auto inv = fake(
+        "echo 'skc-progress: 1/2 a.json'\n"
+        "i=0; while [ ! -e \"$out/seen\" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done\n"
+        "[ -e \"$out/seen\" ] && echo p > \"$out/k.run\"");
     skc::CompileRequest r = request(dir);
     int calls = 0;
     r.on_progress = [&](std::size_t, std::size_t, std::string_view) {
@@ -223,20 +226,32 @@ TEST_CASE("progress lines are read while the compiler runs, not after it ends") 
 
 TEST_CASE("malformed, overlong, repeated and backward progress lines are ignored; the log has them all") {
     skc_test::TempDir dir;
-    const std::vector<std::string> bad = {
-        "skc-progress: x/y", "skc-progress: 5/3 too-many.json", "skc-progress: 1/0", "skc-progress: -1/3",
-        "skc-progress: +1/3", "skc-progress: 1 /3", "skc-progress: 1/ 3", "skc-progress:1/3 no-space.json",
-        " skc-progress: 1/3 indented.json", "skc-progress: 1/3x", "skc-progress: 1/3\tx", "SKC-PROGRESS: 1/3",
-        "skc-progress: 1234567890123456789/99999999999999999999", "skc-progress: 0x1/3", "skc-progress: ", "skc-progress: 1"};
+    const std::vector<std::string> bad = {"skc-progress: x/y",
+                                          "skc-progress: 5/3 too-many.json",
+                                          "skc-progress: 1/0",
+                                          "skc-progress: -1/3",
+                                          "skc-progress: +1/3",
+                                          "skc-progress: 1 /3",
+                                          "skc-progress: 1/ 3",
+                                          "skc-progress:1/3 no-space.json",
+                                          " skc-progress: 1/3 indented.json",
+                                          "skc-progress: 1/3x",
+                                          "skc-progress: 1/3\tx",
+                                          "SKC-PROGRESS: 1/3",
+                                          "skc-progress: 1234567890123456789/99999999999999999999",
+                                          "skc-progress: 0x1/3",
+                                          "skc-progress: ",
+                                          "skc-progress: 1"};
     std::string body;
     for (const std::string& b : bad) body += "echo '" + b + "'\n";
-    body += "printf 'skc-progress: 1/3 '; head -c 5000 /dev/zero | tr '\\0' x; echo\n"  // longer than 4096 bytes
-            "echo 'skc-progress: 2/3 good.json'\n"
-            "echo 'skc-progress: 1/3 back.json'\n"
-            "echo 'skc-progress: 2/3 again.json'\n"
-            "head -c 3000000 /dev/zero | tr '\\0' y; echo\n"
-            "printf 'skc-progress: 3/3 last.json'\n"  // no line feed at the end: still a line
-            "echo p > \"$out/k.run\"";
+    body +=
+        "printf 'skc-progress: 1/3 '; head -c 5000 /dev/zero | tr '\\0' x; echo\n"  // longer than 4096 bytes
+        "echo 'skc-progress: 2/3 good.json'\n"
+        "echo 'skc-progress: 1/3 back.json'\n"
+        "echo 'skc-progress: 2/3 again.json'\n"
+        "head -c 3000000 /dev/zero | tr '\\0' y; echo\n"
+        "printf 'skc-progress: 3/3 last.json'\n"  // no line feed at the end: still a line
+        "echo p > \"$out/k.run\"";
     auto inv = fake(body);
     std::vector<Report> seen;
     const skc::CompileResult res = inv.compile(recording(dir, seen));
@@ -255,15 +270,17 @@ TEST_CASE("parse_progress_line and lines cut anywhere") {
     CHECK(p->done == 17);
     CHECK(p->total == 17);
     CHECK(p->op == "MatMulV2_float_ND_32_64_1.json");
-    CHECK(skc::parse_progress_line("skc-progress: 999999999999999999/999999999999999999 x")->done == 999999999999999999u);
+    CHECK(skc::parse_progress_line("skc-progress: 999999999999999999/999999999999999999 x")->done ==
+          999999999999999999u);
     CHECK_FALSE(skc::parse_progress_line("skc-progress: 1/1" + std::string(5000, ' ')).has_value());
     CHECK_FALSE(skc::parse_progress_line("skc-progress: 1/1 " + std::string(4096, 'a')).has_value());
     CHECK_FALSE(skc::parse_progress_line("skc-progress: 1/1\n").has_value());
     CHECK_FALSE(skc::parse_progress_line(std::string_view("skc-progress: 1\0/1", 18)).has_value());
 
     // The same output fed one byte at a time, and in one piece, gives the same reports.
-    const std::string output = "skc-progress: 0/2\nnoise skc-progress: 1/2 no\nskc-progress: 1/2 a.json\r\n"
-                               "skc-progress: 2/2 b.json";
+    const std::string output =
+        "skc-progress: 0/2\nnoise skc-progress: 1/2 no\nskc-progress: 1/2 a.json\r\n"
+        "skc-progress: 2/2 b.json";
     for (const std::size_t step : {std::size_t{1}, std::size_t{3}, output.size()}) {
         CAPTURE(step);
         std::vector<Report> seen;
@@ -310,7 +327,8 @@ TEST_CASE("the output's end is not awaited: a compiler that closes its output ea
         CHECK(res.package.filename() == "k.run");
         CHECK(seen == std::vector<Report>{{1, 1, "a.json"}});
     }
-    SUBCASE("a child in a Unix session of its own (setsid) keeps the pipe open: compile() returns when the compiler ends") {
+    SUBCASE(
+        "a child in a Unix session of its own (setsid) keeps the pipe open: compile() returns when the compiler ends") {
         auto inv = fake("setsid sleep 5 & echo 'skc-progress: 1/1 a.json'; echo p > \"$out/k.run\"");
         std::vector<Report> seen;
         const auto t0 = std::chrono::steady_clock::now();

@@ -33,7 +33,6 @@ struct Fixture<skc::ProcessLock> {
     skc::ProcessLock make() { return shared; }
 };
 
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("lock law: a granted lock owns, a moved-from guard does not, release frees", L, skc::FileLock,
@@ -84,7 +83,8 @@ TEST_CASE_TEMPLATE("lock law: shared with shared; exclusive with nothing", L, sk
     CHECK(b.try_lock("k", LockMode::exclusive).owns());  // all released
 }
 
-TEST_CASE_TEMPLATE("lock law: lock_until gives up at the deadline, not much later", L, skc::FileLock, skc::ProcessLock) {
+TEST_CASE_TEMPLATE("lock law: lock_until gives up at the deadline, not much later", L, skc::FileLock,
+                   skc::ProcessLock) {
     Fixture<L> fx;
     L a = fx.make();
     L b = fx.make();
@@ -163,9 +163,10 @@ TEST_CASE("FileLock: files, names and the lock file being replaced") {
         CHECK(g.owns());
         CHECK(std::filesystem::exists(dir / "sub" / "dir" / "k.lock"));
     }
-    CHECK_THROWS_WITH_AS(locks.lock("../escape", LockMode::shared),
-                         "lock name \"../escape\" is not accepted: use '/'-separated parts, none empty or starting with '.'",
-                         skc::Error);
+    CHECK_THROWS_WITH_AS(
+        locks.lock("../escape", LockMode::shared),
+        "lock name \"../escape\" is not accepted: use '/'-separated parts, none empty or starting with '.'",
+        skc::Error);
     CHECK_THROWS_AS(locks.lock("", LockMode::shared), skc::Error);
     CHECK_THROWS_AS(locks.lock("a//b", LockMode::shared), skc::Error);
 
@@ -244,9 +245,12 @@ TEST_CASE("FileLock in another user's folder: permission denied, not \"no such f
     REQUIRE(::waitpid(child, &status, 0) == child);
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
-    CHECK(got == "permission_denied|" + (dir / "keys/key-new.lock").string() + ": cannot open lock file: Permission denied\n"
-                 "permission_denied|" + (dir / "other").string() + ": cannot create the lock file's folder: Permission denied\n"
-                 "owns\n");  // an existing lock file is opened read-only for a shared lock
+    CHECK(got == "permission_denied|" + (dir / "keys/key-new.lock").string() +
+                     ": cannot open lock file: Permission denied\n"
+                     "permission_denied|" +
+                     (dir / "other").string() +
+                     ": cannot create the lock file's folder: Permission denied\n"
+                     "owns\n");  // an existing lock file is opened read-only for a shared lock
 }
 
 namespace {

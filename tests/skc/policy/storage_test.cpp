@@ -26,7 +26,8 @@ struct Fixture<skc::MemoryStorage> {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("storage law: absent, write, read, overwrite, remove", S, skc::FilesystemStorage, skc::MemoryStorage) {
+TEST_CASE_TEMPLATE("storage law: absent, write, read, overwrite, remove", S, skc::FilesystemStorage,
+                   skc::MemoryStorage) {
     Fixture<S> fx;
     S s = fx.make();
     CHECK_FALSE(s.read("entries/a").has_value());
