@@ -61,7 +61,7 @@
 #include "../error.hpp"
 #include "../op_info_io.hpp"
 #include "../op_set.hpp"
-#include "../policy/gather.hpp"
+#include "../policy/gather_core.hpp"
 #include "../value.hpp"
 
 namespace skc {
