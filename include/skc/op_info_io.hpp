@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/names.hpp"
 #include "detail/posix.hpp"
 #include "detail/text.hpp"
 #include "error.hpp"
@@ -341,8 +342,7 @@ namespace detail {
 /// existing file), then the temporary is removed.
 inline void write_new_file(const std::filesystem::path& dir, const std::string& name, std::string_view content,
                            bool sync) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
-        name.find('\0') != std::string::npos)
+    if (!is_plain_file_name(name))
         throw Error(Errc::invalid_name, "file name " + quote(name) + " is not a plain file name",
                     ErrorContext{dir.string(), {}, {}});
     reject_nul(dir);

@@ -11,21 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace skc::detail {
+#include "names.hpp"
 
-/// A name that stays below the folder it is relative to: '/'-separated parts, none empty and none
-/// starting with '.' (so no ".", "..", hidden or temporary names), and no NUL byte.
-inline bool is_plain_relative_path(std::string_view name) noexcept {
-    if (name.empty() || name.find('\0') != std::string_view::npos) return false;
-    std::size_t start = 0;
-    while (start <= name.size()) {
-        const std::size_t slash = name.find('/', start);
-        const std::size_t end = slash == std::string_view::npos ? name.size() : slash;
-        if (end == start || name[start] == '.') return false;
-        start = end + 1;
-    }
-    return true;
-}
+namespace skc::detail {
 
 /// An O_PATH descriptor of a folder, opened on first use and reopened when the folder it names was
 /// removed (its link count drops to 0). Copies open their own. get() returns -1 while the folder
