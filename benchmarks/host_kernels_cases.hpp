@@ -42,11 +42,7 @@ struct HostCase {
 namespace detail {
 
 inline skc::TensorDesc tensor(skc::RuntimeShape shape, std::string dtype = "float") {
-    skc::TensorDesc t;
-    t.dtype = std::move(dtype);
-    t.shape = std::move(shape);
-    t.format = "ND";
-    return t;
+    return skc::plain_tensor(std::move(shape), std::move(dtype));
 }
 
 inline skc::Attr attr(std::string name, std::string dtype, skc::Value v) {
@@ -59,12 +55,7 @@ inline skc::Attr attr(std::string name, std::string dtype, skc::Value v) {
 
 inline skc::OpRecord make(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out,
                           std::vector<skc::Attr> attrs = {}) {
-    skc::OpRecord r;
-    r.op_type = std::move(type);
-    r.inputs = std::move(in);
-    r.outputs = std::move(out);
-    r.attrs = std::move(attrs);
-    return r;
+    return skc::make_op(std::move(type), std::move(in), std::move(out), std::move(attrs));
 }
 
 inline std::string dims(const skc::RuntimeShape& s) {

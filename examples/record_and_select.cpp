@@ -59,28 +59,16 @@ constexpr skc::Digest projection_key = Projection::digest;  // a constant expres
 
 // ---- ops built at run time ----------------------------------------------------------------------
 
-// A plain tensor as the framework describes it: storage and origin shape and format are the same.
+// A plain tensor as the framework describes it (skc::plain_tensor: storage and origin shape and
+// format are the same), with the dtype first as the calls below read best.
 skc::TensorDesc tensor(std::string name, std::int64_t index, std::string dtype, skc::RuntimeShape shape) {
-    skc::TensorDesc t;
-    t.name = std::move(name);
-    t.index = index;
-    t.param_type = skc::ParamType::required;
-    t.dtype = std::move(dtype);
-    t.format = "ND";
-    t.origin_shape = shape;
-    t.origin_format = "ND";
-    t.shape = std::move(shape);
-    return t;
+    return skc::plain_tensor(std::move(name), index, std::move(shape), std::move(dtype));
 }
 
 // An op with the device's record-level fields, the same ones DeviceContext gives Projection.
 skc::OpRecord op(std::string op_type, std::vector<skc::TensorSlot> inputs, std::vector<skc::TensorSlot> outputs,
                  std::vector<skc::Attr> attrs = {}) {
-    skc::OpRecord r;
-    r.op_type = std::move(op_type);
-    r.inputs = std::move(inputs);
-    r.outputs = std::move(outputs);
-    r.attrs = std::move(attrs);
+    skc::OpRecord r = skc::make_op(std::move(op_type), std::move(inputs), std::move(outputs), std::move(attrs));
     r.tune_mode = std::string(DeviceContext::tune_mode);
     r.platform_info = skc::PlatformInfo{DeviceContext::vector_core_cnt, DeviceContext::cube_core_cnt, {}};
     r.impl_mode = std::string(DeviceContext::impl_mode);

@@ -160,16 +160,7 @@ Config parse_args(int argc, char** argv) {
 // tensors), in the form examples/host/plan.hpp accepts.
 
 skc::TensorDesc tensor(std::string name, std::int64_t index, skc::RuntimeShape shape, std::string dtype = "float") {
-    skc::TensorDesc t;
-    t.name = std::move(name);
-    t.index = index;
-    t.param_type = skc::ParamType::required;
-    t.dtype = std::move(dtype);
-    t.format = "ND";
-    t.origin_shape = shape;
-    t.origin_format = "ND";
-    t.shape = std::move(shape);
-    return t;
+    return skc::plain_tensor(std::move(name), index, std::move(shape), std::move(dtype));
 }
 
 skc::Attr attr(std::string name, std::string dtype, std::int64_t index, skc::Value v) {
@@ -178,12 +169,7 @@ skc::Attr attr(std::string name, std::string dtype, std::int64_t index, skc::Val
 
 skc::OpRecord op(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out,
                  std::vector<skc::Attr> attrs) {
-    skc::OpRecord r;
-    r.op_type = std::move(type);
-    r.inputs = std::move(in);
-    r.outputs = std::move(out);
-    r.attrs = std::move(attrs);
-    return r;
+    return skc::make_op(std::move(type), std::move(in), std::move(out), std::move(attrs));
 }
 
 skc::OpRecord layer_norm(std::int64_t rows, std::int64_t cols) {

@@ -173,16 +173,7 @@ inline skc::RuntimeShape shape(Dims d) {
 }
 
 inline skc::TensorDesc dense(std::string name, std::int64_t index, Dims sizes) {
-    skc::TensorDesc t;
-    t.name = std::move(name);
-    t.index = index;
-    t.param_type = skc::ParamType::required;
-    t.dtype = "float";
-    t.format = "ND";
-    t.shape = shape(sizes);
-    t.origin_shape = t.shape;
-    t.origin_format = "ND";
-    return t;
+    return skc::plain_tensor(std::move(name), index, shape(sizes));
 }
 
 inline skc::TensorDesc dense(std::string name, std::int64_t index, const std::vector<std::int64_t>& sizes) {

@@ -28,6 +28,7 @@
 #include "config.hpp"
 #include "detail/canon.hpp"
 #include "detail/hash.hpp"
+#include "detail/names.hpp"
 #include "detail/text.hpp"
 #include "error.hpp"
 #include "shape.hpp"
@@ -129,16 +130,49 @@ struct OpRecord {
     }
 };
 
+// ---- building records at run time ---------------------------------------------------------------
+
+/// A plain tensor as a framework describes a live one (the fields real op info dumps of plain
+/// tensors carry): storage and origin shape the same, format and origin format `ND`.
+inline TensorDesc plain_tensor(RuntimeShape shape, std::string dtype = "float") {
+    TensorDesc t;
+    t.dtype = std::move(dtype);
+    t.format = "ND";
+    t.origin_shape = shape;
+    t.origin_format = "ND";
+    t.shape = std::move(shape);
+    return t;
+}
+
+/// The same, as parameter `name` at `index` of its op (a required parameter).
+inline TensorDesc plain_tensor(std::string name, std::int64_t index, RuntimeShape shape, std::string dtype = "float") {
+    TensorDesc t = plain_tensor(std::move(shape), std::move(dtype));
+    t.name = std::move(name);
+    t.index = index;
+    t.param_type = ParamType::required;
+    return t;
+}
+
+/// An op of `op_type` with these inputs, outputs and attributes (`attrs` is set, an empty list when
+/// there are none); the record-level fields (tune mode, platform, ...) are left unset.
+inline OpRecord make_op(std::string op_type, std::vector<TensorSlot> inputs, std::vector<TensorSlot> outputs,
+                        std::vector<Attr> attrs = {}) {
+    OpRecord r;
+    r.op_type = std::move(op_type);
+    r.inputs = std::move(inputs);
+    r.outputs = std::move(outputs);
+    r.attrs = std::move(attrs);
+    return r;
+}
+
 // ---- names ---------------------------------------------------------------------------------------
 
 /// Op types, dtypes and formats become parts of file names, so they must be non-empty, at most 128
 /// characters, and made of letters, digits and '_' only.
 constexpr bool is_safe_name(std::string_view s) noexcept {
     if (s.empty() || s.size() > 128) return false;
-    for (char c : s) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-        if (!ok) return false;
-    }
+    for (char c : s)
+        if (!detail::is_alnum(c) && c != '_') return false;
     return true;
 }
 

@@ -47,11 +47,7 @@ using skc::TensorSlot;
 using Kernel = void (*)(const float* const*, float* const*);
 
 TensorDesc tensor(RuntimeShape shape, std::string dtype = "float") {
-    TensorDesc t;
-    t.dtype = std::move(dtype);
-    t.shape = std::move(shape);
-    t.format = "ND";
-    return t;
+    return skc::plain_tensor(std::move(shape), std::move(dtype));
 }
 
 Attr attr(std::string name, std::string dtype, skc::Value v) {
@@ -63,12 +59,7 @@ Attr attr(std::string name, std::string dtype, skc::Value v) {
 }
 
 OpRecord make(std::string type, std::vector<TensorSlot> in, std::vector<TensorSlot> out, std::vector<Attr> attrs = {}) {
-    OpRecord r;
-    r.op_type = std::move(type);
-    r.inputs = std::move(in);
-    r.outputs = std::move(out);
-    r.attrs = std::move(attrs);
-    return r;
+    return skc::make_op(std::move(type), std::move(in), std::move(out), std::move(attrs));
 }
 
 OpRecord matmul(std::int64_t m, std::int64_t k, std::int64_t n, bool ta, bool tb, std::string type = "MatMulV2") {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <skc/op_desc.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/op_record.hpp>
 
@@ -251,4 +252,36 @@ TEST_CASE("files are written with the field order real dumps use") {
     for (const skc::Member& m : v.as_object()) keys.push_back(m.key);
     CHECK(keys == std::vector<std::string>{"op_type", "tune_mode", "inputs", "outputs", "attrs", "platform_info",
                                            "impl_mode", "deterministic", "deterministic_level"});
+}
+
+TEST_CASE("plain_tensor and make_op build the record a framework's live tensors give, the one OpDesc describes") {
+    const skc::TensorDesc x = skc::plain_tensor("x1", 0, {32, 64});
+    CHECK(x.name == "x1");
+    CHECK(x.index == 0);
+    CHECK(x.param_type == skc::ParamType::required);
+    CHECK(x.dtype == "float");
+    CHECK(x.format == "ND");
+    CHECK(x.shape == skc::RuntimeShape{32, 64});
+    CHECK(x.origin_shape == skc::RuntimeShape{32, 64});
+    CHECK(x.origin_format == "ND");
+    const skc::TensorDesc unnamed = skc::plain_tensor({7}, "int64");
+    CHECK_FALSE(unnamed.name.has_value());
+    CHECK_FALSE(unnamed.param_type.has_value());
+    CHECK(unnamed.dtype == "int64");
+    CHECK(unnamed.origin_shape == skc::RuntimeShape{7});
+
+    const skc::OpRecord add =
+        skc::make_op("Add", {x, skc::plain_tensor("x2", 1, {32, 64})}, {skc::plain_tensor("y", 0, {32, 64})});
+    CHECK(add.op_type == "Add");
+    REQUIRE(add.inputs.size() == 2);
+    REQUIRE(add.attrs.has_value());
+    CHECK(add.attrs->empty());
+    CHECK_FALSE(add.tune_mode.has_value());
+
+    using namespace skc::desc;
+    using Add = skc::OpDesc<"Add",
+                            Inputs<Tensor<"x1", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>,
+                                   Tensor<"x2", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>>,
+                            Outputs<Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>>>;
+    CHECK(skc::digest(add) == Add::digest);
 }

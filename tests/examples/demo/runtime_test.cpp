@@ -37,11 +37,7 @@ using skc_host::Runtime;
 using skc_test::TempDir;
 
 TensorDesc tensor(RuntimeShape shape, std::string dtype = "float") {
-    TensorDesc t;
-    t.dtype = std::move(dtype);
-    t.shape = std::move(shape);
-    t.format = "ND";
-    return t;
+    return skc::plain_tensor(std::move(shape), std::move(dtype));
 }
 
 skc::Attr attr(std::string name, std::string dtype, skc::Value v) {
@@ -50,12 +46,7 @@ skc::Attr attr(std::string name, std::string dtype, skc::Value v) {
 
 OpRecord make(std::string type, std::vector<skc::TensorSlot> in, std::vector<skc::TensorSlot> out,
               std::vector<skc::Attr> attrs = {}) {
-    OpRecord r;
-    r.op_type = std::move(type);
-    r.inputs = std::move(in);
-    r.outputs = std::move(out);
-    r.attrs = std::move(attrs);
-    return r;
+    return skc::make_op(std::move(type), std::move(in), std::move(out), std::move(attrs));
 }
 
 /// A few ops of different kinds, small enough to compile in seconds.
