@@ -19,6 +19,8 @@
 #include <skc/op_info_io.hpp>
 #include <skc/op_record.hpp>
 
+#include "compiler_fixtures.hpp"
+
 namespace skc_bench {
 
 /// A fresh folder under $TMPDIR, removed at scope exit.
@@ -56,24 +58,11 @@ inline std::vector<skc::OpRecord> distinct_ops(std::size_t n, const std::filesys
     return out;
 }
 
-/// The feature on, the cache on unless `cache` is false, 2 compiler jobs.
-inline skc::Options options_for(const std::filesystem::path& base, bool cache = true) {
-    skc::Options o;
-    o.static_kernel_compile = true;
-    o.disable_static_kernel_compile_cache = !cache;
-    o.base_dir = base.string();
-    o.jobs = 2;
-    return o;
-}
+using skc_test::options_for;
 
 /// The bench cache namespace; installs into `lib` (none when empty); no log.
 inline skc::CompilerSettings settings_for(const std::filesystem::path& lib = {}) {
-    skc::CompilerSettings s;
-    s.toolchain_version = "bench";
-    s.device = "host-cpu";
-    s.op_library = lib;
-    s.log = skc::null_log();
-    return s;
+    return skc_test::settings_for(lib, "bench", "host-cpu");
 }
 
 using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;

@@ -4,6 +4,7 @@
 
 #include <skc/compiler.hpp>
 
+#include "compiler_fixtures.hpp"
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
@@ -68,23 +69,8 @@ std::vector<skc::OpRecord> example_ops() {
     return out;
 }
 
-skc::Options options_for(const fs::path& base, bool cache = true) {
-    skc::Options o;
-    o.static_kernel_compile = true;
-    o.disable_static_kernel_compile_cache = !cache;
-    o.base_dir = base.string();
-    o.jobs = 2;
-    return o;
-}
-
-skc::CompilerSettings settings_for(const fs::path& lib) {
-    skc::CompilerSettings s;
-    s.toolchain_version = "8.0.RC1";
-    s.device = "dev0";
-    s.op_library = lib;
-    s.log = skc::null_log();
-    return s;
-}
+using skc_test::options_for;
+using skc_test::settings_for;
 
 /// digest -> package stem in the op library's global index (empty when there is none).
 std::map<std::string, std::string> installed_index(const fs::path& lib) {
