@@ -1,6 +1,8 @@
-// skc/fwd.hpp: forward declarations of the public types, for headers that only name them.
-// Templates whose parameters are constrained (OpRecorder, IndexCache, OpDesc, FunctionInvoker) and the
-// types of the optional extensions (ext/) are declared in their own headers only.
+// skc/fwd.hpp: forward declarations of every public type, and the public templates with their
+// default arguments (the defining headers include this one and do not repeat them), for headers that
+// only name them. Declared in their own headers only: OpDesc (its parameters are values of class
+// types that must be complete), FunctionInvoker and LockTraits (constrained: a concept check must
+// stay a plain `false` for them), and the types of the optional extensions (ext/).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,8 @@ namespace skc {
 class Error;
 struct ErrorContext;
 enum class Errc;
+
+enum class Kind : unsigned char;
 
 struct Digest;
 struct DigestHash;
@@ -42,12 +46,14 @@ struct ReadLimits;
 struct WriteOptions;
 struct LoadedOp;
 struct DirReadResult;
+enum class OnBadFile;
 
 class OpSet;
 
 enum class LogLevel : unsigned char;
 struct Options;
 
+enum class Access : unsigned char;
 class Layout;
 class RunLayout;
 
@@ -61,8 +67,11 @@ enum class Verdict : unsigned char;
 struct Selection;
 
 struct RecordingResult;
+template <class Targets = DefaultTargets, class Support = DefaultSupport>
+class OpRecorder;
 
 enum class LockMode : unsigned char;
+enum class LockAccess : unsigned char;
 class FileLock;
 class ProcessLock;
 class NoLock;
@@ -70,17 +79,26 @@ class NoLock;
 struct ObjectInfo;
 class FilesystemStorage;
 class MemoryStorage;
+class TakenObject;
+template <class S>
+struct StorageTraits;
 
 struct CacheKey;
 struct KeyInputs;
 struct CacheEntry;
 struct CacheStats;
 struct CacheLimits;
+struct StoredLimits;
+enum class LimitSource : unsigned char;
+struct EffectiveLimits;
 struct CacheConfig;
 enum class CacheResult : unsigned char;
 struct PruneReport;
+struct BadEntry;
 struct VerifyReport;
 struct CacheLockNames;
+template <class S = FilesystemStorage, class L = FileLock>
+class IndexCache;
 class NoCache;
 
 struct KeyOp;
@@ -89,6 +107,7 @@ struct CacheHit;
 template <class Guard>
 struct CacheOutcome;
 enum class CacheMode : unsigned char;
+struct PartDifference;
 struct MissExplanation;
 struct ExportReport;
 struct ImportReport;
@@ -122,7 +141,9 @@ template <class Kernel>
 class KernelTable;
 
 struct CompilerCheck;
+enum class MemoAccess : unsigned char;
 struct CompileProgress;
+enum class CompileOutcome : unsigned char;
 struct CompileReport;
 struct CompilerSettings;
 /// Policies by position or by name (with_gather<...>, ...): compiler.hpp, "named configurations".

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "fwd.hpp"
 #include "detail/hash.hpp"
 #include "error.hpp"
 #include "layout.hpp"
@@ -76,8 +77,11 @@ RecordingResult write_session(const RunLayout& run, const std::vector<const OpRe
     return res;
 }
 
-template <TargetPolicy Targets = DefaultTargets, SupportPolicy Support = DefaultSupport>
+/// The defaults are in fwd.hpp; a policy that does not fit gets one message per missing member.
+template <class Targets, class Support>
 class OpRecorder {
+    static_assert(detail::diagnose_targets<Targets>() && detail::diagnose_support<Support>());
+
 public:
     /// Starts the process's recording session. Throws Error(session_active) when one is active.
     explicit OpRecorder(Targets targets = {}, Support support = {})

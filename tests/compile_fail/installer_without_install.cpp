@@ -1,6 +1,6 @@
 // An install policy without install() is named in one message.
-// expect: the Install policy needs a member `Installation install(const std::filesystem::path& package, const
-// std::filesystem::path& library, const InstallOptions&)`
+// expect: the Install policy needs a member `Installation install(const std::filesystem::path& package,
+// expect: const std::filesystem::path& library, const InstallOptions&)`
 #include <skc/compiler.hpp>
 
 struct MyInvoker {

@@ -1,5 +1,5 @@
-// expect: the Lock policy needs a member `Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point
-// deadline)`
+// expect: the Lock policy needs a member `Guard lock_until(std::string_view name, LockMode mode,
+// expect: LockClock::time_point deadline)`
 #include <skc/compiler.hpp>
 
 struct MyInvoker {

@@ -1,5 +1,5 @@
-// expect: the Storage policy needs a member `ObjectInfo import_file(std::string_view name, const std::filesystem::path&
-// file)`
+// expect: the Storage policy needs a member `ObjectInfo import_file(std::string_view name,
+// expect: const std::filesystem::path& file)`
 #include <skc/compiler.hpp>
 
 struct MyInvoker {
