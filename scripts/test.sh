@@ -65,5 +65,24 @@ passed=$((passed + fuzz_ok))
 failed=$((failed + fuzz_fail))
 echo "== fuzz: $fuzz_ok passed, $fuzz_fail failed"
 
+# The failures again at the very end, each with the last lines it printed, so that the tail of a
+# long log says what failed and why.
+for log in build/*/meson-logs/testlog.json; do
+  [ -f "$log" ] || continue
+  python3 - "$log" <<'PY'
+import json, sys
+path = sys.argv[1]
+for line in open(path, encoding="utf-8", errors="replace"):
+    t = json.loads(line)
+    if t["result"] in ("OK", "SKIP", "EXPECTEDFAIL"):
+        continue
+    build = path.split("/")[1]
+    print(f"== FAILED in {build}: {t['name']} ({t['result']}, exit {t['returncode']}, {t['duration']:.1f} s); its last lines:")
+    for out in (t.get("stdout") or "").splitlines()[-40:]:
+        print("   | " + out)
+PY
+done
+grep -h 'FAILED' "$fuzz_log" || true
+
 echo "$passed passed, $failed failed"
 exit $status
