@@ -733,13 +733,6 @@ public:
         fn(*data);
         return true;
     }
-    /// Replaces an object's bytes in place, keeping its identity: what silent corruption looks
-    /// like (a disk error, or a careless hand). Tests use it.
-    void corrupt_in_place(std::string_view name, std::string data) {
-        std::lock_guard lock(state_->mu);
-        auto it = state_->objects.find(name);
-        if (it != state_->objects.end()) it->second.data = std::move(data);
-    }
 
 private:
     static std::int64_t now_ns() {

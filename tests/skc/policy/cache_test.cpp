@@ -18,6 +18,7 @@
 #include <skc/policy/cache.hpp>
 
 #include "hostile_storage.hpp"
+#include "tamperable_storage.hpp"
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
@@ -107,10 +108,10 @@ struct Fixture<FsFileLock> {
 
 template <>
 struct Fixture<MemProcessLock> {
-    using Cache = skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>;
+    using Cache = skc::IndexCache<skc_test::TamperableStorage, skc::ProcessLock>;
     skc_test::TempDir dir;
     LogCapture log;
-    skc::MemoryStorage storage;  // copies share objects: two caches see one store
+    skc_test::TamperableStorage storage;  // copies share objects: two caches see one store
     skc::ProcessLock locks;
     std::unique_ptr<Cache> make(skc::CacheConfig cfg = {}) {
         cfg.log = log.sink();
@@ -265,7 +266,7 @@ TEST_CASE_TEMPLATE("cache law: a package altered in place is caught by verify an
     std::string evil = Compiler::content(k);
     evil[20] = 'X';  // same size
     if constexpr (std::is_same_v<C, MemProcessLock>) {
-        fx.storage.corrupt_in_place("packages/" + k.hex() + ".run", evil);  // same size, same identity
+        fx.storage.tamper("packages/" + k.hex() + ".run", evil);  // same size, same identity
         auto hit = cache->lookup(k);
         REQUIRE(hit.has_value());          // the cheap check cannot see it ...
         CHECK_FALSE(cache->verify(*hit));  // ... the full checksum does
@@ -548,12 +549,12 @@ TEST_CASE("copies hit: the packages' mode changed (chmod)") {
 TEST_CASE(
     "a node checks a package once: later caches on the node trust its memo (a changed file: see the fault cases)") {
     skc_test::TempDir dir;
-    skc::MemoryStorage store;
+    skc_test::TamperableStorage store;
     skc::ProcessLock locks;
     Compiler compiler{dir.path()};
     const skc::CacheKey k = key_of(72);
     auto make = [&] {
-        return std::make_unique<skc::IndexCache<skc::MemoryStorage, skc::ProcessLock>>(
+        return std::make_unique<skc::IndexCache<skc_test::TamperableStorage, skc::ProcessLock>>(
             store, locks, skc::CacheConfig{{}, 1h, skc::null_log()});
     };
     make()->get_or_compile(k, [&] { return compiler(k); });
@@ -565,11 +566,11 @@ TEST_CASE(
         CHECK(c->verify(*h));  // read in full once ...
     }
     CHECK(store.list("verified") == std::vector<std::string>{"verified/" + k.hex() + "." + skc::detail::node_name()});
-    // Bytes changed under the same identity (what MemoryStorage's corrupt_in_place models): the memo
+    // Bytes changed under the same identity (what TamperableStorage::tamper models): the memo
     // says this node checked this very file, so the package is not read again.
     std::string evil = Compiler::content(k);
     evil[3] = '#';
-    store.corrupt_in_place("packages/" + k.hex() + ".run", evil);
+    store.tamper("packages/" + k.hex() + ".run", evil);
     {
         auto c = make();
         auto h = c->lookup(k);
@@ -585,17 +586,17 @@ TEST_CASE(
 
 TEST_CASE("fault: verify_all finds what a lookup cannot: same size, same identity, other bytes") {
     skc_test::TempDir dir;
-    skc::MemoryStorage store;
+    skc_test::TamperableStorage store;
     skc::ProcessLock locks;
     Compiler compiler{dir.path()};
-    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, locks,
-                                                                skc::CacheConfig{{}, 1h, skc::null_log()});
+    skc::IndexCache<skc_test::TamperableStorage, skc::ProcessLock> cache(store, locks,
+                                                                         skc::CacheConfig{{}, 1h, skc::null_log()});
     const skc::CacheKey a = key_of(50), b = key_of(51);
     cache.get_or_compile(a, [&] { return compiler(a); });
     cache.get_or_compile(b, [&] { return compiler(b); });
     std::string evil = Compiler::content(a);
     evil[30] = '?';
-    store.corrupt_in_place("packages/" + a.hex() + ".run", evil);
+    store.tamper("packages/" + a.hex() + ".run", evil);
     store.write("entries/" + std::string(32, 'f'), "not an entry");
     const skc::VerifyReport r = cache.verify_all();
     CHECK(r.checked == 3);
@@ -686,18 +687,18 @@ TEST_CASE("durations in messages are exact to the millisecond (every timeout mes
 
 TEST_CASE("statistics: one hit or one miss per call; a hit that fails verification is a miss") {
     skc_test::TempDir dir;
-    skc::MemoryStorage store;
+    skc_test::TamperableStorage store;
     Compiler compiler{dir.path()};
-    skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> cache(store, skc::ProcessLock{},
-                                                                skc::CacheConfig{{}, 1h, skc::null_log()});
+    skc::IndexCache<skc_test::TamperableStorage, skc::ProcessLock> cache(store, skc::ProcessLock{},
+                                                                         skc::CacheConfig{{}, 1h, skc::null_log()});
     const skc::CacheKey k = key_of(80);
     cache.get_or_compile(k, [&] { return compiler(k); });
     std::string evil = Compiler::content(k);
     evil[9] = '#';
-    store.corrupt_in_place("packages/" + k.hex() + ".run", evil);
+    store.tamper("packages/" + k.hex() + ".run", evil);
     {
-        skc::IndexCache<skc::MemoryStorage, skc::ProcessLock> fresh(store, skc::ProcessLock{},
-                                                                    skc::CacheConfig{{}, 1h, skc::null_log()});
+        skc::IndexCache<skc_test::TamperableStorage, skc::ProcessLock> fresh(store, skc::ProcessLock{},
+                                                                             skc::CacheConfig{{}, 1h, skc::null_log()});
         const auto o = fresh.get_or_compile(k, [&] { return compiler(k); });
         CHECK(o.result == skc::CacheResult::compiled);
         const skc::CacheStats s = fresh.stats();
