@@ -6,6 +6,7 @@ packages=(
   meson ninja-build pkg-config g++ clang      # build, on both compilers
   libboost-dev nlohmann-json3-dev             # Boost.Hana and nlohmann/json (the headers include them)
   doctest-dev libbenchmark-dev libssl-dev     # tests; benchmarks (OpenSSL's SHA-256 is a baseline)
+  libcli11-dev                                # the skc tool's command line (tools/)
   makeself                                    # run packages
   cmake make                                  # tests/packaging: CMake and Makefile consumers of an install
   clang-format                                # tests/format: the layout of .clang-format

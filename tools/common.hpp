@@ -1,5 +1,5 @@
-// tools/common.hpp: what every skc command shares: exit statuses, usage errors, output helpers
-// (printable text, valid UTF-8 for JSON, sizes and durations for people) and number parsing.
+// tools/common.hpp: what every skc command shares: exit statuses and output helpers
+// (printable text, valid UTF-8 for JSON, sizes and durations for people).
 #pragma once
 
 #include <algorithm>
@@ -7,10 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
-#include <map>
-#include <vector>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,13 +20,6 @@ constexpr int exit_ok = 0;
 constexpr int exit_bad_entries = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_failed = 3;
-
-/// Bad usage: the whole one-line message (already prefixed with the command), exit status 2.
-struct UsageError {
-    std::string message;
-};
-
-using Args = std::span<const std::string_view>;
 
 // ---- text ------------------------------------------------------------------------------------------
 
@@ -117,108 +106,5 @@ inline std::string percent(std::uint64_t part, std::uint64_t whole) {
 }
 
 inline void print_json(skc::Object root) { out(skc::dump_json(skc::Value(std::move(root)), 2) + "\n"); }
-
-// ---- values of options -----------------------------------------------------------------------------
-
-inline std::optional<std::uint64_t> parse_count(std::string_view s) {
-    if (s.empty() || s.size() > 20) return std::nullopt;
-    std::uint64_t v = 0;
-    for (const char c : s) {
-        if (c < '0' || c > '9') return std::nullopt;
-        const auto d = static_cast<std::uint64_t>(c - '0');
-        if (v > (UINT64_MAX - d) / 10) return std::nullopt;
-        v = v * 10 + d;
-    }
-    return v;
-}
-
-// ---- options -----------------------------------------------------------------------------------------
-
-/// One option of a command: `--name VALUE` (or `--name=VALUE`), or a flag when `value` is empty.
-struct OptionSpec {
-    std::string_view name;
-    std::string_view value;  // what the value is, for messages ("DIR"); empty for a flag
-    std::string_view help;
-    bool repeatable = false;
-};
-
-struct ParsedArgs {
-    std::map<std::string, std::vector<std::string>, std::less<>> values;  // flags hold one empty string
-    std::vector<std::string> positional;
-    bool help = false;
-
-    [[nodiscard]] bool has(std::string_view name) const { return values.find(name) != values.end(); }
-    [[nodiscard]] std::optional<std::string> get(std::string_view name) const {
-        const auto it = values.find(name);
-        if (it == values.end()) return std::nullopt;
-        return it->second.front();
-    }
-    [[nodiscard]] std::vector<std::string> all(std::string_view name) const {
-        const auto it = values.find(name);
-        return it == values.end() ? std::vector<std::string>{} : it->second;
-    }
-};
-
-inline std::string option_names(std::span<const OptionSpec> specs) {
-    std::string r;
-    for (const OptionSpec& s : specs) r += (r.empty() ? "" : ", ") + std::string(s.name);
-    return r;
-}
-
-/// Parses `args` against `specs`; `prefix` starts every message ("skc compile: "). At most
-/// `max_positional` arguments that are not options. Errors are UsageError.
-inline ParsedArgs parse_args(const std::string& prefix, std::span<const OptionSpec> specs, Args args,
-                             std::size_t max_positional, std::string_view see) {
-    ParsedArgs p;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string_view a = args[i];
-        if (a == "--help" || a == "-h") {
-            p.help = true;
-            return p;
-        }
-        if (a.size() < 2 || a[0] != '-') {
-            if (p.positional.size() == max_positional)
-                throw UsageError{prefix + "unexpected argument '" + printable(a) + "' (see " + std::string(see) + ")"};
-            p.positional.emplace_back(a);
-            continue;
-        }
-        const std::size_t eq = a.find('=');
-        const std::string_view name = a.substr(0, eq);
-        const auto spec = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
-        if (spec == specs.end())
-            throw UsageError{prefix + "unknown option '" + printable(name) + "'; options: " + option_names(specs)};
-        std::string value;
-        if (spec->value.empty()) {
-            if (eq != std::string_view::npos)
-                throw UsageError{prefix + "option " + std::string(name) + " takes no value"};
-        } else if (eq != std::string_view::npos) {
-            value = std::string(a.substr(eq + 1));
-        } else if (i + 1 < args.size()) {
-            value = std::string(args[++i]);
-        } else {
-            throw UsageError{prefix + "option " + std::string(name) + " needs a value: " + std::string(spec->value) +
-                             ", " + std::string(spec->help)};
-        }
-        if (!spec->value.empty() && value.empty())
-            throw UsageError{prefix + "option " + std::string(name) + " needs a non-empty " + std::string(spec->value)};
-        auto& slot = p.values[std::string(name)];
-        if (!slot.empty() && !spec->repeatable)
-            throw UsageError{prefix + "option " + std::string(name) + " is given twice; give it once"};
-        slot.push_back(std::move(value));
-    }
-    return p;
-}
-
-/// The usage text of a command's options, one per line.
-inline std::string options_help(std::span<const OptionSpec> specs) {
-    std::string r;
-    for (const OptionSpec& s : specs) {
-        std::string left = "  " + std::string(s.name) + (s.value.empty() ? "" : " " + std::string(s.value));
-        if (left.size() < 28) left.append(28 - left.size(), ' ');
-        else left += "  ";
-        r += left + std::string(s.help) + "\n";
-    }
-    return r;
-}
 
 }  // namespace skc_tool

@@ -1,5 +1,4 @@
-// skc compile and skc uninstall: the flow without a framework, on a folder of op info files, and
-// removing what it installed.
+// skc compile: the flow without a framework, on a folder of op info files.
 //
 // `skc compile` reads the op info files first (a bad file is bad input: nothing is written), then
 // runs skc::StaticKernelCompiler with ProcessInvoker on them as if a recording session had recorded
@@ -18,6 +17,7 @@
 // compiler's progress lines, `waiting for another process compiling cache key ab12cd34…, 5.0 s`,
 // ended with a line feed before the report or the error.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -26,9 +26,11 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,6 +50,7 @@
 #include <skc/ext/mpi.hpp>
 #endif
 
+#include "cli.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 
@@ -60,81 +63,26 @@ namespace fs = std::filesystem;
 constexpr int exit_compile_failed = 1;
 constexpr int exit_timeout = 3;
 
-constexpr std::array compile_specs{
-    OptionSpec{"--ops", "DIR", "the op info files to compile (required)"},
-    OptionSpec{"--base", "DIR", "output base: static_kernel_compile_outputs/ and the cache go here (required)"},
-    OptionSpec{"--compiler", "PATH", "the kernel compiler, run as op_compiler (required)"},
-    OptionSpec{"--device", "NAME", "device name, passed as -v (required)"},
-    OptionSpec{"--toolchain-version", "VER", "toolchain version: with the device, names the cache (required)"},
-    OptionSpec{"--op-library", "DIR", "install the package here, persistently (default: do not install)"},
-    OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
-    OptionSpec{"--no-cache", "", "always compile; do not read or write the cache"},
-    OptionSpec{"--cache-dir", "DIR",
-               "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
-               "<base>/static_kernel_compile_outputs/static_kernel_cache)"},
-    OptionSpec{"--cache-mode", "MODE",
-               "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never "
-               "write the cache) or recache (compile and replace the entry)"},
-    OptionSpec{"--model-cache", "", "model compile cache variant: compile <pid>_opcompile directly"},
-    OptionSpec{"--blacklist", "SUBSTR", "leave out op info files whose name contains SUBSTR (repeatable)", true},
-    OptionSpec{"--compiler-arg", "ARG", "pass ARG to the compiler; part of the cache key (repeatable)", true},
-    OptionSpec{"--deterministic", "",
-               "the job runs deterministically: part of the cache key, not passed to the compiler"},
-    OptionSpec{"--compiler-check", "MODE",
-               "how the compiler's fingerprint in the cache key is taken: content (default: a "
-               "hash of the executable), mtime, none, string:TEXT or command:CMD"},
-    OptionSpec{"--jobs", "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)"},
-    OptionSpec{"--timeout", "SECONDS",
-               "limit for the compile, for waiting on another process's compile and for "
-               "each wait on the other ranks, up to 604800 (default 3600)"},
-    OptionSpec{"--run-id", "ID",
-               "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor "
-               "TORCHELASTIC_RUN_ID is set"},
-    OptionSpec{"--mpi", "",
-               "the ranks of an MPI job (run under mpirun): one leader per node compiles and installs; "
-               "--timeout bounds each wait on the other ranks (needs skc built with MPI)"},
-    OptionSpec{"--log-level", "LEVEL", "passed to the compiler as -l: debug, info, warning or error"},
-    OptionSpec{"--json", "", "print the report as JSON"},
+/// What `skc compile` is given; the key's options are shared with `skc cache explain`.
+struct CompileArgs {
+    KeyArgs key;
+    std::string base;
+    std::optional<std::string> op_library;
+    std::string backend = "host";
+    bool no_cache = false;
+    std::optional<std::string> cache_dir;
+    std::optional<std::string> cache_mode;
+    bool model_cache = false;
+    std::optional<unsigned> jobs;
+    std::optional<unsigned> timeout;
+    std::optional<std::string> run_id;
+    bool mpi = false;
+    std::optional<std::string> log_level;
+    bool json = false;
 };
 
-constexpr std::array uninstall_specs{
-    OptionSpec{"--op-library", "DIR", "the op library (required)"},
-    OptionSpec{"--backend", "NAME", "op library backend folder (default: host)"},
-};
-
-/// 1 to `max`; `what` names the option in the message. The limits are those of skc::parse_options.
-unsigned parse_positive(const std::string& prefix, const std::string& what, const std::string& s, unsigned max) {
-    const std::optional<std::uint64_t> n = parse_count(s);
-    if (!n || *n == 0 || *n > max)
-        throw UsageError{prefix + "bad " + what + " '" + printable(s) + "': expected a whole number from 1 to " +
-                         std::to_string(max)};
-    return static_cast<unsigned>(*n);
-}
-
-/// A folder the command needs, checked before anything is written.
-void require_folder(const std::string& prefix, const char* option, const std::string& path) {
-    std::error_code ec;
-    if (!fs::is_directory(path, ec))
-        throw UsageError{prefix + option + " " + printable(path) + ": " +
-                         (fs::exists(fs::symlink_status(path, ec)) ? "not a folder" : "no such folder")};
-}
-
-/// Letters, digits, '_', '-', '.', not starting with '.': a name that is one path component.
-bool plain_name(std::string_view s) {
-    if (s.empty() || s.front() == '.' || s.size() > 255) return false;
-    return std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-               c == '.';
-    });
-}
-
-std::string backend_of(const std::string& prefix, const ParsedArgs& p) {
-    const std::string b = p.get("--backend").value_or("host");
-    if (!plain_name(b))
-        throw UsageError{prefix + "bad --backend '" + printable(b) +
-                         "': use letters, digits, '_', '-' and '.', not starting with '.'"};
-    return b;
-}
+constexpr std::array log_levels{skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning,
+                                skc::LogLevel::error};
 
 std::string ms(std::chrono::nanoseconds t) {
     const double v = static_cast<double>(t.count()) / 1e6;
@@ -376,178 +324,34 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
     out(s);
 }
 
-/// The options that go into the cache key besides the ops, the toolchain and the device, as
-/// `skc compile` and `skc cache explain` read them.
-skc::Options key_options(const std::string& prefix, const ParsedArgs& p) {
-    skc::Options o;
-    o.static_kernel_compile = true;
-    o.op_blacklist = p.all("--blacklist");
-    o.compiler_options = p.all("--compiler-arg");
-    o.deterministic = p.has("--deterministic");
-    if (const auto c = p.get("--compiler-check")) {
-        try {
-            o.compiler_check = skc::parse_compiler_check(*c, "--compiler-check");
-        } catch (const skc::Error& e) {
-            throw UsageError{prefix + printable(e.what())};
-        }
-    }
-    return o;
-}
-
-skc::Object explanation_json(const skc::MissExplanation& x) {
-    skc::Object j;
-    j.push_back({"key", x.entry.key});
-    j.push_back({"namespace", utf8(x.ns)});
-    j.push_back({"created_unix", x.entry.created_unix});
-    skc::Array parts;
-    for (const skc::PartDifference& d : x.parts)
-        parts.emplace_back(skc::Object{{"part", d.part}, {"entry", utf8(d.entry)}, {"wanted", utf8(d.wanted)}});
-    j.push_back({"parts", std::move(parts)});
-    skc::Object ops;
-    ops.push_back({"differ", x.ops_differ});
-    ops.push_back({"known", x.ops_known});
-    ops.push_back({"common", x.common_ops});
-    auto names = [](const std::vector<std::string>& v) {
-        skc::Array a;
-        for (const std::string& n : v) a.emplace_back(utf8(n));
-        return a;
-    };
-    ops.push_back({"added", names(x.added)});
-    ops.push_back({"removed", names(x.removed)});
-    skc::Array changed;
-    for (const auto& [was, now] : x.changed)
-        changed.emplace_back(skc::Object{{"entry", utf8(was)}, {"now", utf8(now)}});
-    ops.push_back({"changed", std::move(changed)});
-    j.push_back({"ops", std::move(ops)});
-    j.push_back({"near", x.near()});
-    return j;
-}
-
-std::string explanation_text(const skc::MissExplanation& x) {
-    std::string r = "nearest entry: " + x.entry.key + " in " + printable(x.ns) + ", stored " +
-                    local_time(x.entry.created_unix) + "\n";
-    if (x.parts.empty() && !x.ops_differ) return r;
-    r += "it differs in:\n";
-    for (const skc::PartDifference& d : x.parts)
-        r += "  " + d.part + ": " + printable(d.entry) + " (entry) -> " + printable(d.wanted) + " (now)\n";
-    if (x.ops_differ && !x.ops_known) {
-        r += "  ops: the entry keeps no op list to compare with (" + std::to_string(x.entry.ops) + " ops)\n";
-    } else if (x.ops_differ) {
-        r += "  ops: " + std::to_string(x.changed.size()) + " changed, " + std::to_string(x.added.size()) + " added, " +
-             std::to_string(x.removed.size()) + " removed, " + std::to_string(x.common_ops) + " the same\n";
-        for (const auto& [was, now] : x.changed)
-            r += "    changed  " + printable(now) + " (the entry's " + printable(was) + ")\n";
-        for (const std::string& n : x.added) r += "    added    " + printable(n) + "\n";
-        for (const std::string& n : x.removed) r += "    removed  " + printable(n) + "\n";
-    }
-    return r;
-}
-
-}  // namespace
-
-int explain_cache_miss(const std::string& prefix, const ParsedArgs& p, const fs::path& cache_dir,
-                       const std::string& shown, const std::optional<std::string>& ns, bool json) {
-    const skc::Options o = key_options(prefix, p);
-    require_folder(prefix, "--ops", *p.get("--ops"));
-    // The same selection as skc compile's: supported ops, not blacklisted, distinct, without bin fields.
-    skc::DirReadResult in = skc::read_op_info_dir(*p.get("--ops"));
-    for (skc::LoadedOp& op : in.ops) op.record = skc::without_bin_fields(std::move(op.record));
-    const skc::CompiledSet none;
-    const std::vector<skc::Decision> decisions =
-        skc::plan_selection(in.ops, skc::SelectOptions{o.op_blacklist, false}, none);
-    std::vector<skc::Digest> digests;
-    std::vector<skc::KeyOp> named;
-    for (const skc::Decision& d : decisions)
-        if (d.verdict == skc::Verdict::selected) {
-            digests.push_back(d.digest);
-            named.push_back({d.digest, d.name});
-        }
-    if (digests.empty())
-        throw skc::Error(skc::Errc::invalid_argument,
-                         "no op info file to compile in the folder (none, or all left out)",
-                         skc::ErrorContext{*p.get("--ops"), {}, {}});
-    const std::string fingerprint =
-        skc::compiler_fingerprint(*p.get("--compiler"), o.compiler_check, cache_dir, skc::MemoAccess::read_only);
-    skc::CacheKey key = skc::make_cache_key(
-        digests, skc::key_inputs(o, *p.get("--toolchain-version"), *p.get("--device"), fingerprint));
-    key.ops = std::move(named);
-    const std::optional<skc::MissExplanation> x = skc::explain_miss(cache_dir, key, ns.value_or(""));
-    if (json) {
-        skc::Object root;
-        root.push_back({"cache_dir", utf8(shown)});
-        root.push_back({"key", key.hex()});
-        root.push_back({"ops", digests.size()});
-        root.push_back({"hit", x && x->hit});
-        root.push_back({"nearest", x && !x->hit ? skc::Value(explanation_json(*x)) : skc::Value(nullptr)});
-        print_json(std::move(root));
-        return exit_ok;
-    }
-    std::string r = "cache directory: " + printable(shown) + "\nkey " + key.hex() + " (" +
-                    plural(digests.size(), "op", "ops") + ")\n";
-    if (x && x->hit) r += "hit: the key has an entry in " + printable(x->ns) + "\n";
-    else if (!x) r += "miss: the cache has no entry to compare with\n";
-    else r += "miss\n" + explanation_text(*x);
-    out(r);
-    return exit_ok;
-}
-
-std::string compile_usage() {
-    return "usage: skc compile --ops DIR --base DIR --compiler PATH --device NAME --toolchain-version VER\n"
-           "                   [--op-library DIR] [--no-cache] [--model-cache] [--blacklist SUBSTR]...\n"
-           "                   [--jobs N] [--timeout SECONDS] [--json] [...]\n\n"
-           "Compiles the op info files in DIR into one run package, or finds it in the cache, as a framework\n"
-           "process would; with --op-library installs it there until 'skc uninstall'.\n\noptions:\n" +
-           options_help(compile_specs) +
-           "\nexit status: 0 done (cache hit, compiled, or nothing to compile); 1 the compile or the install\n"
-           "failed; 2 bad usage or bad input; 3 a timeout.\n";
-}
-
-int run_compile(Args args) {
+int run_compile(const CompileArgs& a) {
     const std::string prefix = "skc compile: ";
-    const ParsedArgs p = parse_args(prefix, compile_specs, args, 0, "skc compile --help");
-    if (p.help) {
-        out(compile_usage());
-        return exit_ok;
-    }
-    for (const char* required : {"--ops", "--base", "--compiler", "--device", "--toolchain-version"})
-        if (!p.has(required))
-            throw UsageError{prefix + "missing " + std::string(required) + " (see skc compile --help)"};
-
-    skc::Options o = key_options(prefix, p);
-    o.disable_static_kernel_compile_cache = p.has("--no-cache");
-    o.base_dir = *p.get("--base");
-    if (p.has("--model-cache")) {
+    skc::Options o = key_options(a.key);
+    o.disable_static_kernel_compile_cache = a.no_cache;
+    o.base_dir = a.base;
+    if (a.model_cache) {
         o.model_compile_cache = true;
         o.model_compile_cache_dir = o.base_dir;
     }
-    if (const auto d = p.get("--cache-dir")) {
-        if (d->empty()) throw UsageError{prefix + "--cache-dir is empty; give the cache folder"};
-        o.cache_dir = *d;
-    }
-    if (const auto m = p.get("--cache-mode")) {
+    if (a.cache_dir) o.cache_dir = *a.cache_dir;
+    if (a.cache_mode) {
         try {
-            o.cache_mode = skc::parse_cache_mode(*m, "--cache-mode");
+            o.cache_mode = skc::parse_cache_mode(*a.cache_mode, "--cache-mode");
         } catch (const skc::Error& e) {
-            throw UsageError{prefix + printable(e.what())};
+            throw UsageError{printable(e.what())};
         }
     }
-    if (const auto j = p.get("--jobs")) o.jobs = parse_positive(prefix, "--jobs", *j, 1024);
-    if (const auto t = p.get("--timeout"))
-        o.compile_timeout = std::chrono::seconds(parse_positive(prefix, "--timeout", *t, 7 * 24 * 3600));
-    if (const auto l = p.get("--log-level")) {
-        for (const skc::LogLevel level :
-             {skc::LogLevel::debug, skc::LogLevel::info, skc::LogLevel::warning, skc::LogLevel::error})
-            if (*l == skc::to_string(level)) o.log_level = level;
-        if (!o.log_level)
-            throw UsageError{prefix + "bad --log-level '" + printable(*l) +
-                             "': expected debug, info, warning or error"};
-    }
+    if (a.jobs) o.jobs = *a.jobs;
+    if (a.timeout) o.compile_timeout = std::chrono::seconds(*a.timeout);
+    if (a.log_level)
+        for (const skc::LogLevel level : log_levels)
+            if (*a.log_level == skc::to_string(level)) o.log_level = level;
 
     skc::CompilerSettings s;
-    s.toolchain_version = *p.get("--toolchain-version");
-    s.device = *p.get("--device");
-    s.op_library = p.get("--op-library").value_or("");
-    s.backend = backend_of(prefix, p);
+    s.toolchain_version = a.key.toolchain_version;
+    s.device = a.key.device;
+    s.op_library = a.op_library.value_or("");
+    s.backend = a.backend;
     s.persistent_install = true;
     s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
     constexpr skc::LogLevel cache_log_level = skc::LogLevel::info;
@@ -555,35 +359,35 @@ int run_compile(Args args) {
     s.log = skc::null_log();  // the report is printed below
 
 #ifndef SKC_TOOL_WITH_MPI
-    if (p.has("--mpi"))
-        throw UsageError{prefix +
-                         "--mpi: this skc was built without MPI (rebuild it with MPI installed, e.g. Debian's "
-                         "libopenmpi-dev, or leave out --mpi)"};
+    if (a.mpi)
+        throw UsageError{
+            "--mpi: this skc was built without MPI (rebuild it with MPI installed, e.g. Debian's "
+            "libopenmpi-dev, or leave out --mpi)"};
 #endif
 
     // Bad input is found before anything is written.
-    require_folder(prefix, "--ops", *p.get("--ops"));
-    require_folder(prefix, "--base", o.base_dir);
-    if (const fs::path c = *p.get("--compiler"); c.has_parent_path() && ::access(c.c_str(), X_OK) != 0)
-        throw UsageError{prefix + "--compiler " + printable(c.string()) + ": " +
-                         (fs::exists(c) ? "not executable" : "no such file")};
+    require_folder("--ops", a.key.ops);
+    require_folder("--base", o.base_dir);
+    if (const fs::path c = a.key.compiler; c.has_parent_path() && ::access(c.c_str(), X_OK) != 0)
+        throw UsageError{
+            "--compiler " + printable(c.string()) + ": " + (fs::exists(c) ? "not executable" : "no such file"), false};
     interruption::set("reading the op info files: nothing was written");
     interruption::install();
     // Read everything first: a bad file, or a folder that cannot be read, is bad input (exit 2, as
     // skc ops inspect), and nothing is written.
     std::vector<skc::OpRecord> ops;
     try {
-        for (skc::LoadedOp& op : skc::read_op_info_dir(*p.get("--ops")).ops) ops.push_back(std::move(op.record));
+        for (skc::LoadedOp& op : skc::read_op_info_dir(a.key.ops).ops) ops.push_back(std::move(op.record));
         if (ops.empty())
             throw skc::Error(skc::Errc::invalid_argument, "no op info files (*.json) in the folder",
-                             skc::ErrorContext{*p.get("--ops"), {}, {}});
+                             skc::ErrorContext{a.key.ops, {}, {}});
     } catch (const skc::Error& e) {
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what(), /*keep_newlines=*/true).c_str());
         return exit_usage;
     }
     try {
         // Progress only for a person watching: not with --json, not into a file or a pipe.
-        const bool show_progress = !p.has("--json") && ::isatty(2) == 1;
+        const bool show_progress = !a.json && ::isatty(2) == 1;
         auto run_with = [&](auto gather) {
             std::optional<ProgressDisplay> display;  // outlives the compiler, whose cache logs through it
             skc::CompilerSettings settings = s;
@@ -599,16 +403,16 @@ int run_compile(Args args) {
             interruption::set("recording and selecting " + std::to_string(ops.size()) +
                               " ops: nothing was compiled or stored");
             skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_gather<decltype(gather)>> compiler(
-                skc::ProcessInvoker(*p.get("--compiler")), o, settings, std::move(gather));
+                skc::ProcessInvoker(a.key.compiler), o, settings, std::move(gather));
             const skc::CompileReport r = compiler.compile(std::move(ops));
             interruption::set("printing the report: the compile and install are complete");
             if (display) display->finish();
-            if (p.has("--json")) out(skc::dump_json(r.to_value(), 2) + "\n");
+            if (a.json) out(skc::dump_json(r.to_value(), 2) + "\n");
             else print_report(r, s.op_library, s.backend);
             return exit_ok;
         };
 #ifdef SKC_TOOL_WITH_MPI
-        if (p.has("--mpi")) {
+        if (a.mpi) {
             // skc owns MPI here; the MpiGather (in the compiler) goes before MPI_Finalize.
             struct MpiSession {
                 MpiSession() {
@@ -622,7 +426,7 @@ int run_compile(Args args) {
             return run_with(skc::MpiGather(MPI_COMM_WORLD, o.compile_timeout));
         }
 #endif
-        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env(p.get("--run-id").value_or("")))
+        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env(a.run_id.value_or("")))
             return run_with(skc::LocalFsGather(std::move(*ranks), o.compile_timeout));
         return run_with(skc::SingleRank());
     } catch (const skc::Error& e) {
@@ -632,68 +436,85 @@ int run_compile(Args args) {
     }
 }
 
-std::string uninstall_usage() {
-    return "usage: skc uninstall --op-library DIR [PACKAGE] [--backend NAME]\n\n"
-           "Removes the persistent install of PACKAGE (a package stem, as 'skc compile' printed it), or of every\n"
-           "package without PACKAGE. A package that running processes still use stays until the last one ends.\n\n"
-           "options:\n" +
-           options_help(uninstall_specs) +
-           "\nexit status: 0 done; 1 the op library could not be changed; 2 bad usage, "
-           "or PACKAGE is not installed.\n";
+}  // namespace
+
+/// skc::Options with the key's options as `skc compile` and `skc cache explain` read them.
+skc::Options key_options(const KeyArgs& key) {
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.op_blacklist = key.blacklist;
+    o.compiler_options = key.compiler_args;
+    o.deterministic = key.deterministic;
+    if (key.compiler_check) {
+        try {
+            o.compiler_check = skc::parse_compiler_check(*key.compiler_check, "--compiler-check");
+        } catch (const skc::Error& e) {
+            throw UsageError{printable(e.what())};
+        }
+    }
+    return o;
 }
 
-int run_uninstall(Args args) {
-    const std::string prefix = "skc uninstall: ";
-    const ParsedArgs p = parse_args(prefix, uninstall_specs, args, 1, "skc uninstall --help");
-    if (p.help) {
-        out(uninstall_usage());
-        return exit_ok;
-    }
-    if (!p.has("--op-library")) throw UsageError{prefix + "missing --op-library (see skc uninstall --help)"};
-    const fs::path library = *p.get("--op-library");
-    const std::string backend = backend_of(prefix, p);
-    require_folder(prefix, "--op-library", library.string());
-    try {
-        skc::check_path_safety(library, "--op-library");
-        skc::RunPackageInstaller installer;
-        const std::vector<skc::InstalledPackage> installed = installer.list(library, backend);
-        std::vector<std::string> stems;
-        if (!p.positional.empty()) {
-            const std::string& want = p.positional.front();
-            const bool found = std::any_of(installed.begin(), installed.end(),
-                                           [&](const skc::InstalledPackage& i) { return i.stem == want; });
-            if (!found) {
-                std::string names;
-                for (const auto& i : installed) names += (names.empty() ? "" : ", ") + printable(i.stem);
-                throw UsageError{prefix + "no package '" + printable(want) + "' in " +
-                                 printable(skc::RunPackageInstaller::base_of(library, backend).string()) + "; " +
-                                 (names.empty() ? std::string("none is installed") : "installed: " + names)};
-            }
-            stems.push_back(want);
-        } else {
-            for (const auto& i : installed) stems.push_back(i.stem);
-        }
-        if (stems.empty())
-            out("nothing installed in " + printable(skc::RunPackageInstaller::base_of(library, backend).string()) +
-                "\n");
-        for (const std::string& stem : stems) {
-            if (installer.uninstall(library, stem, backend, /*persistent=*/true)) {
-                out("uninstalled " + printable(stem) + "\n");
-            } else {
-                std::size_t users = 0;
-                for (const auto& i : installer.list(library, backend))
-                    if (i.stem == stem) users = i.holders.size();
-                out(printable(stem) +
-                    " stays installed: " + plural(users, "running process uses", "running processes use") + " it\n");
-            }
-        }
-        return exit_ok;
-    } catch (const skc::Error& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
-        return e.code() == skc::Errc::unsafe_path || e.code() == skc::Errc::invalid_name ? exit_usage
-                                                                                         : exit_compile_failed;
-    }
+void add_key_options(CLI::App& app, KeyArgs& key) {
+    add_value(app, "--ops", key.ops, "DIR", "the folder of op info files")->required();
+    add_value(app, "--compiler", key.compiler, "PATH", "the kernel compiler, run as op_compiler")->required();
+    add_value(app, "--device", key.device, "NAME", "device name, passed to the compiler as -v")->required();
+    add_value(app, "--toolchain-version", key.toolchain_version, "VER",
+              "toolchain version: with the device, names the cache namespace")
+        ->required();
+    add_values(app, "--compiler-arg", key.compiler_args, "ARG", "pass ARG to the compiler; part of the cache key");
+    add_values(app, "--blacklist", key.blacklist, "SUBSTR", "leave out op info files whose name contains SUBSTR");
+    add_switch(app, "--deterministic", key.deterministic,
+               "the job runs deterministically: part of the cache key, not passed to the compiler");
+    add_value(app, "--compiler-check", key.compiler_check, "MODE",
+              "how the compiler's fingerprint in the cache key is taken: content (default: a hash of the "
+              "executable), mtime, none, string:TEXT or command:CMD");
+}
+
+void add_compile(CLI::App& skc, Action& action) {
+    const auto a = std::make_shared<CompileArgs>();
+    CLI::App* c =
+        skc.add_subcommand("compile", "compile a folder of op info files into a run package (or find it in the cache)");
+    c->footer(
+        "Compiles the op info files in --ops into one run package, or finds it in the cache, as a framework\n"
+        "process would; with --op-library installs it there until 'skc uninstall'.\n\n"
+        "exit status: 0 done (cache hit, compiled, or nothing to compile); 1 the compile or the install\n"
+        "failed; 2 bad usage or bad input; 3 a timeout.");
+    add_key_options(*c, a->key);
+    add_value(*c, "--base", a->base, "DIR", "output base: static_kernel_compile_outputs/ and the cache go here")
+        ->required();
+    add_value(*c, "--op-library", a->op_library, "DIR",
+              "install the package here, persistently (default: do not install)");
+    add_value(*c, "--backend", a->backend, "NAME", "op library backend folder (default: host)")
+        ->check(plain_name_value());
+    add_switch(*c, "--no-cache", a->no_cache, "always compile; do not read or write the cache");
+    add_value(*c, "--cache-dir", a->cache_dir, "DIR",
+              "the cache folder, shared by any number of bases (default: $SKC_CACHE_DIR, else "
+              "<base>/static_kernel_compile_outputs/static_kernel_cache)");
+    add_value(*c, "--cache-mode", a->cache_mode, "MODE",
+              "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never write the cache) "
+              "or recache (compile and replace the entry)");
+    add_switch(*c, "--model-cache", a->model_cache, "model compile cache variant: compile <pid>_opcompile directly");
+    add_value(*c, "--jobs", a->jobs, "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)")
+        ->check(positive_value(1024));
+    add_value(*c, "--timeout", a->timeout, "SECONDS",
+              "limit for the compile, for waiting on another process's compile and for each wait on the other "
+              "ranks, up to 604800 (default 3600)")
+        ->check(positive_value(7 * 24 * 3600));
+    add_value(*c, "--run-id", a->run_id, "ID",
+              "with LOCAL_WORLD_SIZE/LOCAL_RANK: the job's run id when neither SKC_RUN_ID nor TORCHELASTIC_RUN_ID "
+              "is set");
+    add_switch(*c, "--mpi", a->mpi,
+               "the ranks of an MPI job (run under mpirun): one leader per node compiles and installs; --timeout "
+               "bounds each wait on the other ranks (needs skc built with MPI)");
+    add_value(*c, "--log-level", a->log_level, "LEVEL", "passed to the compiler as -l: debug, info, warning or error")
+        ->check(validator([](std::string& s) {
+            for (const skc::LogLevel level : log_levels)
+                if (s == skc::to_string(level)) return std::string();
+            return bad_value(s) + "expected debug, info, warning or error";
+        }));
+    add_switch(*c, "--json", a->json, "print the report as JSON");
+    c->callback([&action, a] { action = [a] { return run_compile(*a); }; });
 }
 
 }  // namespace skc_tool

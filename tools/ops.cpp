@@ -7,6 +7,7 @@
 // info file (the others are still reported).
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <skc/op_info_io.hpp>
 #include <skc/select.hpp>
 
+#include "cli.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 
@@ -21,9 +23,10 @@ namespace skc_tool {
 
 namespace {
 
-constexpr std::array inspect_specs{
-    OptionSpec{"--blacklist", "SUBSTR", "count files whose name contains SUBSTR as blacklisted (repeatable)", true},
-    OptionSpec{"--json", "", "print the result as JSON"},
+struct InspectArgs {
+    std::string dir;
+    std::vector<std::string> blacklist;
+    bool json = false;
 };
 
 struct TypeStats {
@@ -55,33 +58,12 @@ std::string input_shapes(const skc::OpRecord& r) {
     return out;
 }
 
-}  // namespace
-
-std::string ops_usage() {
-    return "usage: skc ops inspect DIR [--blacklist SUBSTR]... [--json]\n\n"
-           "Shows what the op info files in DIR hold and which ops a compile would select. Reads only.\n\noptions:\n" +
-           options_help(inspect_specs) +
-           "\nexit status: 0 every file was read; 2 bad usage, or some file is not a valid op info file.\n";
-}
-
-int run_ops(Args args) {
-    if (args.empty() || (args.front() != "inspect" && args.front() != "--help" && args.front() != "-h"))
-        throw UsageError{
-            "skc ops: " +
-            (args.empty() ? std::string("no command given") : "unknown command '" + printable(args.front()) + "'") +
-            "; commands: inspect (see skc ops --help)"};
+int run_inspect(const InspectArgs& a) {
     const std::string prefix = "skc ops inspect: ";
-    const ParsedArgs p =
-        parse_args(prefix, inspect_specs, args.front() == "inspect" ? args.subspan(1) : args, 1, "skc ops --help");
-    if (p.help) {
-        out(ops_usage());
-        return exit_ok;
-    }
-    if (p.positional.empty()) throw UsageError{prefix + "no folder given (see skc ops --help)"};
-    const std::string dir = p.positional.front();
+    const std::string& dir = a.dir;
     skc::SelectOptions opt;
-    opt.blacklist = p.all("--blacklist");
-    const bool json = p.has("--json");
+    opt.blacklist = a.blacklist;
+    const bool json = a.json;
 
     skc::DirReadResult in;
     try {
@@ -184,6 +166,23 @@ int run_ops(Args args) {
         for (const skc::Error& e : in.errors) std::printf("  %s\n", printable(e.what()).c_str());
     }
     return in.errors.empty() ? exit_ok : exit_usage;
+}
+
+}  // namespace
+
+void add_ops(CLI::App& skc, Action& action) {
+    CLI::App* ops =
+        skc.add_subcommand("ops", "inspect a folder of op info files: what it holds and what a compile would select");
+    ops->require_subcommand(1);
+    const auto a = std::make_shared<InspectArgs>();
+    CLI::App* inspect = ops->add_subcommand(
+        "inspect", "show what the op info files in DIR hold and which ops a compile would select; reads only");
+    inspect->footer("exit status: 0 every file was read; 2 bad usage, or some file is not a valid op info file.");
+    add_value(*inspect, "DIR", a->dir, "", "the folder of op info files")->required();
+    add_values(*inspect, "--blacklist", a->blacklist, "SUBSTR",
+               "count files whose name contains SUBSTR as blacklisted");
+    add_switch(*inspect, "--json", a->json, "print the result as JSON");
+    inspect->callback([&action, a] { action = [a] { return run_inspect(*a); }; });
 }
 
 }  // namespace skc_tool

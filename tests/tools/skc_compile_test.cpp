@@ -63,6 +63,9 @@ std::vector<std::string> compile_args(const TempDir& tmp, const fs::path& ops, c
             "1.0",        "--jobs", "2"};
 }
 
+/// The line after a message about the command line: where the command's options are.
+std::string hint(const std::string& command) { return "run '" + command + " --help' for the options\n"; }
+
 std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -317,25 +320,34 @@ TEST_CASE("skc compile: bad usage and bad input are exit status 2, and nothing i
         CHECK(r.out.empty());
         CHECK(skc_test::snapshot(tmp / "base").empty());
     };
-    check({"compile", "--ops", ops.string()}, "skc compile: missing --base (see skc compile --help)\n");
+    // The first required option missing, in the order of skc compile --help.
+    check({"compile", "--ops", ops.string()}, "skc compile: --compiler is required\n" + hint("skc compile"));
+    check({"compile", "--ops", ops.string(), "--compiler", host_compiler, "--device", "d", "--toolchain-version", "1"},
+          "skc compile: --base is required\n" + hint("skc compile"));
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--jobs"},
+          "skc compile: --jobs: 1 required N missing\n" + hint("skc compile"));
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--no-cache=1"},
+          "skc compile: no-cache was given a disallowed flag override\n" + hint("skc compile"));
     check({"compile", "--ops", ops.string(), "--base", (tmp / "base").string(), "--compiler", host_compiler, "--device",
            "d", "--toolchain-version", "1", "--jobs", "0"},
-          "skc compile: bad --jobs '0': expected a whole number from 1 to 1024\n");
+          "skc compile: --jobs: bad value '0': expected a whole number from 1 to 1024\n" + hint("skc compile"));
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--timeout", "soon"},
-          "skc compile: bad --timeout 'soon': expected a whole number from 1 to 604800\n");
+          "skc compile: --timeout: bad value 'soon': expected a whole number from 1 to 604800\n" + hint("skc compile"));
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--backend", "../x"},
-          "skc compile: bad --backend '../x': use letters, digits, '_', '-' and '.', not starting with '.'\n");
+          "skc compile: --backend: bad value '../x': use letters, digits, '_', '-' and '.', not starting with '.'\n" +
+              hint("skc compile"));
     check(compile_args(tmp, tmp / "nowhere", host_compiler),
           "skc compile: --ops " + (tmp / "nowhere").string() + ": no such folder\n");
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--log-level", "loud"},
-          "skc compile: bad --log-level 'loud': expected debug, info, warning or error\n");
+          "skc compile: --log-level: bad value 'loud': expected debug, info, warning or error\n" + hint("skc compile"));
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--frobnicate"},
-          "skc compile: unknown option '--frobnicate'; options: --ops, --base, --compiler, --device, "
-          "--toolchain-version, --op-library, --backend, --no-cache, --cache-dir, --cache-mode, --model-cache, "
-          "--blacklist, --compiler-arg, "
-          "--deterministic, --compiler-check, --jobs, --timeout, --run-id, --mpi, --log-level, --json\n");
+          "skc compile: unknown option '--frobnicate'\n" + hint("skc compile"));
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--namespace", "x"},
+          "skc compile: unknown option '--namespace'\n" + hint("skc compile"));
+    check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"extra"},
+          "skc compile: unexpected argument 'extra'\n" + hint("skc compile"));
     check(compile_args(tmp, ops, host_compiler) + std::vector<std::string>{"--device", "x"},
-          "skc compile: option --device is given twice; give it once\n");
+          "skc compile: --device: At Most 1 required but received 2\n" + hint("skc compile"));
 
     // A bad op info file: its name and the JSON path of the fault.
     const fs::path bad = tmp / "bad";
@@ -397,10 +409,10 @@ TEST_CASE("skc ops inspect: the summary, the JSON, and unreadable files") {
 
     const Run no_cmd = run_skc(tmp.path(), {"ops"});
     CHECK(no_cmd.status == 2);
-    CHECK(no_cmd.err == "skc ops: no command given; commands: inspect (see skc ops --help)\n");
+    CHECK(no_cmd.err == "skc ops: no command given; commands: inspect\nrun 'skc ops --help' for the commands\n");
     const Run no_dir = run_skc(tmp.path(), {"ops", "inspect"});
     CHECK(no_dir.status == 2);
-    CHECK(no_dir.err == "skc ops inspect: no folder given (see skc ops --help)\n");
+    CHECK(no_dir.err == "skc ops inspect: DIR is required\n" + hint("skc ops inspect"));
 }
 
 TEST_CASE(
@@ -474,7 +486,8 @@ TEST_CASE("skc compile: the compiler is in the key: a changed compiler misses, a
     CHECK(bad.status == 2);
     CHECK(bad.err ==
           "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
-          "string:TEXT or command:CMD\n");
+          "string:TEXT or command:CMD\n" +
+              hint("skc compile"));
 }
 
 TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR) compile each key once") {
@@ -675,8 +688,7 @@ TEST_CASE("skc cache explain: names the nearest entry and the op that changed; s
     const Run missing =
         run_skc(tmp.path(), {"cache", "explain", "--base", (tmp / "base").string(), "--ops", ops.string()});
     CHECK(missing.status == 2);
-    CHECK(missing.err ==
-          "skc cache explain: missing --compiler; explain takes the key's options as skc compile does\n");
+    CHECK(missing.err == "skc cache explain: --compiler is required\n" + hint("skc cache explain"));
 }
 
 TEST_CASE("skc cache export and import: moved entries hit; a truncated or tampered file adds nothing") {
@@ -693,10 +705,10 @@ TEST_CASE("skc cache export and import: moved entries hit; a truncated or tamper
     CHECK(ex.out.find("exported 1 entry (") != std::string::npos);
     const Run bad_key = run_skc(tmp.path(), {"cache", "export", "--base", base, "--key", "nothex", "-o", file});
     CHECK(bad_key.status == 2);
-    CHECK(bad_key.err.find("bad --key 'nothex'") != std::string::npos);
+    CHECK(bad_key.err.find("--key: bad value 'nothex'") != std::string::npos);
     const Run no_out = run_skc(tmp.path(), {"cache", "export", "--base", base});
     CHECK(no_out.status == 2);
-    CHECK(no_out.err == "skc cache export: missing -o FILE: the export file to write\n");
+    CHECK(no_out.err == "skc cache export: --output is required\n" + hint("skc cache export"));
 
     const std::string good = skc_test::slurp(file);
     for (const std::string& bad : {good.substr(0, good.size() / 2), good.substr(0, 40) + "X" + good.substr(41)}) {
