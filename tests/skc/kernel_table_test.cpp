@@ -194,8 +194,8 @@ TEST_CASE("reload while 4 threads look up: no torn table, and each thread only e
             ++started;
             int newest = 0;  // the newest generation this thread has seen
             long n = 0;
-            for (int i = t; !stop.load(std::memory_order_relaxed); ++i, ++n) {
-                const int wanted = i % (100 + generations + 10);  // some keys no generation has
+            for (int i = t; n == 0 || !stop.load(std::memory_order_relaxed); ++i, ++n) {  // one lookup at least
+                const int wanted = i % (100 + generations + 10);                          // some keys no generation has
                 const StampedKernel* k = table.find(key(wanted));
                 if (k == nullptr) {
                     // Absent from every generation from `newest` on, or the table went back.
