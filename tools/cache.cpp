@@ -94,11 +94,11 @@ Target resolve(const CacheOptions& o, const std::string& prefix) {
     const bool own = o.cache_dir.has_value();
     const std::string& given = own ? *o.cache_dir : *o.base;
     const std::string flag = own ? (o.cache_dir_from_env ? "SKC_CACHE_DIR" : "--cache-dir") : "--base";
-    const std::string hint = own ? "give the cache folder" : "give the folder that holds static_kernel_compile_outputs";
+    const std::string hint = "give the folder that holds static_kernel_compile_outputs";  // for --base
     const auto path_error = [&](const skc::Error& e) {
         return UsageError{flag + " '" + printable(given) + "': " + printable(e.message()), false};
     };
-    if (given.empty()) throw UsageError{flag + " is empty; " + hint, false};
+    // `given` is never empty: the parser refuses an empty value, and an empty SKC_CACHE_DIR is unset.
     fs::path abs;
     try {
         abs = skc::check_path_safety(given, flag);

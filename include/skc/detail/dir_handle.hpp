@@ -4,14 +4,10 @@
 
 #include <atomic>
 #include <filesystem>
-#include <string>
-#include <string_view>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include "names.hpp"
 
 namespace skc::detail {
 

@@ -7,9 +7,7 @@
 // for signals whose action was SIG_DFL (docs/run-package.md, "Signals").
 #pragma once
 
-#include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>

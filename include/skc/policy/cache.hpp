@@ -12,10 +12,8 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>

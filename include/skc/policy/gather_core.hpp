@@ -19,9 +19,6 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
-#include <map>
-#include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -35,7 +32,6 @@
 #include "../error.hpp"
 #include "../layout.hpp"
 #include "../op_info_io.hpp"
-#include "../op_set.hpp"
 #include "../session_files.hpp"
 #include "../value.hpp"
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../detail/dir_handle.hpp"
+#include "../detail/names.hpp"
 #include "../error.hpp"
 
 namespace skc {

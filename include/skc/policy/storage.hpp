@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "../detail/dir_handle.hpp"
+#include "../detail/names.hpp"
 #include "../detail/posix.hpp"
 #include "../error.hpp"
 
