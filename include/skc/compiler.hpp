@@ -296,9 +296,11 @@ public:
 
     /// Resolves the base directory (SPEC section 3; Error naming the path when it is unusable) and
     /// opens the cache for (toolchain version, device) unless the options disable it.
-    StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings, Install installer = Install(),
-                         Reselect reselect = Reselect(), Gather gather = Gather(), Support support = Support(),
-                         Targets targets = Targets())
+    /// A policy left out is default-constructed (detail::pick: one message for a type that cannot be).
+    StaticKernelCompiler(Invoker invoker, Options options, CompilerSettings settings,
+                         Install installer = detail::pick<Install>(), Reselect reselect = detail::pick<Reselect>(),
+                         Gather gather = detail::pick<Gather>(), Support support = detail::pick<Support>(),
+                         Targets targets = detail::pick<Targets>())
         : invoker_(std::move(invoker)),
           options_(std::move(options)),
           settings_(std::move(settings)),

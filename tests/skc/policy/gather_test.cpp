@@ -196,6 +196,40 @@ struct stat stat_of(const fs::path& p) {
 
 }  // namespace
 
+TEST_CASE("LocalFsGather: a selected op whose name is not a plain file name is refused before anything is published") {
+    TempDir tmp;
+    const skc::Layout layout(tmp.path());
+    const skc::RunLayout run(tmp / "run", static_cast<long>(::getpid()));
+    skc::LocalFsGather g({0, 2, "job"}, 1s);
+    const fs::path rounds = g.next_round_dir(layout).parent_path();
+    for (const std::string& bad : std::vector<std::string>{"a/b.json", "..", "line\nbreak.json"}) {
+        CAPTURE(bad);
+        const std::vector<skc::SelectedOp> selected{skc::SelectedOp{skc::Digest{}, bad}};
+        const skc::GatherRequest req{layout, run, selected, tmp / "ops", 1s, {}, {}, {}};
+        bool led = false;
+        bool shared = false;
+        try {
+            g.coordinate(
+                req,
+                [&](const skc::GatheredSet&) {
+                    led = true;
+                    return skc::Value();
+                },
+                [&](const skc::Value&) { shared = true; });
+            FAIL("no error");
+        } catch (const skc::Error& e) {
+            CHECK(e.code() == skc::Errc::invalid_argument);
+            CHECK(e.message() == "a selected op has no plain file name: " + skc::detail::quote(bad));
+        }
+        CHECK_FALSE(led);
+        CHECK_FALSE(shared);
+    }
+    // No claim of rank 0 was ever named in any round: the other ranks never saw it arrive.
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(rounds, ec); it != fs::recursive_directory_iterator(); ++it)
+        CHECK_FALSE(it->path().filename().string().starts_with("r0-of-2"));
+}
+
 TEST_CASE("OpUnion: the first file of a content wins, other content under a taken name gets _1, _2") {
     TempDir tmp;
     fs::create_directories(tmp / "r0");
