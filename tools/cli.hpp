@@ -14,6 +14,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <skc/detail/names.hpp>
+#include <skc/detail/text.hpp>
+
 #include "common.hpp"
 
 namespace skc_tool {
@@ -68,15 +71,10 @@ inline CLI::Option* add_switch(CLI::App& app, const std::string& name, bool& tar
     return app.add_flag(name, target, help)->disable_flag_override();
 }
 
+/// A decimal number that fits in 64 bits (skc::detail::parse_u64), nullopt for anything else.
 inline std::optional<std::uint64_t> parse_count(std::string_view s) {
-    if (s.empty() || s.size() > 20) return std::nullopt;
     std::uint64_t v = 0;
-    for (const char c : s) {
-        if (c < '0' || c > '9') return std::nullopt;
-        const auto d = static_cast<std::uint64_t>(c - '0');
-        if (v > (UINT64_MAX - d) / 10) return std::nullopt;
-        v = v * 10 + d;
-    }
+    if (!skc::detail::parse_u64(s, v)) return std::nullopt;
     return v;
 }
 
@@ -92,10 +90,9 @@ inline CLI::Validator positive_value(std::uint64_t max) {
 /// Letters, digits, '_', '-', '.', not starting with '.': a name that is one path component.
 inline CLI::Validator plain_name_value() {
     return validator([](std::string& s) {
-        const bool plain = !s.empty() && s.front() != '.' && s.size() <= 255 &&
-                           s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
-                               std::string::npos;
-        return plain ? std::string() : bad_value(s) + "use letters, digits, '_', '-' and '.', not starting with '.'";
+        return skc::detail::is_portable_name(s, 255)
+                   ? std::string()
+                   : bad_value(s) + "use letters, digits, '_', '-' and '.', not starting with '.'";
     });
 }
 
