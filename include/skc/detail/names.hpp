@@ -1,5 +1,5 @@
-// skc/detail/names.hpp: what a name must be to become part of a path. Every check of a name read
-// from a user, a file or another process is one of these; their rules differ on purpose:
+// skc/detail/names.hpp: what a name must be to become part of a path. The checks of names read from
+// a user, a file or another process use these; their rules differ on purpose:
 //   is_name_char             letters, digits, '_', '-', '.': the characters of a portable name
 //   is_portable_name         portable characters only, not starting with '.', at most `max`: stems,
 //                            devices and holders of an op library, a rendezvous's run id and host
@@ -7,8 +7,9 @@
 //                            component, as op info file names may be (they hold shapes, '[', ',')
 //   is_plain_relative_path   '/'-separated parts, none empty or starting with '.': lock names and
 //                            storage keys, which stay below their folder
-// (skc::is_safe_name in op_record.hpp, for op types, dtypes and formats, is stricter still:
-// letters, digits and '_'.)
+// Two rules live with their names: skc::is_safe_name (op_record.hpp: op types, dtypes and formats,
+// letters, digits and '_' only) and detail::cache_name_part (layout.hpp: toolchain versions and
+// devices, any bytes but '/' and NUL, not starting with '.', spaces turned into '-').
 #pragma once
 
 #include <cstddef>
