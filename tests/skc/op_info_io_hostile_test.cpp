@@ -664,8 +664,9 @@ TEST_CASE("hostile: write_op_info_as refuses a name that is not a plain file nam
     const fs::path target = root / "target";
     fs::create_directory(target);
     const auto before = skc_test::snapshot(root.path());
-    for (const std::string& name : {std::string("../escape.json"), std::string("sub/x.json"), std::string(".."),
-                                    std::string("."), std::string(), std::string("x.json\0/../../y", 15)}) {
+    for (const std::string& name :
+         {std::string("../escape.json"), std::string("sub/x.json"), std::string(".."), std::string("."), std::string(),
+          std::string("x.json\0/../../y", 15), std::string("two\nlines.json"), std::string(251, 'a') + ".json"}) {
         INFO("name " << skc::detail::quote(name));
         check_error(
             error_of([&] { (void)skc::write_op_info_as(target, name, good_record()); }),
