@@ -1,31 +1,36 @@
 // examples/host/codegen.hpp: shape-specialised C++ source for one recorded op.
 //
-// generate_kernel(op, symbol) returns a self-contained C++ translation unit (it includes only
-// <cmath>, <cstddef> and <cstring>) defining
+// generate_kernel(op, symbol, target) returns a self-contained C++ translation unit (it includes
+// only <cmath>, <cstddef> and <cstring>) defining
 //
 //     extern "C" void <symbol>(const float* const* inputs, float* const* outputs);
 //
-// with the pointer convention of plan.hpp. Every size is a constexpr constant and every loop has a
-// compile-time trip count, so the compiler can unroll and vectorise; there is no run-time shape
-// arithmetic. Where the sizes make it pay, the generator also chooses a loop structure the generic
-// kernels (kernels.hpp) cannot know in advance:
-//   - MatMul / BatchMatMul / FusedMatMul: C in register tiles of 6 x 8 (GCC/Clang vector
-//     extensions, four floats a vector), over a contiguous copy of an 8-column panel of B, gathered
-//     through B's strides (also for a transposed or strided B, whose generic kernel is a chain of
-//     dependent additions per element); A is read through its strides, all of them constants;
-//     the bias and the activation are applied to a tile once its sums are complete;
-//   - LayerNorm: 8 rows reduced together (8 independent chains of additions);
-//   - SoftmaxV2: the row maximum in 8 lanes;
+// with the pointer convention of plan.hpp, for the instruction set of `target` (target.hpp: the
+// vector width; host_op_compiler compiles it with kernel_flags(target)). Every size and stride is
+// a constant and every loop has a compile-time trip count; there is no run-time shape arithmetic.
+// What the generator does with the sizes it knows:
+//   - MatMul / BatchMatMul / FusedMatMul: C in register tiles of 8 rows x 2 vectors (16 floats a
+//     vector, 32 registers: AVX-512) or 6 x 2 (8 or 4 floats, 16 registers), each a chain of
+//     fused multiply-adds over all of K with A's element broadcast. Where op(B)'s rows are
+//     contiguous the tiles read B itself; otherwise (a transposed B, a view) blocks of op(B), 4 KiB
+//     each, are first copied into a packed panel on the stack and C is summed block by block.
+//     Columns past the last whole vector go through a zero-padded panel. The bias and the
+//     activation are applied to the tile in registers once its sums are complete.
+//   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
+//     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
+//   - LayerNorm: 8 rows reduced together (8 independent chains of additions).
 //   - Transpose: 8 x 8 tiles when the last output dim is read with a stride.
+//   - Add, Mul, Relu: the generic loops with constant counts, which the compiler vectorises for the
+//     target.
 // Add, Mul, Relu, Gelu and SoftmaxV2 take no __restrict pointers: like their generic twins they
 // may run in place (plan.hpp), each element read before the same index is written.
-// None of these changes which floating-point operations are done or their order for any output
-// element (each sum still runs over its terms in order from 0; max does not round; copies are
-// copies), so with the same compiler flags a generated kernel agrees with its generic twin bit for
-// bit (checked by tests/examples/host_kernels_test.cpp and benchmarks/host_kernels_bench.cpp).
-// The source compiles warning-free with `c++ -std=c++17 -O2 -fPIC -Wall -Wextra -Wpedantic`, and
-// several sources can be concatenated into one translation unit (everything but the includes is
-// inside the function).
+// Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
+// exp and erf, sums in vector lanes. generated_tolerance() is the bound the tests
+// (tests/examples/host_kernels_test.cpp, also against a double-precision reference) and the
+// benchmark (benchmarks/host_kernels_bench.cpp) hold them to. The source compiles warning-free
+// with kernel_flags() and `-Wall -Wextra -Wpedantic`, uses at most 6 KiB of stack, and several
+// sources can be concatenated into one translation unit (the vector prelude is guarded; the rest
+// is inside the function).
 #pragma once
 
 #include <cmath>
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "plan.hpp"
+#include "target.hpp"
 
 namespace skc_host {
 
@@ -87,6 +93,11 @@ public:
     Src& loop(const std::string& var, const std::string& from, const std::string& to) {
         return open("for (idx " + var + " = " + from + "; " + var + " < " + to + "; ++" + var + ")");
     }
+    /// Appends `text` (whole lines) as it is.
+    Src& raw(const std::string& text) {
+        out_ += text;
+        return *this;
+    }
     [[nodiscard]] std::string str() const { return out_; }
 
 private:
@@ -111,17 +122,86 @@ inline std::string act_expr(UnaryKind k, const std::string& v) {
 
 inline bool has_epilogue(const MatMulPlan& p) { return p.bias || p.activation.has_value(); }
 
-/// `dest = act(value + bias[col])`, with the parts the plan has, as kernels::Epilogue computes it.
-/// With an activation it declares `v`: the caller gives it a scope (a loop body).
-inline void emit_epilogue(Src& s, const MatMulPlan& p, const std::string& dest, const std::string& value,
-                          const std::string& col) {
-    const std::string v = p.bias ? value + " + bias[" + col + "]" : value;
-    if (!p.activation) {
-        s.line(dest + " = " + v + ";");
-        return;
+/// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
+/// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max.
+/// exp: x clamped to [-87.3, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
+/// parts), e^r by its Taylor polynomial to r^7 / 7!, times 2^k built in the exponent bits: within 2
+/// ulp of e^x. gelu_tanh(v) = 0.5 v (1 + tanh(u)) = v / (1 + e^(-2u)), which keeps its relative
+/// accuracy where 1 + tanh(u) cancels. gelu_erf(v) = 0.5 v (1 + erf(z)), z = v / sqrt(2), with
+/// 1 + erf(z) = erfc(-z) for z < 0 and 2 - erfc(z) otherwise, and erfc(a) = t e^(-a^2 + P(t)),
+/// t = 1 / (1 + a / 2), P a degree-9 least-squares fit of log(erfc(a) / t) + a^2 over a in
+/// [0, 10] (relative error of erfc below 6e-7 there).
+inline std::string vector_prelude(std::int64_t w) {
+    const std::string ns = "skc_v" + n(w), guard = "SKC_HOST_VECTORS_" + n(w);
+    Src s;
+    s.line("#ifndef " + guard);
+    s.line("#define " + guard);
+    s.line("namespace {");
+    s.line("namespace " + ns + " {");
+    s.line("typedef float vf __attribute__((vector_size(" + n(4 * w) + ")));");
+    s.line("typedef int vi __attribute__((vector_size(" + n(4 * w) + ")));");
+    s.line("constexpr std::ptrdiff_t W = " + n(w) + ";");
+    s.line("[[maybe_unused]] inline vf vload(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }");
+    s.line("[[maybe_unused]] inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }");
+    s.line("[[maybe_unused]] inline vf vsplat(float x) { return vf{} + x; }");
+    s.line("[[maybe_unused]] inline vf vsel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }");
+    s.line("[[maybe_unused]] inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }");
+    s.open("[[maybe_unused]] inline vf vexp(vf x)");
+    s.line("x = vsel(x < -87.3f, vsplat(-87.3f), x);");
+    s.line("x = vsel(x > 88.0f, vsplat(88.0f), x);");
+    s.line("const vf t = x * 1.44269504088896341f + 12582912.0f;");
+    s.line("const vf k = t - 12582912.0f;");
+    s.line("const vi e = ((vi)t - 0x4B400000 + 127) << 23;");
+    s.line("const vf r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-6f;");
+    s.line("vf p = vsplat(1.0f / 5040.0f);");
+    for (const char* c : {"1.0f / 720.0f", "1.0f / 120.0f", "1.0f / 24.0f", "1.0f / 6.0f", "0.5f", "1.0f", "1.0f"})
+        s.line(std::string("p = p * r + ") + c + ";");
+    s.line("return p * (vf)e;");
+    s.close();
+    s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v > 0.0f, v, vf{}); }");
+    s.open("[[maybe_unused]] inline vf vgelu_tanh(vf v)");
+    s.line("const vf u = 0.7978845608f * (v + 0.044715f * v * v * v);");
+    s.line("return v / (1.0f + vexp(-2.0f * u));");
+    s.close();
+    s.open("[[maybe_unused]] inline vf vgelu_erf(vf v)");
+    s.line("const vf z = v * 0.70710678118654752f;");
+    s.line("const vf a = (vf)((vi)z & 0x7fffffff);");
+    s.line("const vf t = 1.0f / (1.0f + 0.5f * a);");
+    s.line("vf p = vsplat(0.170569897f);");
+    for (const char* c : {"-0.811158717f", "1.44145226f", "-1.04593873f", "0.184876978f", "-0.126992673f",
+                          "0.0740375891f", "0.379233003f", "0.999402285f", "-1.26548159f"})
+        s.line(std::string("p = p * t + ") + c + ";");
+    s.line("const vf c = t * vexp(p - a * a);");
+    s.line("return 0.5f * v * vsel(z < 0.0f, c, 2.0f - c);");
+    s.close();
+    s.open("[[maybe_unused]] inline float vhsum(vf v)");
+    s.line("float t[W];");
+    s.line("vstore(t, v);");
+    s.line("float r = t[0];");
+    s.line("for (std::ptrdiff_t i = 1; i < W; ++i) r += t[i];");
+    s.line("return r;");
+    s.close();
+    s.open("[[maybe_unused]] inline float vhmax(vf v)");
+    s.line("float t[W];");
+    s.line("vstore(t, v);");
+    s.line("float r = t[0];");
+    s.line("for (std::ptrdiff_t i = 1; i < W; ++i) r = t[i] > r ? t[i] : r;");
+    s.line("return r;");
+    s.close();
+    s.line("}  // namespace " + ns);
+    s.line("}  // namespace");
+    s.line("#endif");
+    return s.str();
+}
+
+/// The vector activation of UnaryKind `k` (a function of the prelude).
+inline const char* vector_act(UnaryKind k) {
+    switch (k) {
+    case UnaryKind::relu: return "vrelu";
+    case UnaryKind::gelu_tanh: return "vgelu_tanh";
+    case UnaryKind::gelu_erf: return "vgelu_erf";
     }
-    s.line("const float v = " + v + ";");
-    s.line(dest + " = " + act_expr(*p.activation, "v") + ";");
+    return "vrelu";
 }
 
 /// The operand strides as constants (the ones `names` lists: SAM, SAK, SBK, SBN).
@@ -132,139 +212,200 @@ inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std:
         line += (line.empty() ? "constexpr idx " : ", ") + std::string(name) + " = " + n(v);
     }
     s.line(line + ";");
+    for (std::string_view name : names) s.line("static_cast<void>(" + std::string(name) + ");");
 }
 
-/// The generic kernel's loop nest (kernels::matmul) with constant sizes and strides: used where
-/// register tiles do not pay (fewer than `tile_rows` rows with contiguous rows of op(B), or a
-/// panel too large for the stack).
-inline void emit_matmul_plain(Src& s, const MatMulPlan& p) {
-    if (p.b.outer == 1) {
-        emit_strides(s, p, {"SAM", "SAK", "SBK"});
-        s.loop("i", "0", "M");
-        s.line("float* __restrict crow = C + i * N;");
-        s.line("for (idx j = 0; j < N; ++j) crow[j] = 0.0f;");
-        s.loop("p", "0", "K");
-        s.line("const float av = A[i * SAM + p * SAK];");
-        s.line("const float* __restrict brow = B + p * SBK;");
-        s.line("for (idx j = 0; j < N; ++j) crow[j] += av * brow[j];");
-        s.close();
-        if (has_epilogue(p)) {
-            s.loop("j", "0", "N");
-            emit_epilogue(s, p, "crow[j]", "crow[j]", "j");
-            s.close();
-        }
-        s.close();
-    } else {
-        emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
-        s.loop("i", "0", "M").loop("j", "0", "N");
-        s.line("const float* __restrict bcol = B + j * SBN;");
-        s.line("float s = 0.0f;");
-        s.line("for (idx p = 0; p < K; ++p) s += A[i * SAM + p * SAK] * bcol[p * SBK];");
-        emit_epilogue(s, p, "C[i * N + j]", "s", "j");
-        s.close().close();
-    }
-}
+/// The register tile of C: `rows` x `nv` vectors of `w` floats.
+struct Tiling {
+    std::int64_t w = 4;   // floats per vector
+    std::int64_t mr = 6;  // rows of a full tile
+    std::int64_t nv = 2;  // vectors across a full tile
+    [[nodiscard]] std::int64_t nr() const { return nv * w; }
+    /// Rows of op(B) in one packed block: the block (kc x nr floats) is 4 KiB.
+    [[nodiscard]] std::int64_t kc() const { return 1024 / nr(); }
+};
 
-/// Register tiles of C: `tile_rows` rows by 8 columns, in 2 * tile_rows four-float vectors (GCC
-/// and Clang vector extensions; 12 accumulators and 3 more registers fit the 16 of SSE2).
-constexpr std::int64_t tile_rows = 6;
-constexpr std::int64_t tile_cols = 8;
-constexpr std::int64_t max_panel_k = 4096;  // the packed panel, K x 8 floats, lives on the stack
+/// 8 x 2 vectors with 32 vector registers (AVX-512: 16 accumulators), 6 x 2 with 16.
+inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 
-/// Tiles pay when a tile has its rows: when the rows of op(B) are not contiguous, always (the
-/// generic kernel's dot products are one dependent chain of additions; a tile has 48 independent
-/// ones), otherwise from `tile_rows` rows on (below, the generic loop nest, which streams B once,
-/// is faster).
-inline bool matmul_uses_tiles(const MatMulPlan& p) {
-    return p.k <= max_panel_k && (p.b.outer != 1 || p.m >= tile_rows);
-}
-
-/// One tile of `rows` rows at row i0 and columns j0 .. j0 + cols (cols <= 8; the panel is padded).
-inline void emit_matmul_tile(Src& s, const MatMulPlan& p, std::int64_t rows, std::int64_t cols) {
+/// One register tile: rows i0 .. i0 + rows, `nv` vectors of columns from j0, summed over the
+/// `kb` rows of op(B) from k0 (`k0` a C++ expression). The rows of op(B) come from `bsrc`
+/// ("direct": B itself, whose rows are contiguous; "packed": the block bp, nr floats a row).
+/// `first`: the sums start from 0, else from C; `last`: the epilogue is applied (a C++ bool
+/// expression each); `cols`: how many of the tile's columns are C's (the others are padding).
+inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
+                      std::int64_t cols, const std::string& k0, std::int64_t kb, bool packed, const std::string& first,
+                      const std::string& last) {
+    const std::int64_t w = t.w;
+    const bool full = cols == nv * w;
     s.open("");
-    s.line("v4f acc[" + n(rows * 2) + "] = {};");
-    s.loop("p", "0", "K");
-    s.line("v4f b0, b1;");
-    s.line("std::memcpy(&b0, bp + p * 8, sizeof b0);");
-    s.line("std::memcpy(&b1, bp + p * 8 + 4, sizeof b1);");
+    s.line("vf acc[" + n(rows * nv) + "];");
+    auto at = [&](std::int64_t r, std::int64_t v) { return "acc[" + n(r * nv + v) + "]"; };
+    // Start: zeros, or C's partial sums (padding lanes zero).
+    s.open("if (" + first + ")");
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vf{};");
+    s.close().open("else");
     for (std::int64_t r = 0; r < rows; ++r) {
-        const std::string a = "a" + n(r);
-        s.line("const float " + a + " = A[(i0 + " + n(r) + ") * SAM + p * SAK];");
-        s.line("acc[" + n(2 * r) + "] += " + a + " * b0;");
-        s.line("acc[" + n(2 * r + 1) + "] += " + a + " * b1;");
+        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
+        if (full) {
+            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vload(" + crow + " + " + n(v * w) + ");");
+        } else {
+            s.line("float t" + n(r) + "[" + n(nv * w) + "] = {};");
+            s.line("std::memcpy(t" + n(r) + ", " + crow + ", " + n(cols) + " * sizeof(float));");
+            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vload(t" + n(r) + " + " + n(v * w) + ");");
+        }
     }
     s.close();
-    if (cols == tile_cols && !has_epilogue(p)) {
+    s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
+    for (std::int64_t v = 0; v < nv; ++v) {
+        const std::string src =
+            packed ? "bp + p * " + n(t.nr()) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
+        s.line("const vf b" + n(v) + " = vload(" + src + ");");
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+        s.line("const float a" + n(r) + " = A[(i0 + " + n(r) + ") * SAM + (" + k0 + " + p) * SAK];");
+        for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += a" + n(r) + " * b" + n(v) + ";");
+    }
+    s.close();
+    if (has_epilogue(p)) {
+        s.open("if (" + last + ")");
+        if (p.bias) {
+            if (full) {
+                for (std::int64_t v = 0; v < nv; ++v)
+                    s.line("const vf bias" + n(v) + " = vload(bias + j0 + " + n(v * w) + ");");
+            } else {
+                s.line("float bt[" + n(nv * w) + "] = {};");
+                s.line("std::memcpy(bt, bias + j0, " + n(cols) + " * sizeof(float));");
+                for (std::int64_t v = 0; v < nv; ++v)
+                    s.line("const vf bias" + n(v) + " = vload(bt + " + n(v * w) + ");");
+            }
+        }
         for (std::int64_t r = 0; r < rows; ++r)
-            s.line("std::memcpy(C + (i0 + " + n(r) + ") * N + j0, &acc[" + n(2 * r) + "], sizeof(v4f) * 2);");
-    } else {
-        s.open("for (idx r = 0; r < " + n(rows) + "; ++r)");
-        s.line("float t[8];");
-        s.line("std::memcpy(t, &acc[2 * r], sizeof t);");
-        if (!has_epilogue(p)) {
-            s.line("for (idx c = 0; c < " + n(cols) + "; ++c) C[(i0 + r) * N + j0 + c] = t[c];");
+            for (std::int64_t v = 0; v < nv; ++v) {
+                std::string e = at(r, v);
+                if (p.bias) e += " + bias" + n(v);
+                if (p.activation) e = std::string(vector_act(*p.activation)) + "(" + e + ")";
+                if (e != at(r, v)) s.line(at(r, v) + " = " + e + ";");
+            }
+        s.close();
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
+        if (full) {
+            for (std::int64_t v = 0; v < nv; ++v) s.line("vstore(" + crow + " + " + n(v * w) + ", " + at(r, v) + ");");
         } else {
-            s.loop("c", "0", n(cols));
-            emit_epilogue(s, p, "C[(i0 + r) * N + j0 + c]", "t[c]", "j0 + c");
+            s.open("");
+            s.line("float t[" + n(nv * w) + "];");
+            for (std::int64_t v = 0; v < nv; ++v) s.line("vstore(t + " + n(v * w) + ", " + at(r, v) + ");");
+            s.line("std::memcpy(" + crow + ", t, " + n(cols) + " * sizeof(float));");
             s.close();
         }
-        s.close();
     }
     s.close();
 }
 
-/// C = op(A) op(B) for one batch, in register tiles. Every element of C is still the sum over
-/// p = 0 .. K-1 in order, starting from 0, of one product each, then its bias and activation, as
-/// in kernels::matmul: the tiles only change which elements are computed together, so the result
-/// is bit for bit the same.
-inline void emit_matmul_body(Src& s, const MatMulPlan& p) {
-    if (!matmul_uses_tiles(p)) {
-        emit_matmul_plain(s, p);
+/// Every row of C for one panel of columns (j0 a C++ expression or loop variable), all of K.
+inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t nv, std::int64_t cols,
+                            const std::string& k0, std::int64_t kb, bool packed, const std::string& first,
+                            const std::string& last) {
+    const std::int64_t full_rows = p.m - p.m % t.mr;
+    if (full_rows > 0) {
+        s.open("for (idx i0 = 0; i0 < " + n(full_rows) + "; i0 += " + n(t.mr) + ")");
+        emit_tile(s, p, t, t.mr, nv, cols, k0, kb, packed, first, last);
+        s.close();
+    }
+    if (p.m % t.mr != 0) {
+        s.open("");
+        s.line("constexpr idx i0 = " + n(full_rows) + ";");
+        emit_tile(s, p, t, p.m % t.mr, nv, cols, k0, kb, packed, first, last);
+        s.close();
+    }
+}
+
+/// One panel of `cols` columns at j0, `nv` vectors wide. Direct: op(B)'s rows are contiguous and
+/// the panel is whole vectors; the tiles read B and sum all of K at once. Packed: blocks of kc
+/// rows of op(B) are first copied (through its strides, zero-padded to nv vectors) into bp, 4 KiB
+/// on the stack, and the tiles add each block's products to C.
+inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t nv, std::int64_t cols, bool packed) {
+    if (!packed) {
+        emit_panel_rows(s, p, t, nv, cols, "0", p.k, false, "true", "true");
         return;
     }
-    emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
-    const std::int64_t full_rows = p.m - p.m % tile_rows, full_cols = p.n - p.n % tile_cols;
-    auto column_block = [&](std::int64_t cols) {
-        // The K x 8 panel of op(B) at column j0, zero-padded past `cols`, contiguous for the tiles.
-        s.loop("p", "0", "K");
-        if (cols < tile_cols) s.line("for (idx c = " + n(cols) + "; c < 8; ++c) bp[p * 8 + c] = 0.0f;");
-        s.line("for (idx c = 0; c < " + n(cols) + "; ++c) bp[p * 8 + c] = B[p * SBK + (j0 + c) * SBN];");
+    const std::int64_t kc = t.kc(), nr = t.nr(), full_k = p.k - p.k % kc;
+    auto block = [&](const std::string& k0, std::int64_t kb, const std::string& first, const std::string& last) {
+        // The copy runs along op(B)'s contiguous dim, if it has one (a transposed B: along K).
+        const std::string copy = "bp[p * " + n(nr) + " + c] = B[(" + k0 + " + p) * SBK + (j0 + c) * SBN];";
+        if (p.b.k == 1) {
+            s.open("for (idx c = 0; c < " + n(cols) + "; ++c)");
+            s.line("for (idx p = 0; p < " + n(kb) + "; ++p) " + copy);
+        } else {
+            s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
+            s.line("for (idx c = 0; c < " + n(cols) + "; ++c) " + copy);
+        }
         s.close();
-        if (full_rows > 0) {
-            s.open("for (idx i0 = 0; i0 < M - M % " + n(tile_rows) + "; i0 += " + n(tile_rows) + ")");
-            emit_matmul_tile(s, p, tile_rows, cols);
+        if (cols < nr) {
+            s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
+            s.line("for (idx c = " + n(cols) + "; c < " + n(nr) + "; ++c) bp[p * " + n(nr) + " + c] = 0.0f;");
             s.close();
         }
-        if (p.m % tile_rows != 0) {
-            s.open("");
-            s.line("constexpr idx i0 = M - M % " + n(tile_rows) + ";");
-            emit_matmul_tile(s, p, p.m % tile_rows, cols);
-            s.close();
-        }
+        emit_panel_rows(s, p, t, nv, cols, k0, kb, true, first, last);
     };
-    s.line("alignas(16) float bp[K * 8];");
-    if (full_cols > 0) {
-        s.open("for (idx j0 = 0; j0 < N - N % " + n(tile_cols) + "; j0 += " + n(tile_cols) + ")");
-        column_block(tile_cols);
+    if (full_k > 0) {
+        s.open("for (idx k0 = 0; k0 < " + n(full_k) + "; k0 += " + n(kc) + ")");
+        block("k0", kc, "k0 == 0", p.k % kc == 0 ? "k0 == " + n(full_k - kc) : "false");
         s.close();
     }
-    if (p.n % tile_cols != 0) {
+    if (p.k % kc != 0) {
         s.open("");
-        s.line("constexpr idx j0 = N - N % " + n(tile_cols) + ";");
-        column_block(p.n % tile_cols);
+        s.line("constexpr idx k0 = " + n(full_k) + ";");
+        block("k0", p.k % kc, full_k == 0 ? "true" : "false", "true");
         s.close();
     }
 }
 
-inline void emit(Src& s, const MatMulPlan& p) {
+/// C = op(A) op(B) (+ bias, activation) for one batch, in register tiles of t.mr rows by t.nv
+/// vectors. Panels of t.nr() columns, then the rest: whole vectors (direct where op(B)'s rows are
+/// contiguous), then the last columns, fewer than a vector, zero-padded (packed). Each element of
+/// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, so it differs from the
+/// generic kernel's by rounding only.
+inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
+    emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
+    const bool contiguous = p.b.outer == 1;
+    const std::int64_t nr = t.nr(), full_cols = p.n - p.n % nr;
+    const std::int64_t rest = p.n % nr, rest_vectors = rest / t.w, last = rest % t.w;
+    if (!contiguous || last != 0) s.line("alignas(64) float bp[" + n(t.kc() * nr) + "];");
+    if (full_cols > 0) {
+        s.open("for (idx j0 = 0; j0 < " + n(full_cols) + "; j0 += " + n(nr) + ")");
+        emit_panel(s, p, t, t.nv, nr, !contiguous);
+        s.close();
+    }
+    if (rest_vectors > 0) {
+        s.open("");
+        s.line("constexpr idx j0 = " + n(full_cols) + ";");
+        emit_panel(s, p, t, rest_vectors, rest_vectors * t.w, !contiguous);
+        s.close();
+    }
+    if (last != 0) {
+        s.open("");
+        s.line("constexpr idx j0 = " + n(p.n - last) + ";");
+        emit_panel(s, p, t, 1, last, true);
+        s.close();
+    }
+}
+
+inline void emit(Src& s, const MatMulPlan& p, std::int64_t w) {
+    const Tiling t = tiling(w);
+    s.line("using namespace skc_v" + n(w) + ";");
     s.line("constexpr idx M = " + n(p.m) + ", K = " + n(p.k) + ", N = " + n(p.n) + ";");
-    if (matmul_uses_tiles(p)) s.line("typedef float v4f __attribute__((vector_size(16)));");
+    s.line("static_cast<void>(M);");
+    s.line("static_cast<void>(K);");
     if (p.bias) s.line("const float* __restrict bias = inputs[2];");
     if (p.batch == 1) {
         s.line("const float* __restrict A = inputs[0];");
         s.line("const float* __restrict B = inputs[1];");
         s.line("float* __restrict C = outputs[0];");
-        emit_matmul_body(s, p);
+        emit_matmul_body(s, p, t);
         return;
     }
     s.line("constexpr idx BATCH = " + n(p.batch) + ";");
@@ -272,13 +413,13 @@ inline void emit(Src& s, const MatMulPlan& p) {
     s.line("const float* __restrict A = inputs[0]" + (p.a.batch == 0 ? std::string() : " + t * " + n(p.a.batch)) + ";");
     s.line("const float* __restrict B = inputs[1]" + (p.b.batch == 0 ? std::string() : " + t * " + n(p.b.batch)) + ";");
     s.line("float* __restrict C = outputs[0] + t * (M * N);");
-    emit_matmul_body(s, p);
+    emit_matmul_body(s, p, t);
     s.close();
 }
 
 /// Add / Mul; y may be full or rep (in place), hence no __restrict. In place (y == full) the loop
 /// reads y itself, as kernels::broadcast_binary does, so that it vectorises without an overlap check.
-inline void emit(Src& s, const BinaryPlan& p) {
+inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
     const char* op = p.kind == BinaryKind::add ? " + " : " * ";
     s.line("const float* full = inputs[" + n(static_cast<std::int64_t>(p.full)) + "];");
     s.line("const float* rep = inputs[" + n(static_cast<std::int64_t>(p.rep)) + "];");
@@ -303,70 +444,89 @@ inline void emit(Src& s, const BinaryPlan& p) {
     }
 }
 
-/// Relu / Gelu; y may be x (in place), hence no __restrict. Relu in place reads y itself (see the
-/// binary ops); Gelu's loop calls std::tanh or std::erf and is not vectorised either way.
-inline void emit(Src& s, const UnaryPlan& p) {
-    s.line("constexpr idx NUM = " + n(p.n) + ";");
+/// `y[i] = f(x[i])` for NUM floats, f a vector function of the prelude: whole vectors, then the
+/// last NUM % W floats through a zero-padded vector. y may be x: each vector is read before it is
+/// written.
+inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std::string& f) {
+    const std::int64_t whole = num - num % w, rest = num % w;
+    s.line("using namespace skc_v" + n(w) + ";");
     s.line("const float* x = inputs[0];");
     s.line("float* y = outputs[0];");
-    if (p.kind == UnaryKind::relu) {
-        s.open("if (x == y)");
-        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "y[i]") + ";");
-        s.close().open("else");
-        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "x[i]") + ";");
-        s.close();
-    } else {
-        s.line(p.kind == UnaryKind::gelu_tanh ? "// GELU, tanh approximation." : "// GELU, erf form.");
-        s.loop("i", "0", "NUM");
-        s.line("const float v = x[i];");
-        s.line("y[i] = " + act_expr(p.kind, "v") + ";");
+    if (whole > 0) s.line("for (idx i = 0; i < " + n(whole) + "; i += W) vstore(y + i, " + f + "(vload(x + i)));");
+    if (rest > 0) {
+        s.open("");
+        s.line("float t[W] = {};");
+        s.line("std::memcpy(t, x + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("vstore(t, " + f + "(vload(t)));");
+        s.line("std::memcpy(y + " + n(whole) + ", t, " + n(rest) + " * sizeof(float));");
         s.close();
     }
 }
 
-/// Rows of a LayerNorm reduced together, and lanes of a softmax row's maximum.
+/// Relu / Gelu; y may be x (in place), hence no __restrict. Relu is the generic loop with a
+/// constant count (in place it reads y itself, see the binary ops), which the compiler vectorises;
+/// Gelu runs the prelude's vector GELU.
+inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
+    if (p.kind != UnaryKind::relu) {
+        emit_vector_map(s, p.n, w, vector_act(p.kind));
+        return;
+    }
+    s.line("constexpr idx NUM = " + n(p.n) + ";");
+    s.line("const float* x = inputs[0];");
+    s.line("float* y = outputs[0];");
+    s.open("if (x == y)");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "y[i]") + ";");
+    s.close().open("else");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "x[i]") + ";");
+    s.close();
+}
+
+/// Rows of a LayerNorm reduced together.
 constexpr std::int64_t reduce_group = 8;
 
-/// "<prefix>0, <prefix>1, ..." style helpers for the unrolled lanes.
-inline std::string lane(const std::string& prefix, std::int64_t q) { return prefix + n(q); }
-
-/// SoftmaxV2; y may be x (in place), hence no __restrict: every pass reads xr[c] before the exp
-/// pass writes yr[c].
-inline void emit(Src& s, const SoftmaxPlan& p) {
+/// SoftmaxV2; y may be x (in place), hence no __restrict: every pass reads xr[c] before it writes
+/// yr[c]. Per row, in vectors of W floats: the maximum (lanes, then across them), e^(x - max)
+/// stored and summed in W lanes (the last COLS % W columns through a zero-padded vector), then
+/// every element divided by the sum.
+inline void emit(Src& s, const SoftmaxPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w, rest = p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
     s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
     s.loop("r", "0", "ROWS");
     s.line("const float* xr = inputs[0] + r * COLS;");
     s.line("float* yr = outputs[0] + r * COLS;");
     s.line("float mx = xr[0];");
-    if (p.cols < 2 * reduce_group) {
-        s.line("for (idx c = 1; c < COLS; ++c) mx = xr[c] > mx ? xr[c] : mx;");
-    } else {
-        // The maximum in 8 independent lanes (column c in lane c % 8), then the lanes in order.
-        // Each step keeps the larger value, as the generic loop does; max does not round, so the
-        // result is the generic one (a NaN in xr[0] stays, any other NaN is passed over in both).
-        const std::int64_t g = reduce_group;
-        std::string init;
-        for (std::int64_t q = 0; q < g; ++q) init += (q ? ", " : "") + lane("m", q) + " = xr[0]";
-        s.line("float " + init + ";");
-        s.open("for (idx c = 0; c < COLS - COLS % " + n(g) + "; c += " + n(g) + ")");
-        for (std::int64_t q = 0; q < g; ++q) {
-            const std::string x = "xr[c + " + n(q) + "]", m = lane("m", q);
-            s.line(m + " = " + x + " > " + m + " ? " + x + " : " + m + ";");
-        }
+    if (whole > 0) {
+        s.open("");
+        s.line("vf m = vsplat(mx);");
+        s.line("for (idx c = 0; c < " + n(whole) + "; c += W) m = vmax(vload(xr + c), m);");
+        s.line("mx = vhmax(m);");
         s.close();
-        for (std::int64_t c = p.cols - p.cols % g; c < p.cols; ++c) {
-            const std::string x = "xr[" + n(c) + "]", m = lane("m", c % g);
-            s.line(m + " = " + x + " > " + m + " ? " + x + " : " + m + ";");
-        }
-        for (std::int64_t q = 0; q < g; ++q) s.line("mx = " + lane("m", q) + " > mx ? " + lane("m", q) + " : mx;");
     }
+    if (rest > 0) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) mx = xr[c] > mx ? xr[c] : mx;");
     s.line("float sum = 0.0f;");
-    s.loop("c", "0", "COLS");
-    s.line("const float e = std::exp(xr[c] - mx);");
-    s.line("yr[c] = e;");
-    s.line("sum += e;");
-    s.close();
-    s.line("for (idx c = 0; c < COLS; ++c) yr[c] = yr[c] / sum;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf acc = vf{};");
+        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
+        s.line("const vf e = vexp(vload(xr + c) - mx);");
+        s.line("vstore(yr + c, e);");
+        s.line("acc += e;");
+        s.close();
+        s.line("sum = vhsum(acc);");
+        s.close();
+    }
+    if (rest > 0) {
+        s.open("");
+        s.line("float t[W] = {};");
+        s.line("std::memcpy(t, xr + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("vstore(t, vexp(vload(t) - mx));");
+        s.line("for (idx c = 0; c < " + n(rest) + "; ++c) sum += t[c];");
+        s.line("std::memcpy(yr + " + n(whole) + ", t, " + n(rest) + " * sizeof(float));");
+        s.close();
+    }
+    if (whole > 0) s.line("for (idx c = 0; c < " + n(whole) + "; c += W) vstore(yr + c, vload(yr + c) / sum);");
+    if (rest > 0) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) yr[c] = yr[c] / sum;");
     s.close();
 }
 
@@ -392,7 +552,7 @@ inline void emit_layer_norm_row(Src& s, const LayerNormPlan& p, const std::strin
     s.close();
 }
 
-inline void emit(Src& s, const LayerNormPlan& p) {
+inline void emit(Src& s, const LayerNormPlan& p, std::int64_t /*w: scalar code*/) {
     s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
     s.line("const float eps = " + float_literal(p.epsilon) + ";");
     s.line("const float* __restrict gamma = inputs[1];");
@@ -406,8 +566,8 @@ inline void emit(Src& s, const LayerNormPlan& p) {
         return;
     }
     // Rows in groups of 8: each row's two sums are still one sequential sum from 0 (as in the
-    // generic kernel, so the results are the same bit for bit), but the 8 rows' sums are
-    // independent chains of additions that the CPU overlaps.
+    // generic kernel), but the 8 rows' sums are independent chains of additions that the CPU
+    // overlaps.
     auto each = [&](const std::string& text) {  // `text` with every '#' replaced by the lane number
         for (std::int64_t q = 0; q < g; ++q) {
             std::string t;
@@ -444,7 +604,7 @@ inline void emit(Src& s, const LayerNormPlan& p) {
     if (p.rows % g != 0) emit_layer_norm_row(s, p, "ROWS - ROWS % " + n(g));
 }
 
-inline void emit(Src& s, const TransposePlan& p) {
+inline void emit(Src& s, const TransposePlan& p, std::int64_t /*w: scalar code*/) {
     const std::size_t r = p.in_dims.size();
     std::vector<std::int64_t> in_stride(r), dims(r), stride(r), out_stride(r);
     std::int64_t acc = 1;
@@ -517,6 +677,14 @@ inline std::string describe(const skc::OpRecord& op) {
 
 }  // namespace detail
 
+/// The bound the tests and the benchmark hold a generated kernel to, against the generic one:
+/// |static - generic| <= bound * max(|generic|, 1) per element. The generated matrix products sum
+/// with fused multiply-adds (one rounding per term instead of two), Gelu and Softmax use the
+/// prelude's exp and erf instead of the C library's, and the sums of Softmax run in vector lanes,
+/// so neither agrees with the generic kernel bit for bit; the matrix products get the bound the
+/// benchmark gives OpenBLAS.
+inline double generated_tolerance(const Plan& plan) { return std::holds_alternative<MatMulPlan>(plan) ? 1e-4 : 1e-5; }
+
 /// Whether generate_kernel() supports `op`.
 inline bool supported(const skc::OpRecord& op) { return analyze(op).plan.has_value(); }
 
@@ -526,7 +694,8 @@ inline std::string unsupported_reason(const skc::OpRecord& op) { return analyze(
 /// Source of `extern "C" void <symbol>(const float* const* inputs, float* const* outputs)` for the
 /// exact shapes and attrs of `op`, or nullopt when the op is not supported. Throws
 /// std::invalid_argument when `symbol` is not a C identifier.
-inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::string_view symbol) {
+inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::string_view symbol,
+                                                  const Target& target = host_target()) {
     if (!detail::is_identifier(symbol))
         throw std::invalid_argument("kernel symbol \"" + std::string(symbol) + "\" is not a C identifier");
     const Analysis a = analyze(op);
@@ -537,9 +706,18 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
     s.line("#include <cstddef>");
     s.line("#include <cstring>");
     s.line("");
+    const std::int64_t w = target.vector_floats;
+    const bool vectors = std::visit(
+        [](const auto& p) {
+            using P = std::decay_t<decltype(p)>;
+            if constexpr (std::is_same_v<P, UnaryPlan>) return p.kind != UnaryKind::relu;
+            else return std::is_same_v<P, MatMulPlan> || std::is_same_v<P, SoftmaxPlan>;
+        },
+        *a.plan);
+    if (vectors) s.raw(detail::vector_prelude(w));
     s.open("extern \"C\" void " + std::string(symbol) + "(const float* const* inputs, float* const* outputs)");
-    if (!std::holds_alternative<TransposePlan>(*a.plan)) s.line("using idx = std::ptrdiff_t;");
-    std::visit([&](const auto& p) { detail::emit(s, p); }, *a.plan);
+    if (!std::holds_alternative<TransposePlan>(*a.plan)) s.line("using idx [[maybe_unused]] = std::ptrdiff_t;");
+    std::visit([&](const auto& p) { detail::emit(s, p, w); }, *a.plan);
     s.close();
     return s.str();
 }

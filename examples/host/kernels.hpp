@@ -1,10 +1,11 @@
 // examples/host/kernels.hpp: shape-generic float kernels for the host (CPU) reference backend.
 //
-// Sizes are run-time arguments. Every kernel here has a shape-specialised twin emitted by
-// codegen.hpp that runs the same algorithm with the same loop nest and the same order of every
-// floating-point operation (in particular, each reduction is a plain sequential sum starting from
-// 0), so with the same compiler flags the two agree bit for bit, up to -ffp-contract differences.
-// If you change an algorithm here, change the generator with it.
+// Sizes are run-time arguments: these are the kernels a runtime falls back to when an op has no
+// static kernel, built once for any CPU of the architecture. Every kernel here has a
+// shape-specialised twin emitted by codegen.hpp that computes the same function (same formulas,
+// same in-place rules) for one shape and one instruction set, faster; the two agree within
+// codegen.hpp's generated_tolerance(). If you change what a kernel computes here, change the
+// generator with it.
 //
 // Arrays are dense and row-major, except the matmul operands, read through element strides.
 // Outputs do not overlap inputs (__restrict), except in add, mul, relu, gelu_tanh, gelu_erf and

@@ -8,8 +8,9 @@
 //
 // For every op info file in json_dir (name order) it generates the shape-specialised kernel
 // (codegen.hpp) under the symbol `skc_k_<content digest>`, compiles each source with the system
-// C++ compiler ($CXX, else `c++`; `-std=c++17 -O<N> -fPIC -c`, never -march=native or
-// -ffast-math, so the kernels stay bit-comparable with the generic ones) up to -j at a time, plus
+// C++ compiler ($CXX, else `c++`; target.hpp's kernel_flags(): `-std=c++17 -O<N> -fPIC
+// -ffp-contract=fast -march=<target>`, never -ffast-math) up to -j at a time, reporting each
+// one's compile time, plus
 // one translation unit holding the library's entry table (loader.hpp, LibraryEntry), links them
 // into `kernels/<stem>.so` and packs the payload with makeself into
 // `<output_dir>/static_kernel_<datetime>.run` (docs/run-package.md). Unsupported ops are listed and
@@ -84,7 +85,8 @@ constexpr const char* usage_text =
     "  -l  how much to print (default info)\n"
     "  -f  accepted for compatibility with op_compiler; no effect on the host kernels\n"
     "  --opt-level  optimisation level passed to the C++ compiler as -O<N> (default 3)\n"
-    "The C++ compiler is $CXX when set, else c++.\n";
+    "The C++ compiler is $CXX when set, else c++. The kernels are built for this CPU (-march=native),\n"
+    "or for the x86-64 level SKC_HOST_ISA names (x86-64, x86-64-v2, x86-64-v3, x86-64-v4).\n";
 
 /// Bad usage: printed with the usage text, exit status 2.
 struct UsageError {
@@ -341,6 +343,7 @@ template <class Done>
 std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Done&& done) {
     Logs logs(jobs.size());
     std::map<pid_t, std::size_t> running;
+    std::vector<std::chrono::steady_clock::time_point> started(jobs.size());
     std::vector<std::pair<std::size_t, int>> failed;
     std::size_t next = 0;
     std::optional<Failure> start_failure;
@@ -359,6 +362,7 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
                 logs.fds[next] = ::memfd_create("job-output", MFD_CLOEXEC);
                 if (logs.fds[next] < 0)
                     throw Failure{1, std::string("cannot create a log in memory: ") + std::strerror(errno)};
+                started[next] = std::chrono::steady_clock::now();
                 running.emplace(start(jobs[next], logs.fds[next]), next);
             } catch (const Failure& f) {
                 start_failure = f;
@@ -376,7 +380,8 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
         if (it == running.end()) continue;
         const std::size_t i = it->second;
         running.erase(it);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) done(i);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            done(i, std::chrono::duration<double>(std::chrono::steady_clock::now() - started[i]).count());
         else failed.emplace_back(i, status);
     }
     if (start_failure) throw *start_failure;
@@ -491,8 +496,21 @@ std::string cxx_program() {
     return e != nullptr && *e != '\0' ? e : "c++";
 }
 
+/// "0.41 s".
+std::string seconds_text(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+    return buf;
+}
+
 int run(const Args& a) {
     const Out out(a.level);
+    skc_host::Target target;
+    try {
+        target = skc_host::host_target();
+    } catch (const std::invalid_argument& e) {
+        throw Failure{2, e.what()};
+    }
 
     // Read and analyse everything first: a bad file is bad input, whatever else is in the folder.
     skc::DirReadResult dir;
@@ -519,7 +537,7 @@ int run(const Args& a) {
                                "duplicate " + name + ": same op as " + kernels[it->second].op_file.filename().string());
             continue;
         }
-        std::optional<std::string> src = skc_host::generate_kernel(record, k.symbol);
+        std::optional<std::string> src = skc_host::generate_kernel(record, k.symbol, target);
         if (!src) {
             ++unsupported;
             skipped.push_back(name);
@@ -565,39 +583,55 @@ int run(const Args& a) {
 
     // Compile: one translation unit per kernel, plus the entry table.
     const std::string cxx = cxx_program();
-    const std::string opt = "-O" + std::to_string(a.opt_level);
+    std::vector<std::string> compile{cxx};
+    for (std::string& f : skc_host::kernel_flags(target, a.opt_level)) compile.push_back(std::move(f));
+    compile.emplace_back("-c");
     std::vector<Job> jobs;
     std::vector<std::string> objects;
     for (const Kernel& k : kernels) {
         const fs::path cpp = src_dir / (k.symbol + ".cpp"), obj = src_dir / (k.symbol + ".o");
         write_text(cpp, k.source);
-        jobs.push_back(Job{"compiling " + k.op_file.string() + " (" + k.description + ")",
-                           {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
+        std::vector<std::string> args = compile;
+        args.insert(args.end(), {"-o", obj.string(), cpp.string()});
+        jobs.push_back(Job{"compiling " + k.op_file.string() + " (" + k.description + ")", std::move(args)});
         objects.push_back(obj.string());
     }
     {
         const fs::path cpp = src_dir / "entry_table.cpp", obj = src_dir / "entry_table.o";
         write_text(cpp, entry_table_source(kernels));
-        jobs.push_back(Job{"compiling the entry table",
-                           {cxx, "-std=c++17", opt, "-fPIC", "-c", "-o", obj.string(), cpp.string()}});
+        std::vector<std::string> args = compile;
+        args.insert(args.end(), {"-o", obj.string(), cpp.string()});
+        jobs.push_back(Job{"compiling the entry table", std::move(args)});
         objects.push_back(obj.string());
     }
     std::size_t finished = 0;
-    run_all(jobs, a.jobs, out, [&](std::size_t i) {
+    double compile_seconds = 0.0, slowest = 0.0;
+    std::string slowest_what;
+    const auto compile_start = std::chrono::steady_clock::now();
+    run_all(jobs, a.jobs, out, [&](std::size_t i, double seconds) {
         ++finished;
         const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
-        out.say(skc::LogLevel::info,
-                "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) + "] compiled " + what);
+        compile_seconds += seconds;
+        if (seconds > slowest) slowest = seconds, slowest_what = what;
+        out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) +
+                                         "] compiled " + what + " in " + seconds_text(seconds));
         if (i < kernels.size())
             for (const std::string& name : kernels[i].files) progress.done(name);
     });
+
+    out.say(skc::LogLevel::info,
+            "compiled " + std::to_string(jobs.size()) + " translation units for " + target.id +
+                " (-march=" + target.march + ") in " +
+                seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count()) +
+                " (" + std::to_string(a.jobs) + " at a time; " + seconds_text(compile_seconds) + " in all, slowest " +
+                seconds_text(slowest) + ": " + slowest_what + ")");
 
     // Link into one shared library.
     const std::string lib_file = "kernels/" + stem + ".so";
     std::vector<std::string> link{cxx, "-shared", "-fPIC", "-o", (payload / lib_file).string()};
     link.insert(link.end(), objects.begin(), objects.end());
     check_stop();
-    run_all({Job{"linking " + lib_file, link}}, 1, out, [](std::size_t) {});
+    run_all({Job{"linking " + lib_file, link}}, 1, out, [](std::size_t, double) {});
     out.say(skc::LogLevel::info, "linked " + lib_file + " (" + std::to_string(kernels.size()) + " kernels)");
 
     // The payload, then the archive (built in the work folder, then linked into place without
@@ -611,7 +645,7 @@ int run(const Args& a) {
     const std::vector<std::string> packed = run_all(
         {Job{"packing " + package.filename().string(),
              {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"}}},
-        1, out, [](std::size_t) {});
+        1, out, [](std::size_t, double) {});
     if (!fs::is_regular_file(built)) throw Failure{1, "makeself exited with status 0 but wrote no " + built.string()};
     // makeself can exit 0 after a write error (a full disk): only a package that passes the header
     // check and its own integrity check leaves the work folder.

@@ -89,7 +89,7 @@ struct Config {
     skc::Options options;
     fs::path compiler;
     std::string device = "host-cpu";
-    std::string toolchain_version;  // empty: the compiler's fingerprint
+    std::string toolchain_version;  // empty: the compiler's fingerprint; the target's id is appended
     fs::path op_library;            // empty: <base>/op_library
     bool timing = false;
 };
@@ -333,8 +333,10 @@ public:
         }
         const fs::path base = skc::resolve_base(c.options);  // the error names the path
         skc::CompilerSettings s;
-        s.toolchain_version =
-            c.toolchain_version.empty() ? skc_host::toolchain_version(c.compiler) : c.toolchain_version;
+        // A version given in the config still gets the target's id: a package built for one
+        // instruction set must not be served to a CPU with another (target.hpp).
+        s.toolchain_version = c.toolchain_version.empty() ? skc_host::toolchain_version(c.compiler)
+                                                          : c.toolchain_version + "-" + skc_host::host_target().id;
         s.device = c.device;
         s.op_library = c.op_library.empty() ? base / "op_library" : c.op_library;
         s.backend = "host";
