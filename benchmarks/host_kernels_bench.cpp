@@ -1,5 +1,6 @@
 // benchmarks/host_kernels_bench.cpp: the host (CPU) reference backend's kernels, generic against
-// shape-specialised ("static"), with OpenBLAS and LIBXSMM beside the matrix products.
+// shape-specialised ("static"), with OpenBLAS and LIBXSMM beside the matrix products and a memcpy of
+// the same bytes beside the memory-bound ops.
 //
 //   <op>/<size>/generic   skc_host::run_plan: the shape-generic kernel of examples/host/kernels.hpp,
 //                         sizes passed at run time. The plan (skc_host::analyze) is computed once,
@@ -17,6 +18,10 @@
 //                         LIBXSMM_GEMM_FLAG_TRANS_A; only TRANS_B is generated): the dispatch gives no
 //                         kernel, and the case is reported as an error, "-" in the table. A null
 //                         dispatch for any other reason is reported the same way.
+//   <op>/<size>/memcpy    the ops that are not matrix products (Add, Mul, Gelu, SoftmaxV2, LayerNorm,
+//                         Transpose, Relu, LayerNormV3): std::memcpy of output 0's bytes from input 0
+//                         into output 0, in the same buffers: the floor of an op that reads and
+//                         writes that much memory once (Add and LayerNorm read more than they write).
 //
 // The generic and the static kernels are compiled by the same compiler with the same flags, in one
 // library (host_kernels_generic.cpp and the generated file: the project's flags plus -O3; no
@@ -35,14 +40,16 @@
 // reported as an error, not timed.
 //
 // At the end a summary table gives, per op and size, the median (or single) CPU time of each
-// kernel, the speedup generic / static, and the geometric mean of the speedups over the demo's ops.
-// Under it, the benchmarks that were not timed, with the reason.
+// kernel, the speedup generic / static, the ratios OpenBLAS / static and LIBXSMM / static (above 1:
+// the static kernel is faster) and static / memcpy, and the geometric mean of the speedups over the
+// demo's ops. Under it, the benchmarks that were not timed, with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -314,6 +321,29 @@ void BM_Libxsmm(benchmark::State& state, std::size_t i) {
 }
 #endif
 
+/// Whether case c gets a memcpy baseline: every op but the matrix products.
+bool memory_bound(const HostCase& c) {
+    const std::string& t = c.record.op_type;
+    return t != "MatMulV2" && t != "BatchMatMulV2" && t != "FusedMatMul";
+}
+
+void BM_Memcpy(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    Data& d = data(i);
+    const std::size_t n = d.out_n.empty() ? 0 : d.out_n[0];
+    if (n == 0 || d.in_n.empty() || d.in_n[0] < n) {
+        state.SkipWithError("output 0 is absent or larger than input 0");
+        return;
+    }
+    for (auto _ : state) {
+        std::memcpy(d.out_p[0], d.in_p[0], n * sizeof(float));
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+    state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(n * sizeof(float)));
+}
+
 // ---- the summary ------------------------------------------------------------------------------------
 
 /// The console output, plus a table of medians and speedups at the end.
@@ -340,9 +370,13 @@ public:
     void Finalize() override {
         ConsoleReporter::Finalize();
         std::FILE* o = stdout;
-        std::fprintf(o, "\nSummary (CPU time per call, median of the repetitions; speedup = generic / static):\n\n");
-        std::fprintf(o, "| Op | Size | Shapes | Generic | Static | Speedup | OpenBLAS | LIBXSMM |\n");
-        std::fprintf(o, "|---|---|---|---:|---:|---:|---:|---:|\n");
+        std::fprintf(o,
+                     "\nSummary (CPU time per call, median of the repetitions; speedup = generic / static; "
+                     "OpenBLAS/static and LIBXSMM/static above 1: static is faster):\n\n");
+        std::fprintf(o,
+                     "| Op | Size | Shapes | Generic | Static | Speedup | OpenBLAS | LIBXSMM | memcpy "
+                     "| OpenBLAS/static | LIBXSMM/static | static/memcpy |\n");
+        std::fprintf(o, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         double log_sum = 0, log_sum_all = 0;
         int count = 0, count_all = 0;
         double worst = INFINITY;
@@ -352,11 +386,13 @@ public:
             if (it == times_.end()) continue;
             const auto& t = it->second;
             const double g = value(t, "generic"), s = value(t, "static"), b = value(t, "openblas"),
-                         x = value(t, "libxsmm");
+                         x = value(t, "libxsmm"), m = value(t, "memcpy");
             const double speedup = ratio(g, s);
-            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(),
+            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(),
                          c.demo ? "" : " (not in the demo)", c.size.c_str(), c.shape.c_str(), fmt_time(g).c_str(),
-                         fmt_time(s).c_str(), fmt_ratio(speedup).c_str(), fmt_time(b).c_str(), fmt_time(x).c_str());
+                         fmt_time(s).c_str(), fmt_ratio(speedup).c_str(), fmt_time(b).c_str(), fmt_time(x).c_str(),
+                         fmt_time(m).c_str(), fmt_ratio(ratio(b, s)).c_str(), fmt_ratio(ratio(x, s)).c_str(),
+                         fmt_ratio(ratio(s, m)).c_str());
             if (speedup <= 0) continue;
             log_sum_all += std::log(speedup);
             ++count_all;
@@ -424,6 +460,8 @@ void register_all() {
         if (cases[i].gemm.batch > 0)
             benchmark::RegisterBenchmark((name + "/libxsmm").c_str(), BM_Libxsmm, i)->Unit(benchmark::kMicrosecond);
 #endif
+        if (memory_bound(cases[i]))
+            benchmark::RegisterBenchmark((name + "/memcpy").c_str(), BM_Memcpy, i)->Unit(benchmark::kMicrosecond);
     }
 }
 
