@@ -1,5 +1,6 @@
 // benchmarks/host_kernels_bench.cpp: the host (CPU) reference backend's kernels, generic against
-// shape-specialised ("static"), and OpenBLAS beside the matrix products.
+// shape-specialised ("static"), with OpenBLAS and LIBXSMM beside the matrix products and a memcpy of
+// the same bytes beside the memory-bound ops.
 //
 //   <op>/<size>/generic   skc_host::run_plan: the shape-generic kernel of examples/host/kernels.hpp,
 //                         sizes passed at run time. The plan (skc_host::analyze) is computed once,
@@ -8,28 +9,47 @@
 //                         generated at build time (host_kernels_gen) and compiled into this program.
 //   <op>/<size>/openblas  MatMulV2 and BatchMatMulV2 only: cblas_sgemm (once per batch) on one
 //                         thread, when OpenBLAS was found at build time.
+//   <op>/<size>/libxsmm   the same cases: the kernel LIBXSMM (1.17) JITs for the product, dispatched
+//                         once outside the timing and called once per batch item, when LIBXSMM was
+//                         found at build time. LIBXSMM is column-major: row-major C[M,N] = A[M,K] .
+//                         op(B) is computed as C^T = op(B)^T . A^T (m = N, n = M, k = K; B is the
+//                         first operand, A the second). A B stored [N,K] (QK^T) needs that first
+//                         operand transposed, which 1.17 does not JIT (LIBXSMM_GEMM_NO_BYPASS refuses
+//                         LIBXSMM_GEMM_FLAG_TRANS_A; only TRANS_B is generated): the dispatch gives no
+//                         kernel, and the case is reported as an error, "-" in the table. A null
+//                         dispatch for any other reason is reported the same way.
+//   <op>/<size>/memcpy    the ops that are not matrix products (Add, Mul, Gelu, SoftmaxV2, LayerNorm,
+//                         Transpose, Relu, LayerNormV3): std::memcpy of output 0's bytes from input 0
+//                         into output 0, in the same buffers: the floor of an op that reads and
+//                         writes that much memory once (Add and LayerNorm read more than they write).
 //
 // The generic and the static kernels are compiled by the same compiler with the same flags, in one
 // library (host_kernels_generic.cpp and the generated file: the project's flags plus -O3; no
 // -march, no -ffast-math); this file, the harness, gets the project's flags. The harness must not
 // instantiate a kernel itself (it does not include dispatch.hpp or kernels.hpp): the kernels are
 // inline functions, and the linker would be free to keep the harness's copy, built without -O3.
+// OpenBLAS and LIBXSMM pick their code for the CPU they run on (the context lines "openblas" and
+// "libxsmm" name it: AVX2 and FMA, for LIBXSMM AVX-512 where there is); the static and generic
+// kernels are plain x86-64 (SSE2).
 //
-// All kernels of a case run on the same buffers. Before timing, each static and OpenBLAS kernel
-// runs once on outputs set to NaN and is compared with the generic kernel's output: the static one
-// must agree within |a - b| <= 1e-5 * max(|b|, 1) per element (the bound of
+// All kernels of a case run on the same buffers. Before timing, each static, OpenBLAS and LIBXSMM
+// kernel runs once on outputs set to NaN and is compared with the generic kernel's output: the
+// static one must agree within |a - b| <= 1e-5 * max(|b|, 1) per element (the bound of
 // tests/examples/host_kernels_test.cpp; the counter max_rel_err shows the error, 0 when they agree
-// bit for bit), OpenBLAS within 1e-4 (it sums in another order). A case that fails is reported as
-// an error, not timed.
+// bit for bit), OpenBLAS and LIBXSMM within 1e-4 (they sum in another order). A case that fails is
+// reported as an error, not timed.
 //
 // At the end a summary table gives, per op and size, the median (or single) CPU time of each
-// kernel, the speedup generic / static, and the geometric mean of the speedups over the demo's ops.
+// kernel, the speedup generic / static, the ratios OpenBLAS / static and LIBXSMM / static (above 1:
+// the static kernel is faster) and static / memcpy, and the geometric mean of the speedups over the
+// demo's ops. Under it, the benchmarks that were not timed, with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -48,6 +68,9 @@
 // (clang -Wpedantic). Only cblas_sgemm is used.
 #define FORCE_OPENBLAS_COMPLEX_STRUCT 1
 #include <cblas.h>
+#endif
+#if SKC_BENCH_HAVE_LIBXSMM
+#include <libxsmm.h>  // clean under -Wall -Wextra -Wpedantic with g++ 12 and clang++ 14
 #endif
 
 using skc_bench_kernel_fn = void (*)(const float* const*, float* const*);
@@ -244,6 +267,83 @@ void BM_OpenBlas(benchmark::State& state, std::size_t i) {
 }
 #endif
 
+#if SKC_BENCH_HAVE_LIBXSMM
+/// LIBXSMM's kernel for the product of g, or null (then `why` says why). Row-major C[M,N] = A[M,K]
+/// . op(B) is, column-major, C^T = op(B)^T . A^T: m = N, n = M, k = K, the first operand B
+/// (lda = N, or K for a B stored [N,K], which needs LIBXSMM_GEMM_FLAG_TRANS_A), the second A
+/// (ldb = K), ldc = N; alpha 1, beta 0 (C is overwritten), no prefetch.
+libxsmm_smmfunction xsmm_dispatch(const skc_bench::GemmShape& g, std::string& why) {
+    const auto m = static_cast<libxsmm_blasint>(g.n), n = static_cast<libxsmm_blasint>(g.m),
+               k = static_cast<libxsmm_blasint>(g.k);
+    const libxsmm_blasint lda = g.tb ? k : m, ldb = k, ldc = m;
+    const float alpha = 1.0f, beta = 0.0f;
+    const int flags = g.tb ? LIBXSMM_GEMM_FLAG_TRANS_A : LIBXSMM_GEMM_FLAG_NONE;
+    const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+    const libxsmm_smmfunction f = libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
+    if (f == nullptr)
+        why = g.tb ? "LIBXSMM 1.17 JITs no kernel with a transposed first operand (LIBXSMM_GEMM_FLAG_TRANS_A), which "
+                     "B stored [N,K] needs in the column-major product"
+                   : "libxsmm_smmdispatch returned no kernel for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         " k=" + std::to_string(k);
+    return f;
+}
+
+void run_xsmm(libxsmm_smmfunction f, const skc_bench::GemmShape& g, const Data& d) {
+    const float* a = d.in_p[0];
+    const float* b = d.in_p[1];
+    float* y = d.out_p[0];
+    for (std::int64_t t = 0; t < g.batch; ++t) f(b + t * g.k * g.n, a + t * g.m * g.k, y + t * g.m * g.n);
+}
+
+void BM_Libxsmm(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    std::string why;
+    const libxsmm_smmfunction f = xsmm_dispatch(c.gemm, why);
+    if (f == nullptr) {
+        state.SkipWithError(why.c_str());
+        return;
+    }
+    const double err = check(i, [&](Data& d) { run_xsmm(f, c.gemm, d); });
+    state.counters["max_rel_err"] = err;
+    if (!(err <= blas_tolerance)) {
+        const std::string msg =
+            "LIBXSMM output differs from the generic one: max relative error " + std::to_string(err);
+        state.SkipWithError(msg.c_str());
+        return;
+    }
+    Data& d = data(i);
+    for (auto _ : state) {
+        run_xsmm(f, c.gemm, d);
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+}
+#endif
+
+/// Whether case c gets a memcpy baseline: every op but the matrix products.
+bool memory_bound(const HostCase& c) {
+    const std::string& t = c.record.op_type;
+    return t != "MatMulV2" && t != "BatchMatMulV2" && t != "FusedMatMul";
+}
+
+void BM_Memcpy(benchmark::State& state, std::size_t i) {
+    const HostCase& c = all_cases()[i];
+    Data& d = data(i);
+    const std::size_t n = d.out_n.empty() ? 0 : d.out_n[0];
+    if (n == 0 || d.in_n.empty() || d.in_n[0] < n) {
+        state.SkipWithError("output 0 is absent or larger than input 0");
+        return;
+    }
+    for (auto _ : state) {
+        std::memcpy(d.out_p[0], d.in_p[0], n * sizeof(float));
+        benchmark::DoNotOptimize(d.out_p[0]);
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, c);
+    state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(n * sizeof(float)));
+}
+
 // ---- the summary ------------------------------------------------------------------------------------
 
 /// The console output, plus a table of medians and speedups at the end.
@@ -252,7 +352,10 @@ public:
     void ReportRuns(const std::vector<Run>& runs) override {
         ConsoleReporter::ReportRuns(runs);
         for (const Run& r : runs) {
-            if (r.error_occurred) continue;
+            if (r.error_occurred) {
+                errors_.emplace(r.run_name.function_name, r.error_message);
+                continue;
+            }
             // With repetitions, the median; without, the one run.
             const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
             if (!(median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1))) continue;
@@ -267,9 +370,13 @@ public:
     void Finalize() override {
         ConsoleReporter::Finalize();
         std::FILE* o = stdout;
-        std::fprintf(o, "\nSummary (CPU time per call, median of the repetitions; speedup = generic / static):\n\n");
-        std::fprintf(o, "| Op | Size | Shapes | Generic | Static | Speedup | OpenBLAS |\n");
-        std::fprintf(o, "|---|---|---|---:|---:|---:|---:|\n");
+        std::fprintf(o,
+                     "\nSummary (CPU time per call, median of the repetitions; speedup = generic / static; "
+                     "OpenBLAS/static and LIBXSMM/static above 1: static is faster):\n\n");
+        std::fprintf(o,
+                     "| Op | Size | Shapes | Generic | Static | Speedup | OpenBLAS | LIBXSMM | memcpy "
+                     "| OpenBLAS/static | LIBXSMM/static | static/memcpy |\n");
+        std::fprintf(o, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         double log_sum = 0, log_sum_all = 0;
         int count = 0, count_all = 0;
         double worst = INFINITY;
@@ -278,12 +385,14 @@ public:
             const auto it = times_.find(c.name());
             if (it == times_.end()) continue;
             const auto& t = it->second;
-            const double g = value(t, "generic"), s = value(t, "static"), b = value(t, "openblas");
-            const double speedup = g > 0 && s > 0 ? g / s : 0;
-            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(),
+            const double g = value(t, "generic"), s = value(t, "static"), b = value(t, "openblas"),
+                         x = value(t, "libxsmm"), m = value(t, "memcpy");
+            const double speedup = ratio(g, s);
+            std::fprintf(o, "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.op.c_str(),
                          c.demo ? "" : " (not in the demo)", c.size.c_str(), c.shape.c_str(), fmt_time(g).c_str(),
-                         fmt_time(s).c_str(), speedup > 0 ? fmt_ratio(speedup).c_str() : "-",
-                         b > 0 ? fmt_time(b).c_str() : "-");
+                         fmt_time(s).c_str(), fmt_ratio(speedup).c_str(), fmt_time(b).c_str(), fmt_time(x).c_str(),
+                         fmt_time(m).c_str(), fmt_ratio(ratio(b, s)).c_str(), fmt_ratio(ratio(x, s)).c_str(),
+                         fmt_ratio(ratio(s, m)).c_str());
             if (speedup <= 0) continue;
             log_sum_all += std::log(speedup);
             ++count_all;
@@ -298,6 +407,8 @@ public:
         if (count_all > count)
             std::fprintf(o, "Geometric mean speedup over every case: %.2fx (%d cases)\n",
                          std::exp(log_sum_all / count_all), count_all);
+        if (!errors_.empty()) std::fprintf(o, "\nNot timed (\"-\" above):\n");
+        for (const auto& [name, message] : errors_) std::fprintf(o, "- %s: %s\n", name.c_str(), message.c_str());
         std::fflush(o);
     }
 
@@ -323,13 +434,16 @@ private:
         else std::snprintf(buf, sizeof buf, "%.*f ms", ns < 1e7 ? 2 : ns < 1e8 ? 1 : 0, ns / 1e6);
         return buf;
     }
+    static double ratio(double num, double den) { return num > 0 && den > 0 ? num / den : 0; }
     static std::string fmt_ratio(double r) {
+        if (r <= 0) return "-";
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.2f", r);
         return buf;
     }
 
     std::map<std::string, std::map<std::string, double>> times_;
+    std::map<std::string, std::string> errors_;  // benchmark name -> why it was not timed
 };
 
 void register_all() {
@@ -342,6 +456,12 @@ void register_all() {
         if (cases[i].gemm.batch > 0)
             benchmark::RegisterBenchmark((name + "/openblas").c_str(), BM_OpenBlas, i)->Unit(benchmark::kMicrosecond);
 #endif
+#if SKC_BENCH_HAVE_LIBXSMM
+        if (cases[i].gemm.batch > 0)
+            benchmark::RegisterBenchmark((name + "/libxsmm").c_str(), BM_Libxsmm, i)->Unit(benchmark::kMicrosecond);
+#endif
+        if (memory_bound(cases[i]))
+            benchmark::RegisterBenchmark((name + "/memcpy").c_str(), BM_Memcpy, i)->Unit(benchmark::kMicrosecond);
     }
 }
 
@@ -371,9 +491,19 @@ int main(int argc, char** argv) {
 #else
     benchmark::AddCustomContext("openblas", "not found at build time");
 #endif
+#if SKC_BENCH_HAVE_LIBXSMM
+    libxsmm_init();
+    benchmark::AddCustomContext("libxsmm",
+                                std::string(LIBXSMM_CONFIG_VERSION) + ", target " + libxsmm_get_target_arch());
+#else
+    benchmark::AddCustomContext("libxsmm", "not found at build time");
+#endif
     register_all();
     SummaryReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::Shutdown();
+#if SKC_BENCH_HAVE_LIBXSMM
+    libxsmm_finalize();
+#endif
     return 0;
 }

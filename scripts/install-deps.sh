@@ -11,6 +11,7 @@ packages=(
   cmake make                                  # tests/packaging: CMake and Makefile consumers of an install
   clang-format                                # tests/format: the layout of .clang-format
   libopenblas-dev                             # benchmarks: OpenBLAS sgemm beside the host MatMul
+  libxsmm-dev                                 # benchmarks: LIBXSMM beside the host MatMul
   libopenmpi-dev openmpi-bin                  # optional MpiGather (skc/ext/mpi.hpp), skc compile --mpi, tests/mpi
   libtorch-dev python3-torch                  # the PyTorch plugin examples/torch (libskc_torch.so) and its tests
 )
