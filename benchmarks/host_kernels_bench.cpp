@@ -19,25 +19,28 @@
 //                         kernel, and the case is reported as an error, "-" in the table. A null
 //                         dispatch for any other reason is reported the same way.
 //   <op>/<size>/memcpy    the ops that are not matrix products (Add, Mul, Gelu, SoftmaxV2, LayerNorm,
-//                         Transpose, Relu, LayerNormV3): std::memcpy of output 0's bytes from input 0
-//                         into output 0, in the same buffers: the floor of an op that reads and
-//                         writes that much memory once (Add and LayerNorm read more than they write).
+//                         Transpose, Relu, LayerNormV3): one std::memcpy that reads and writes as many
+//                         bytes as the op (half the bytes of all its inputs and outputs: for Add, which
+//                         reads two arrays and writes one, one and a half arrays), between two buffers
+//                         of its own: the floor of an op that moves that much memory once.
 //
-// The generic and the static kernels are compiled by the same compiler with the same flags, in one
-// library (host_kernels_generic.cpp and the generated file: the project's flags plus -O3; no
-// -march, no -ffast-math); this file, the harness, gets the project's flags. The harness must not
+// The generic kernels are compiled as a framework ships them, for any x86-64 (host_kernels_generic.cpp:
+// the project's flags plus -O3, no -march); the static ones as host_op_compiler compiles them, for
+// this CPU (the generated file: -O3 -march=native -ffp-contract=fast, the flags of
+// examples/host/target.hpp's kernel_flags(); the context line "static" names the target); neither
+// with -ffast-math. This file, the harness, gets the project's flags. The harness must not
 // instantiate a kernel itself (it does not include dispatch.hpp or kernels.hpp): the kernels are
 // inline functions, and the linker would be free to keep the harness's copy, built without -O3.
 // OpenBLAS and LIBXSMM pick their code for the CPU they run on (the context lines "openblas" and
-// "libxsmm" name it: AVX2 and FMA, for LIBXSMM AVX-512 where there is); the static and generic
-// kernels are plain x86-64 (SSE2).
+// "libxsmm" name it; OpenBLAS follows OPENBLAS_CORETYPE when it is set).
 //
 // All kernels of a case run on the same buffers. Before timing, each static, OpenBLAS and LIBXSMM
 // kernel runs once on outputs set to NaN and is compared with the generic kernel's output: the
-// static one must agree within |a - b| <= 1e-5 * max(|b|, 1) per element (the bound of
-// tests/examples/host_kernels_test.cpp; the counter max_rel_err shows the error, 0 when they agree
-// bit for bit), OpenBLAS and LIBXSMM within 1e-4 (they sum in another order). A case that fails is
-// reported as an error, not timed.
+// static one must agree within |a - b| <= bound * max(|b|, 1) per element, bound the op's
+// skc_host::generated_tolerance() (1e-4 for the matrix products, 1e-5 for the rest: the bound of
+// tests/examples/host_kernels_test.cpp; the counter max_rel_err shows the error), OpenBLAS and
+// LIBXSMM within 1e-4 (they sum in another order). A case that fails is reported as an error, not
+// timed.
 //
 // At the end a summary table gives, per op and size, the median (or single) CPU time of each
 // kernel, the speedup generic / static, the ratios OpenBLAS / static and LIBXSMM / static (above 1:
@@ -59,6 +62,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "host/codegen.hpp"
 #include "host/plan.hpp"
 #include "host_kernels_cases.hpp"
 #include "host_kernels_generic.hpp"
@@ -84,7 +88,6 @@ namespace {
 
 using skc_bench::HostCase;
 
-constexpr double static_tolerance = 1e-5;
 constexpr double blas_tolerance = 1e-4;
 
 /// The buffers of one case, inputs random in [-3, 3] (fixed seed), in one arena shared by every
@@ -222,7 +225,7 @@ void BM_Static(benchmark::State& state, std::size_t i) {
     const skc_bench_kernel_fn kernel = skc_bench_static_kernels[i];
     const double err = check(i, [&](Data& d) { kernel(d.in_p.data(), d.out_p.data()); });
     state.counters["max_rel_err"] = err;
-    if (!(err <= static_tolerance)) {
+    if (!(err <= skc_host::generated_tolerance(*skc_host::analyze(c.record).plan))) {
         const std::string msg = "static output differs from the generic one: max relative error " + std::to_string(err);
         state.SkipWithError(msg.c_str());
         return;
@@ -329,19 +332,25 @@ bool memory_bound(const HostCase& c) {
 
 void BM_Memcpy(benchmark::State& state, std::size_t i) {
     const HostCase& c = all_cases()[i];
-    Data& d = data(i);
-    const std::size_t n = d.out_n.empty() ? 0 : d.out_n[0];
-    if (n == 0 || d.in_n.empty() || d.in_n[0] < n) {
-        state.SkipWithError("output 0 is absent or larger than input 0");
+    const Data& d = data(i);
+    // As many bytes read and written as the op reads and writes: half its inputs' and outputs' bytes
+    // copied (Add reads two arrays and writes one: one and a half copied).
+    std::size_t floats = 0;
+    for (std::size_t n : d.in_n) floats += n;
+    for (std::size_t n : d.out_n) floats += n;
+    floats /= 2;
+    if (floats == 0) {
+        state.SkipWithError("the op has no float inputs or outputs");
         return;
     }
+    std::vector<float> src(floats, 1.0f), dst(floats, 0.0f);
     for (auto _ : state) {
-        std::memcpy(d.out_p[0], d.in_p[0], n * sizeof(float));
-        benchmark::DoNotOptimize(d.out_p[0]);
+        std::memcpy(dst.data(), src.data(), floats * sizeof(float));
+        benchmark::DoNotOptimize(dst.data());
         benchmark::ClobberMemory();
     }
     set_counters(state, c);
-    state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(n * sizeof(float)));
+    state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(floats * sizeof(float)));
 }
 
 // ---- the summary ------------------------------------------------------------------------------------
@@ -483,6 +492,9 @@ int main(int argc, char** argv) {
                          skc_bench_static_names[i], cases[i].name().c_str());
             return 1;
         }
+    const skc_host::Target target = skc_host::target_for("native");  // what host_kernels_gen generated for
+    benchmark::AddCustomContext("static", "target " + target.id + " (-march=" + target.march + ", " +
+                                              std::to_string(target.vector_floats) + " floats a vector)");
 #if SKC_BENCH_HAVE_OPENBLAS
     openblas_set_num_threads(1);  // one thread, as the static and generic kernels
     benchmark::AddCustomContext("openblas", std::string(openblas_get_config()) + ", threads " +

@@ -7,8 +7,9 @@
 //     extern "C" const char* const skc_bench_static_names[];             // case i's name
 //     extern "C" const unsigned long skc_bench_static_count;
 //
-// Run at build time (a Meson custom_target); the output is compiled into host_kernels_bench with
-// the benchmark's own flags, so the static and the generic kernels are built alike.
+// Run at build time (a Meson custom_target) for this CPU (target "native", whatever SKC_HOST_ISA
+// says); the output is compiled with the flags host_op_compiler uses for that target (-O3
+// -march=native -ffp-contract=fast; benchmarks/meson.build).
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
         std::string table, names;
         for (std::size_t i = 0; i < cases.size(); ++i) {
             const std::string symbol = "skc_bench_static_" + std::to_string(i);
-            const std::optional<std::string> src = skc_host::generate_kernel(cases[i].record, symbol);
+            const std::optional<std::string> src =
+                skc_host::generate_kernel(cases[i].record, symbol, skc_host::target_for("native"));
             if (!src) {
                 std::fprintf(stderr, "%s: %s\n", cases[i].name().c_str(),
                              skc_host::unsupported_reason(cases[i].record).c_str());

@@ -323,6 +323,10 @@ std::vector<std::pair<std::string, OpRecord>> cases() {
     add(transpose({1, 33, 1}, {2, 0, -2}));
     add(transpose({1}, {0}));
     add(transpose({64, 65}, {1, 0}, true));
+    add(transpose({6, 4, 8}, {1, 0, 2}));          // a memcpy per row of 8
+    add(transpose({3, 16, 5, 24}, {0, 3, 2, 1}));  // 8 x 8 vector blocks inside two loops
+    add(transpose({2, 8, 3}, {2, 0, 1}, true));    // strided last dim, no partner of 8: one by one
+    add(transpose({5, 7, 2}, {0, 1, 2}));          // identity: one memcpy
     for (OpRecord& r : plugin_cases()) add(std::move(r));
     for (const auto& e : fs::directory_iterator(skc_test::example_ops_dir())) {
         OpRecord r = skc::read_op_info(e.path());
