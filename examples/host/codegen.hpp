@@ -150,17 +150,22 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("[[maybe_unused]] inline vf vsplat(float x) { return vf{} + x; }");
     s.line("[[maybe_unused]] inline vf vsel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }");
     s.line("[[maybe_unused]] inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }");
-    s.open("[[maybe_unused]] inline vf vexp(vf x)");
-    s.line("x = vsel(x < -87.0f, vsplat(-87.0f), x);");
-    s.line("x = vsel(x > 88.0f, vsplat(88.0f), x);");
+    // e^x for x in [-87, 88]: polynomials in Estrin's form (a short chain of dependent operations:
+    // the loops are bound by latency, not by the number of operations).
+    s.open("[[maybe_unused]] inline vf vexp_in_range(vf x)");
     s.line("const vf t = x * 1.44269504088896341f + 12582912.0f;");
     s.line("const vf k = t - 12582912.0f;");
     s.line("const vi e = ((vi)t - 0x4B400000 + 127) << 23;");
     s.line("const vf r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-6f;");
-    s.line("vf p = vsplat(1.0f / 5040.0f);");
-    for (const char* c : {"1.0f / 720.0f", "1.0f / 120.0f", "1.0f / 24.0f", "1.0f / 6.0f", "0.5f", "1.0f", "1.0f"})
-        s.line(std::string("p = p * r + ") + c + ";");
+    s.line("const vf r2 = r * r, r4 = r2 * r2;");
+    s.line("const vf p = (1.0f + r) + r2 * (0.5f + r * (1.0f / 6.0f)) +");
+    s.line("             r4 * ((1.0f / 24.0f + r * (1.0f / 120.0f)) + r2 * (1.0f / 720.0f + r * (1.0f / 5040.0f)));");
     s.line("return p * (vf)e;");
+    s.close();
+    s.open("[[maybe_unused]] inline vf vexp(vf x)");
+    s.line("x = vsel(x < -87.0f, vsplat(-87.0f), x);");
+    s.line("x = vsel(x > 88.0f, vsplat(88.0f), x);");
+    s.line("return vexp_in_range(x);");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v > 0.0f, v, vf{}); }");
     s.open("[[maybe_unused]] inline vf vgelu_tanh(vf v)");
@@ -171,11 +176,11 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf z = v * 0.70710678118654752f;");
     s.line("const vf a = (vf)((vi)z & 0x7fffffff);");
     s.line("const vf t = 1.0f / (1.0f + 0.5f * a);");
-    s.line("vf p = vsplat(0.170569897f);");
-    for (const char* c : {"-0.811158717f", "1.44145226f", "-1.04593873f", "0.184876978f", "-0.126992673f",
-                          "0.0740375891f", "0.379233003f", "0.999402285f", "-1.26548159f"})
-        s.line(std::string("p = p * t + ") + c + ";");
-    s.line("const vf c = t * vexp(vmax(p - a * a, vsplat(-80.0f)));");
+    s.line("const vf t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;");
+    s.line("const vf p = (-1.26548159f + t * 0.999402285f) + t2 * (0.379233003f + t * 0.0740375891f) +");
+    s.line("             t4 * ((-0.126992673f + t * 0.184876978f) + t2 * (-1.04593873f + t * 1.44145226f)) +");
+    s.line("             t8 * (-0.811158717f + t * 0.170569897f);");
+    s.line("const vf c = t * vexp_in_range(vmax(p - a * a, vsplat(-80.0f)));");
     s.line("return 0.5f * v * vsel(z < 0.0f, c, 2.0f - c);");
     s.close();
     s.open("[[maybe_unused]] inline float vhsum(vf v)");
@@ -340,7 +345,12 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
     auto block = [&](const std::string& k0, std::int64_t kb, const std::string& first, const std::string& last) {
         // The copy runs along op(B)'s contiguous dim, if it has one (a transposed B: along K).
         const std::string copy = "bp[p * " + n(nr) + " + c] = B[(" + k0 + " + p) * SBK + (j0 + c) * SBN];";
-        if (p.b.k == 1) {
+        if (p.b.k == 1 && cols % 8 == 0 && kb % 8 == 0) {
+            // A transposed B in 8 x 8 blocks transposed in registers (transpose_prelude()).
+            s.open("for (idx c = 0; c < " + n(cols) + "; c += 8)");
+            s.line("for (idx p = 0; p < " + n(kb) + "; p += 8) skc_t8::tr8(B + (" + k0 +
+                   " + p) + (j0 + c) * SBN, SBN, bp + p * " + n(nr) + " + c, " + n(nr) + ");");
+        } else if (p.b.k == 1) {
             s.open("for (idx c = 0; c < " + n(cols) + "; ++c)");
             s.line("for (idx p = 0; p < " + n(kb) + "; ++p) " + copy);
         } else {
@@ -773,7 +783,9 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
         },
         *a.plan);
     if (vectors) s.raw(detail::vector_prelude(w));
-    if (const auto* t = std::get_if<TransposePlan>(&*a.plan); t && detail::transpose_shape(*t).tiled < t->perm.size())
+    const auto* tp = std::get_if<TransposePlan>(&*a.plan);
+    const auto* mp = std::get_if<MatMulPlan>(&*a.plan);
+    if ((tp && detail::transpose_shape(*tp).tiled < tp->perm.size()) || (mp && mp->b.k == 1 && mp->b.outer != 1))
         s.raw(detail::transpose_prelude());
     s.open("extern \"C\" void " + std::string(symbol) + "(const float* const* inputs, float* const* outputs)");
     if (!std::holds_alternative<TransposePlan>(*a.plan)) s.line("using idx [[maybe_unused]] = std::ptrdiff_t;");
