@@ -504,11 +504,7 @@ std::vector<T*> pointers(std::vector<std::vector<float>>& b) {
 }
 
 /// |a - b| relative to max(|b|, 1): relative for values of magnitude 1 and above.
-double rel_err(float a, float b) {
-    return std::abs(static_cast<double>(a) - b) / std::max(1.0, std::abs(static_cast<double>(b)));
-}
-
-constexpr double tolerance = 1e-5;
+double rel_err(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
