@@ -709,14 +709,21 @@ inline void emit(Src& s, const TransposePlan& p, std::int64_t /*w*/) {
         for (std::size_t i = t.run; i < r; ++i) run *= t.dims[i];
         s.line("std::memcpy(y + " + at(yi) + ", x + " + at(xi) + ", " + n(run) + " * sizeof(float));");
     } else if (t.tiled < r) {
+        // Two blocks side by side along the input's rows where the size allows: each input line
+        // (64 bytes) is then read once, whole.
         const std::string vk = "i" + std::to_string(t.tiled), vl = "i" + std::to_string(r - 1);
-        s.open("for (idx " + vk + " = 0; " + vk + " < " + n(t.dims[t.tiled]) + "; " + vk + " += 8)");
+        const std::int64_t step = t.dims[t.tiled] % 16 == 0 ? 16 : 8;
+        s.open("for (idx " + vk + " = 0; " + vk + " < " + n(t.dims[t.tiled]) + "; " + vk + " += " + n(step) + ")");
         s.open("for (idx " + vl + " = 0; " + vl + " < " + n(t.dims[r - 1]) + "; " + vl + " += 8)");
         opened += 2;
         index(vk, t.tiled);
         index(vl, r - 1);
-        s.line("skc_t8::tr8(x + " + xi + ", " + n(t.stride[r - 1]) + ", y + " + yi + ", " + n(t.out_stride[t.tiled]) +
-               ");");
+        for (std::int64_t b = 0; b < step; b += 8) {
+            const std::string dx = b == 0 ? "" : " + " + n(b * t.stride[t.tiled]);
+            const std::string dy = b == 0 ? "" : " + " + n(b * t.out_stride[t.tiled]);
+            s.line("skc_t8::tr8(x + " + xi + dx + ", " + n(t.stride[r - 1]) + ", y + " + yi + dy + ", " +
+                   n(t.out_stride[t.tiled]) + ");");
+        }
     } else {
         s.line("y[" + at(yi) + "] = x[" + at(xi) + "];");
     }
