@@ -183,6 +183,31 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf c = t * vexp_in_range(vmax(p - a * a, vsplat(-80.0f)));");
     s.line("return 0.5f * v * vsel(z < 0.0f, c, 2.0f - c);");
     s.close();
+    // Across the lanes: halves folded onto each other (log2 W steps) where the compiler has
+    // __builtin_shufflevector (Clang, GCC 12 on), else one lane at a time.
+    std::string fold;  // one `v = op(v, <v rotated by half>)` per step, `op` in place of "OP"
+    for (std::int64_t half = w / 2; half >= 1; half /= 2) {
+        std::string idx;
+        for (std::int64_t i = 0; i < w; ++i) idx += (i ? ", " : "") + n((i + half) % w);
+        fold += "    v = OP(v, __builtin_shufflevector(v, v, " + idx + "));\n";
+    }
+    auto replace_op = [&](const std::string& op) {
+        std::string out = fold;
+        for (std::size_t at = out.find("OP"); at != std::string::npos; at = out.find("OP", at + op.size()))
+            out.replace(at, 2, op);
+        return out;
+    };
+    s.line("#if defined(__clang__) || __GNUC__ >= 12");
+    s.line("[[maybe_unused]] inline vf vadd(vf a, vf b) { return a + b; }");
+    s.open("[[maybe_unused]] inline float vhsum(vf v)");
+    s.raw(replace_op("vadd"));
+    s.line("return v[0];");
+    s.close();
+    s.open("[[maybe_unused]] inline float vhmax(vf v)");
+    s.raw(replace_op("vmax"));
+    s.line("return v[0];");
+    s.close();
+    s.line("#else");
     s.open("[[maybe_unused]] inline float vhsum(vf v)");
     s.line("float t[W];");
     s.line("vstore(t, v);");
@@ -197,6 +222,7 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("for (std::ptrdiff_t i = 1; i < W; ++i) r = t[i] > r ? t[i] : r;");
     s.line("return r;");
     s.close();
+    s.line("#endif");
     s.line("}  // namespace " + ns);
     s.line("}  // namespace");
     s.line("#endif");
