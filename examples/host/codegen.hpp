@@ -144,7 +144,7 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("namespace " + ns + " {");
     s.line("typedef float vf __attribute__((vector_size(" + n(4 * w) + ")));");
     s.line("typedef int vi __attribute__((vector_size(" + n(4 * w) + ")));");
-    s.line("constexpr std::ptrdiff_t W = " + n(w) + ";");
+    s.line("[[maybe_unused]] constexpr std::ptrdiff_t W = " + n(w) + ";");
     s.line("[[maybe_unused]] inline vf vload(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }");
     s.line("[[maybe_unused]] inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }");
     s.line("[[maybe_unused]] inline vf vsplat(float x) { return vf{} + x; }");
@@ -521,6 +521,45 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     s.close();
 }
 
+/// Rows short enough to live in registers: whole vectors only (COLS a multiple of W), at most 8 of
+/// them. Such a row is read once into registers and every pass runs there (one read of the input
+/// instead of two or three), and `group` rows run side by side (up to 8 vectors in all): a short
+/// row is one chain of dependent steps (maximum or sums, then exp or the normalisation) that the
+/// CPU overlaps with the next rows' only when they are interleaved in the code.
+struct RowGroups {
+    std::int64_t vectors = 0;  // vectors a row; 0: the row does not fit
+    std::int64_t group = 1;    // rows a group
+};
+
+inline RowGroups row_groups(std::int64_t cols, std::int64_t w) {
+    if (cols % w != 0 || cols / w > 8) return {};
+    const std::int64_t v = cols / w;
+    return {v, std::max<std::int64_t>(1, std::min<std::int64_t>(4, 8 / v))};
+}
+
+/// The row loop of a row kernel in groups of g.group rows: `body(rows)` emits the statements for
+/// `rows` rows starting at row r0 (a loop variable, or a constant for the last partial group).
+template <class Body>
+inline void emit_row_groups(Src& s, std::int64_t rows, const RowGroups& g, Body&& body) {
+    const std::int64_t full = rows - rows % g.group;
+    if (full > 0) {
+        s.open("for (idx r0 = 0; r0 < " + n(full) + "; r0 += " + n(g.group) + ")");
+        body(g.group);
+        s.close();
+    }
+    if (rows % g.group != 0) {
+        s.open("");
+        s.line("constexpr idx r0 = " + n(full) + ";");
+        body(rows % g.group);
+        s.close();
+    }
+}
+
+/// "x<row>_<vector>", the registers of a row group.
+inline std::string reg(const char* name, std::int64_t row, std::int64_t v) {
+    return std::string(name) + n(row) + "_" + n(v);
+}
+
 /// SoftmaxV2; y may be x (in place), hence no __restrict: every pass reads xr[c] before it writes
 /// yr[c]. Per row, in vectors of W floats: the maximum (lanes, then across them), e^(x - max)
 /// stored and summed in W lanes (the last COLS % W columns through a zero-padded vector), then
@@ -528,7 +567,35 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
 inline void emit(Src& s, const SoftmaxPlan& p, std::int64_t w) {
     const std::int64_t whole = p.cols - p.cols % w, rest = p.cols % w;
     s.line("using namespace skc_v" + n(w) + ";");
-    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.line("[[maybe_unused]] constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    if (const RowGroups g = row_groups(p.cols, w); g.vectors > 0) {
+        emit_row_groups(s, p.rows, g, [&](std::int64_t rows) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("const float* x" + n(r) + " = inputs[0] + (r0 + " + n(r) + ") * COLS;");
+                for (std::int64_t v = 0; v < g.vectors; ++v)
+                    s.line("vf " + reg("x", r, v) + " = vload(x" + n(r) + " + " + n(v * w) + ");");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::string m = reg("x", r, 0);
+                for (std::int64_t v = 1; v < g.vectors; ++v) m = "vmax(" + reg("x", r, v) + ", " + m + ")";
+                s.line("const float mx" + n(r) + " = vhmax(" + m + ");");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::string sum;
+                for (std::int64_t v = 0; v < g.vectors; ++v) {
+                    s.line(reg("x", r, v) + " = vexp(" + reg("x", r, v) + " - mx" + n(r) + ");");
+                    sum += (v ? " + " : "") + reg("x", r, v);
+                }
+                s.line("const float sum" + n(r) + " = vhsum(" + sum + ");");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("float* y" + n(r) + " = outputs[0] + (r0 + " + n(r) + ") * COLS;");
+                for (std::int64_t v = 0; v < g.vectors; ++v)
+                    s.line("vstore(y" + n(r) + " + " + n(v * w) + ", " + reg("x", r, v) + " / sum" + n(r) + ");");
+            }
+        });
+        return;
+    }
     s.loop("r", "0", "ROWS");
     s.line("const float* xr = inputs[0] + r * COLS;");
     s.line("float* yr = outputs[0] + r * COLS;");
@@ -573,13 +640,45 @@ inline void emit(Src& s, const SoftmaxPlan& p, std::int64_t w) {
 inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
     const std::int64_t whole = p.cols - p.cols % w;
     s.line("using namespace skc_v" + n(w) + ";");
-    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.line("[[maybe_unused]] constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
     s.line("const float eps = " + float_literal(p.epsilon) + ";");
     s.line("const float* __restrict gamma = inputs[1];");
     s.line("const float* __restrict beta = inputs[2];");
     if (p.mean_out) s.line("float* __restrict mean = outputs[1];");
     if (p.var_out) s.line("float* __restrict var = outputs[2];");
     if (p.rstd_out) s.line("float* __restrict rstd_out = outputs[2];");
+    if (const RowGroups g = row_groups(p.cols, w); g.vectors > 0) {
+        emit_row_groups(s, p.rows, g, [&](std::int64_t rows) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("const float* __restrict x" + n(r) + " = inputs[0] + (r0 + " + n(r) + ") * COLS;");
+                std::string sum;
+                for (std::int64_t v = 0; v < g.vectors; ++v) {
+                    s.line("const vf " + reg("x", r, v) + " = vload(x" + n(r) + " + " + n(v * w) + ");");
+                    sum += (v ? " + " : "") + reg("x", r, v);
+                }
+                s.line("const float mu" + n(r) + " = vhsum(" + sum + ") / static_cast<float>(COLS);");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::string sq;
+                for (std::int64_t v = 0; v < g.vectors; ++v) {
+                    s.line("const vf " + reg("d", r, v) + " = " + reg("x", r, v) + " - mu" + n(r) + ";");
+                    sq += (v ? " + " : "") + reg("d", r, v) + " * " + reg("d", r, v);
+                }
+                s.line("const float v" + n(r) + " = vhsum(" + sq + ") / static_cast<float>(COLS);");
+                s.line("const float rstd" + n(r) + " = 1.0f / std::sqrt(v" + n(r) + " + eps);");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("float* __restrict y" + n(r) + " = outputs[0] + (r0 + " + n(r) + ") * COLS;");
+                for (std::int64_t v = 0; v < g.vectors; ++v)
+                    s.line("vstore(y" + n(r) + " + " + n(v * w) + ", " + reg("d", r, v) + " * rstd" + n(r) +
+                           " * vload(gamma + " + n(v * w) + ") + vload(beta + " + n(v * w) + "));");
+                if (p.mean_out) s.line("mean[r0 + " + n(r) + "] = mu" + n(r) + ";");
+                if (p.var_out) s.line("var[r0 + " + n(r) + "] = v" + n(r) + ";");
+                if (p.rstd_out) s.line("rstd_out[r0 + " + n(r) + "] = rstd" + n(r) + ";");
+            }
+        });
+        return;
+    }
     s.loop("r", "0", "ROWS");
     s.line("const float* __restrict xr = inputs[0] + r * COLS;");
     s.line("float* __restrict yr = outputs[0] + r * COLS;");

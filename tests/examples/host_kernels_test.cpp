@@ -312,6 +312,8 @@ std::vector<std::pair<std::string, OpRecord>> cases() {
     add(softmax({7, 33}));
     add(softmax({2, 16, 16}));
     add(softmax({4, 1000}));
+    add(softmax({7, 32}));  // rows in registers, in groups with a partial last group
+    add(layer_norm({5, 48}, true));
     add(layer_norm({1, 1}, true));
     add(layer_norm({7, 33}, false));
     add(layer_norm({32, 64}, true, 1e-6));
