@@ -14,8 +14,9 @@
 //     fused multiply-adds over all of K with A's element broadcast. Where op(B)'s rows are
 //     contiguous the tiles read B itself; otherwise (a transposed B, a view) blocks of op(B), 4 KiB
 //     each, are first copied into a packed panel on the stack and C is summed block by block.
-//     Columns past the last whole vector go through a zero-padded panel. The bias and the
-//     activation are applied to the tile in registers once its sums are complete.
+//     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
+//     tile in registers once its sums are complete, the activation right after the tile is
+//     stored (still in L1), out of line.
 //   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
 //     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
 //   - LayerNorm: a row at a time, its two sums in vector lanes.
@@ -183,6 +184,17 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf c = t * vexp_in_range(vmax(p - a * a, vsplat(-80.0f)));");
     s.line("return 0.5f * v * vsel(z < 0.0f, c, 2.0f - c);");
     s.close();
+    // An activation over a tile of C in memory (`cols` a multiple of W), out of line: inlined into
+    // a matrix product's tile loop, a function as long as GELU's makes the compiler keep its
+    // constants on the stack (Clang: up to 8 KiB a kernel).
+    for (const char* f : {"vrelu", "vgelu_tanh", "vgelu_erf"}) {
+        s.open(std::string("[[maybe_unused]] __attribute__((noinline)) void ") + f +
+               "_tile(float* c, std::ptrdiff_t ld, std::ptrdiff_t rows, std::ptrdiff_t cols)");
+        s.line("for (std::ptrdiff_t r = 0; r < rows; ++r)");
+        s.line(std::string("    for (std::ptrdiff_t v = 0; v < cols; v += W) vstore(c + r * ld + v, ") + f +
+               "(vload(c + r * ld + v)));");
+        s.close();
+    }
     // Across the lanes: halves folded onto each other (log2 W steps) where the compiler has
     // __builtin_shufflevector (Clang, GCC 12 on), else one lane at a time.
     std::string fold;  // one `v = op(v, <v rotated by half>)` per step, `op` in place of "OP"
@@ -316,15 +328,14 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
                     s.line("const vf bias" + n(v) + " = vload(bt + " + n(v * w) + ");");
             }
         }
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t v = 0; v < nv; ++v) {
-                std::string e = at(r, v);
-                if (p.bias) e += " + bias" + n(v);
-                if (p.activation) e = std::string(vector_act(*p.activation)) + "(" + e + ")";
-                if (e != at(r, v)) s.line(at(r, v) + " = " + e + ";");
-            }
+        if (p.bias)
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += bias" + n(v) + ";");
         s.close();
     }
+    // The activation, once the tile is stored, from memory (L1), by the prelude's out-of-line
+    // <act>_tile.
+    const std::string act = p.activation ? vector_act(*p.activation) : "";
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
         if (full) {
@@ -333,10 +344,13 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
             s.open("");
             s.line("float t[" + n(nv * w) + "];");
             for (std::int64_t v = 0; v < nv; ++v) s.line("vstore(t + " + n(v * w) + ", " + at(r, v) + ");");
+            if (!act.empty()) s.line("if (" + last + ") " + act + "_tile(t, 0, 1, " + n(nv * w) + ");");
             s.line("std::memcpy(" + crow + ", t, " + n(cols) + " * sizeof(float));");
             s.close();
         }
     }
+    if (!act.empty() && full)
+        s.line("if (" + last + ") " + act + "_tile(C + i0 * N + j0, N, " + n(rows) + ", " + n(nv * w) + ");");
     s.close();
 }
 
