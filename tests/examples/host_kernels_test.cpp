@@ -159,8 +159,8 @@ OpRecord layer_norm_axis(const RuntimeShape& s, std::int64_t axis, bool v3, bool
 /// and generic against the naive references both run over these.
 std::vector<OpRecord> plugin_cases() {
     std::vector<OpRecord> c;
-    // MatMulV2 with a bias [N] or [1, N], every transpose combination, the plain (M < 6) and the
-    // tiled path, N not a multiple of 8.
+    // MatMulV2 with a bias [N] or [1, N], every transpose combination, fewer rows than a tile and
+    // a full tile with a partial one, N less than a vector.
     for (std::int64_t m : {4, 13})
         for (bool ta : {false, true})
             for (bool tb : {false, true})
@@ -197,8 +197,8 @@ std::vector<OpRecord> plugin_cases() {
     c.push_back(mm("BatchMatMulV2", tensor({3, 7, 5}), view({3, 5, 9}, {0, 9, 1}), false, false));
     c.push_back(mm("BatchMatMulV2", view({3, 5, 7}, {0, 1, 5}), tensor({3, 5, 9}), true, false));
     c.push_back(mm("BatchMatMulV2", view({1, 7, 5}, {99, 5, 1}), view({4, 9, 5}, {45, 1, 9}), false, true));
-    // FusedMatMul: every activation, with and without a bias, plain (M = 4 without a transposed
-    // x2) and tiled paths, N = 13.
+    // FusedMatMul: every activation, with and without a bias, fewer rows than a tile and more, B
+    // direct and packed (transposed), N = 13.
     for (const char* f : {"relu", "gelu_erf", "gelu_tanh"})
         for (std::int64_t m : {4, 13})
             for (bool tb : {false, true})
@@ -210,8 +210,8 @@ std::vector<OpRecord> plugin_cases() {
                                    tensor(tb ? RuntimeShape{13, 9} : RuntimeShape{9, 13}), false, tb, b, f));
                 }
     c.push_back(mm("FusedMatMul", view({9, 6}, {1, 12}), tensor({16, 9}), true, true, RuntimeShape{16}, "gelu_tanh"));
-    // K above the largest panel: the plain path with dot products (x2 transposed), with a bias
-    // and an activation.
+    // K of many packed blocks and a remainder (x2 transposed or strided), with a bias and an
+    // activation.
     c.push_back(mm("FusedMatMul", tensor({7, 4097}), tensor({3, 4097}), false, true, RuntimeShape{3}, "gelu_erf"));
     c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
     // Gelu: approximate none (erf), tanh, absent (tanh).
