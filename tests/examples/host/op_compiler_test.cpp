@@ -759,7 +759,7 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
     o.static_kernel_compile = true;
     o.base_dir = tmp.path().string();
     o.jobs = 2;
-    struct Run {
+    struct Built {
         std::string version;
         skc::CompileReport report;
         bool zmm = false;  // the installed library uses AVX-512 registers
@@ -774,7 +774,7 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
         s.cache.log = skc::null_log();
         s.op_library = tmp / "lib";
         skc::StaticKernelCompiler<skc::ProcessInvoker> compiler(skc::ProcessInvoker(tool), o, s);  // the file cache
-        Run r{s.toolchain_version, compiler.compile(ops), false};
+        Built r{s.toolchain_version, compiler.compile(ops), false};
         // The package's library, installed into an op library of its own.
         TempDir dis;
         skc::RunPackageInstaller installer;
@@ -788,7 +788,7 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
         r.zmm = slurp(dis / "d.txt").find("%zmm") != std::string::npos;
         return r;
     };
-    const Run v4 = compile_for("x86-64-v4");
+    const Built v4 = compile_for("x86-64-v4");
     CHECK(v4.report.outcome == skc::CompileOutcome::compiled);
     CHECK(v4.version.ends_with("-x86-64-v4"));
     CHECK(v4.zmm);
@@ -796,7 +796,7 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
 
     // Another instruction set: another toolchain version and key, so a miss, compiled again, and a
     // package without AVX-512 instructions.
-    const Run v3 = compile_for("x86-64-v3");
+    const Built v3 = compile_for("x86-64-v3");
     CHECK(v3.version.ends_with("-x86-64-v3"));
     CHECK(v3.version.substr(0, v3.version.size() - 3) == v4.version.substr(0, v4.version.size() - 3));
     CHECK(v3.report.key != v4.report.key);
@@ -804,8 +804,18 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
     CHECK_FALSE(v3.zmm);
     CHECK(compile_for("x86-64-v4").report.outcome == skc::CompileOutcome::hit);  // both kept
 
-    // An unknown level: the compiler's bad-input status and the accepted names.
-    const ScopedEnv env("SKC_HOST_ISA", "avx9000");
-    CHECK_THROWS_WITH(skc_host::host_target(),
-                      "SKC_HOST_ISA=\"avx9000\": expected native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4");
+    // An unknown level: the accepted names; host_op_compiler exits 2 (bad input) and writes nothing.
+    {
+        const ScopedEnv env("SKC_HOST_ISA", "avx9000");
+        CHECK_THROWS_WITH(skc_host::host_target(),
+                          "SKC_HOST_ISA=\"avx9000\": expected native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4");
+    }
+    copy_examples(tmp / "ops", {"Add_float_ND_32_64_9.json"});
+    const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", (tmp / "out").string()},
+                           {"SKC_HOST_ISA=avx9000"});
+    CHECK(r.status == 2);
+    CHECK(r.err ==
+          "host_op_compiler: SKC_HOST_ISA=\"avx9000\": expected native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4\n");
+    CHECK(r.out.empty());
+    CHECK_FALSE(fs::exists(tmp / "out"));
 }
