@@ -220,23 +220,31 @@ void BM_Generic(benchmark::State& state, std::size_t i) {
     set_counters(state, c);
 }
 
-void BM_Static(benchmark::State& state, std::size_t i) {
-    const HostCase& c = all_cases()[i];
-    const skc_bench_kernel_fn kernel = skc_bench_static_kernels[i];
-    const double err = check(i, [&](Data& d) { kernel(d.in_p.data(), d.out_p.data()); });
+/// Times `run` (on the case's Data) once its output agrees with the generic kernel's within
+/// `bound` (check()); otherwise reports "<who> output differs from the generic one" as the error.
+template <class Run>
+void time_checked(benchmark::State& state, std::size_t i, const char* who, double bound, Run&& run) {
+    const double err = check(i, run);
     state.counters["max_rel_err"] = err;
-    if (!(err <= skc_host::generated_tolerance(*skc_host::analyze(c.record).plan))) {
-        const std::string msg = "static output differs from the generic one: max relative error " + std::to_string(err);
+    if (!(err <= bound)) {
+        const std::string msg =
+            std::string(who) + " output differs from the generic one: max relative error " + std::to_string(err);
         state.SkipWithError(msg.c_str());
         return;
     }
     Data& d = data(i);
     for (auto _ : state) {
-        kernel(d.in_p.data(), d.out_p.data());
+        run(d);
         benchmark::DoNotOptimize(d.out_p[0]);
         benchmark::ClobberMemory();
     }
-    set_counters(state, c);
+    set_counters(state, all_cases()[i]);
+}
+
+void BM_Static(benchmark::State& state, std::size_t i) {
+    const skc_bench_kernel_fn kernel = skc_bench_static_kernels[i];
+    time_checked(state, i, "static", skc_host::generated_tolerance(*skc_host::analyze(all_cases()[i].record).plan),
+                 [&](Data& d) { kernel(d.in_p.data(), d.out_p.data()); });
 }
 
 #if SKC_BENCH_HAVE_OPENBLAS
@@ -252,21 +260,7 @@ void run_sgemm(const skc_bench::GemmShape& g, const Data& d) {
 
 void BM_OpenBlas(benchmark::State& state, std::size_t i) {
     const HostCase& c = all_cases()[i];
-    const double err = check(i, [&](Data& d) { run_sgemm(c.gemm, d); });
-    state.counters["max_rel_err"] = err;
-    if (!(err <= blas_tolerance)) {
-        const std::string msg =
-            "OpenBLAS output differs from the generic one: max relative error " + std::to_string(err);
-        state.SkipWithError(msg.c_str());
-        return;
-    }
-    Data& d = data(i);
-    for (auto _ : state) {
-        run_sgemm(c.gemm, d);
-        benchmark::DoNotOptimize(d.out_p[0]);
-        benchmark::ClobberMemory();
-    }
-    set_counters(state, c);
+    time_checked(state, i, "OpenBLAS", blas_tolerance, [&](const Data& d) { run_sgemm(c.gemm, d); });
 }
 #endif
 
@@ -306,21 +300,7 @@ void BM_Libxsmm(benchmark::State& state, std::size_t i) {
         state.SkipWithError(why.c_str());
         return;
     }
-    const double err = check(i, [&](Data& d) { run_xsmm(f, c.gemm, d); });
-    state.counters["max_rel_err"] = err;
-    if (!(err <= blas_tolerance)) {
-        const std::string msg =
-            "LIBXSMM output differs from the generic one: max relative error " + std::to_string(err);
-        state.SkipWithError(msg.c_str());
-        return;
-    }
-    Data& d = data(i);
-    for (auto _ : state) {
-        run_xsmm(f, c.gemm, d);
-        benchmark::DoNotOptimize(d.out_p[0]);
-        benchmark::ClobberMemory();
-    }
-    set_counters(state, c);
+    time_checked(state, i, "LIBXSMM", blas_tolerance, [&](const Data& d) { run_xsmm(f, c.gemm, d); });
 }
 #endif
 

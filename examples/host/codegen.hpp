@@ -110,18 +110,9 @@ private:
 
 inline std::string n(std::int64_t v) { return std::to_string(v); }
 
-/// The activation `k` of the float named `v`, as kernels.hpp's relu1, gelu_tanh1 and gelu_erf1
-/// compute it.
-inline std::string act_expr(UnaryKind k, const std::string& v) {
-    switch (k) {
-    case UnaryKind::relu: return v + " > 0.0f ? " + v + " : 0.0f";
-    case UnaryKind::gelu_tanh:
-        return "0.5f * " + v + " * (1.0f + std::tanh(0.7978845608f * (" + v + " + 0.044715f * " + v + " * " + v +
-               " * " + v + ")))";
-    case UnaryKind::gelu_erf: return "0.5f * " + v + " * (1.0f + std::erf(" + v + " * 0.70710678118654752f))";
-    }
-    return v;
-}
+/// The preprocessor test for __builtin_shufflevector (Clang; GCC from 12 on), which the generated
+/// code's lane folds and register transposes use.
+constexpr const char* has_shufflevector = "#if defined(__clang__) || __GNUC__ >= 12";
 
 inline bool has_epilogue(const MatMulPlan& p) { return p.bias || p.activation.has_value(); }
 
@@ -209,7 +200,7 @@ inline std::string vector_prelude(std::int64_t w) {
             out.replace(at, 2, op);
         return out;
     };
-    s.line("#if defined(__clang__) || __GNUC__ >= 12");
+    s.line(has_shufflevector);
     s.line("[[maybe_unused]] inline vf vadd(vf a, vf b) { return a + b; }");
     s.open("[[maybe_unused]] inline float vhsum(vf v)");
     s.raw(replace_op("vadd"));
@@ -529,9 +520,9 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     s.line("const float* x = inputs[0];");
     s.line("float* y = outputs[0];");
     s.open("if (x == y)");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "y[i]") + ";");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;");
     s.close().open("else");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + act_expr(p.kind, "x[i]") + ";");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;");
     s.close();
 }
 
@@ -734,7 +725,7 @@ inline std::string transpose_prelude() {
     Src s;
     s.line("#ifndef SKC_HOST_TRANSPOSE_8");
     s.line("#define SKC_HOST_TRANSPOSE_8");
-    s.line("#if defined(__clang__) || __GNUC__ >= 12");
+    s.line(has_shufflevector);
     s.line("#define SKC_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)");
     s.line("#else");
     s.line("#define SKC_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, skc_t8::v8i{__VA_ARGS__})");

@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include <skc/detail/process.hpp>
+#include <skc/detail/text.hpp>
 #include <skc/error.hpp>
 #include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
@@ -380,8 +381,7 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
         if (it == running.end()) continue;
         const std::size_t i = it->second;
         running.erase(it);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-            done(i, std::chrono::duration<double>(std::chrono::steady_clock::now() - started[i]).count());
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) done(i, std::chrono::steady_clock::now() - started[i]);
         else failed.emplace_back(i, status);
     }
     if (start_failure) throw *start_failure;
@@ -496,13 +496,6 @@ std::string cxx_program() {
     return e != nullptr && *e != '\0' ? e : "c++";
 }
 
-/// "0.41 s".
-std::string seconds_text(double s) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f s", s);
-    return buf;
-}
-
 int run(const Args& a) {
     const Out out(a.level);
     skc_host::Target target;
@@ -588,50 +581,44 @@ int run(const Args& a) {
     compile.emplace_back("-c");
     std::vector<Job> jobs;
     std::vector<std::string> objects;
-    for (const Kernel& k : kernels) {
-        const fs::path cpp = src_dir / (k.symbol + ".cpp"), obj = src_dir / (k.symbol + ".o");
-        write_text(cpp, k.source);
+    auto add_job = [&](std::string what, const std::string& stem_name, const std::string& source) {
+        const fs::path cpp = src_dir / (stem_name + ".cpp"), obj = src_dir / (stem_name + ".o");
+        write_text(cpp, source);
         std::vector<std::string> args = compile;
         args.insert(args.end(), {"-o", obj.string(), cpp.string()});
-        jobs.push_back(Job{"compiling " + k.op_file.string() + " (" + k.description + ")", std::move(args)});
+        jobs.push_back(Job{std::move(what), std::move(args)});
         objects.push_back(obj.string());
-    }
-    {
-        const fs::path cpp = src_dir / "entry_table.cpp", obj = src_dir / "entry_table.o";
-        write_text(cpp, entry_table_source(kernels));
-        std::vector<std::string> args = compile;
-        args.insert(args.end(), {"-o", obj.string(), cpp.string()});
-        jobs.push_back(Job{"compiling the entry table", std::move(args)});
-        objects.push_back(obj.string());
-    }
+    };
+    for (const Kernel& k : kernels)
+        add_job("compiling " + k.op_file.string() + " (" + k.description + ")", k.symbol, k.source);
+    add_job("compiling the entry table", "entry_table", entry_table_source(kernels));
     std::size_t finished = 0;
-    double compile_seconds = 0.0, slowest = 0.0;
+    std::chrono::nanoseconds compile_time{0}, slowest{0};
     std::string slowest_what;
     const auto compile_start = std::chrono::steady_clock::now();
-    run_all(jobs, a.jobs, out, [&](std::size_t i, double seconds) {
+    run_all(jobs, a.jobs, out, [&](std::size_t i, std::chrono::nanoseconds took) {
         ++finished;
         const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
-        compile_seconds += seconds;
-        if (seconds > slowest) slowest = seconds, slowest_what = what;
+        compile_time += took;
+        if (took > slowest) slowest = took, slowest_what = what;
         out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) +
-                                         "] compiled " + what + " in " + seconds_text(seconds));
+                                         "] compiled " + what + " in " + skc::detail::seconds_text(took));
         if (i < kernels.size())
             for (const std::string& name : kernels[i].files) progress.done(name);
     });
 
     out.say(skc::LogLevel::info,
-            "compiled " + std::to_string(jobs.size()) + " translation units for " + target.id +
-                " (-march=" + target.march + ") in " +
-                seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count()) +
-                " (" + std::to_string(a.jobs) + " at a time; " + seconds_text(compile_seconds) + " in all, slowest " +
-                seconds_text(slowest) + ": " + slowest_what + ")");
+            "compiled " + std::to_string(jobs.size()) + " translation units for " + target.id + " (-march=" +
+                target.march + ") in " + skc::detail::seconds_text(std::chrono::steady_clock::now() - compile_start) +
+                " (" + std::to_string(a.jobs) + " at a time; " + skc::detail::seconds_text(compile_time) +
+                " in all, slowest " + skc::detail::seconds_text(slowest) + ": " + slowest_what + ")");
 
     // Link into one shared library.
     const std::string lib_file = "kernels/" + stem + ".so";
     std::vector<std::string> link{cxx, "-shared", "-fPIC", "-o", (payload / lib_file).string()};
     link.insert(link.end(), objects.begin(), objects.end());
     check_stop();
-    run_all({Job{"linking " + lib_file, link}}, 1, out, [](std::size_t, double) {});
+    run_all({Job{"linking " + lib_file, link}}, 1, out, [](std::size_t, std::chrono::nanoseconds) {});
     out.say(skc::LogLevel::info, "linked " + lib_file + " (" + std::to_string(kernels.size()) + " kernels)");
 
     // The payload, then the archive (built in the work folder, then linked into place without
@@ -645,7 +632,7 @@ int run(const Args& a) {
     const std::vector<std::string> packed = run_all(
         {Job{"packing " + package.filename().string(),
              {"makeself", "--quiet", "--nox11", payload.string(), built.string(), "skc host kernels", "./setup.sh"}}},
-        1, out, [](std::size_t, double) {});
+        1, out, [](std::size_t, std::chrono::nanoseconds) {});
     if (!fs::is_regular_file(built)) throw Failure{1, "makeself exited with status 0 but wrote no " + built.string()};
     // makeself can exit 0 after a write error (a full disk): only a package that passes the header
     // check and its own integrity check leaves the work folder.

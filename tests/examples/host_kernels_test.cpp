@@ -532,9 +532,9 @@ std::optional<std::size_t> in_place_input(const OpRecord& op) {
 std::vector<skc_host::Target> runnable_targets() {
     std::vector<skc_host::Target> t{skc_host::host_target()};
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (t[0].vector_floats != 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2"))
+    const auto f = skc_host::detail::cpu_features();
+    using skc_host::detail::has;
+    if (t[0].vector_floats != 8 && has(f, "avx2") && has(f, "fma") && has(f, "bmi2"))
         t.push_back(skc_host::target_for("x86-64-v3"));
     if (t[0].vector_floats != 4) t.push_back(skc_host::target_for("x86-64"));
 #endif
