@@ -29,6 +29,7 @@ enum class Errc {
     corrupt,            // stored data failed its integrity check
     compile_failed,     // the kernel compiler failed (exit status, signal, no package)
     peer_failed,        // another rank of the job failed or died, so this one cannot go on
+    remote_failed,      // the remote cache tier failed: unreachable, too slow, or an unexpected answer
 };
 
 /// A short, stable name for each code (`invalid_json`, ...), used in logs and machine output.
@@ -49,6 +50,7 @@ constexpr std::string_view to_string(Errc c) noexcept {
     case Errc::corrupt: return "corrupt";
     case Errc::compile_failed: return "compile_failed";
     case Errc::peer_failed: return "peer_failed";
+    case Errc::remote_failed: return "remote_failed";
     }
     return "unknown";
 }

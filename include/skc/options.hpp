@@ -115,6 +115,8 @@ struct Options {
     std::string cache_dir;                      // the cache's folder, shared by any number of bases; empty:
                             // $SKC_CACHE_DIR, else <base>/static_kernel_compile_outputs/static_kernel_cache
     std::optional<CacheMode> cache_mode;  // unset: $SKC_CACHE_MODE, else the CompilerSettings' (read-write)
+    std::string remote_cache;             // the remote tier's URL (policy/remote.hpp); empty: $SKC_REMOTE_CACHE
+    bool remote_cache_read_only = false;  // the remote tier is only read (also $SKC_REMOTE_CACHE_READ_ONLY=1)
 
     /// The cache is used: the feature is on and the cache is not disabled.
     [[nodiscard]] bool cache_enabled() const noexcept {
@@ -130,7 +132,7 @@ struct Options {
 };
 
 /// The option names parse_options() accepts, in documentation order.
-inline constexpr std::array<std::string_view, 16> option_names{
+inline constexpr std::array<std::string_view, 18> option_names{
     "static_kernel_compile",
     "disable_static_kernel_compile_cache",
     "model_compile_cache",
@@ -147,6 +149,8 @@ inline constexpr std::array<std::string_view, 16> option_names{
     "compiler_check",
     "cache_dir",
     "cache_mode",
+    "remote_cache",
+    "remote_cache_read_only",
 };
 
 namespace detail {
@@ -244,6 +248,8 @@ inline Options parse_options(const Value& obj, std::span<const std::string_view>
         else if (k == "compiler_check") o.compiler_check = parse_compiler_check(detail::option_string(k, v), k);
         else if (k == "cache_dir") o.cache_dir = detail::option_string(k, v);
         else if (k == "cache_mode") o.cache_mode = parse_cache_mode(detail::option_string(k, v), k);
+        else if (k == "remote_cache") o.remote_cache = detail::option_string(k, v);
+        else if (k == "remote_cache_read_only") o.remote_cache_read_only = detail::option_bool(k, v);
         else if (std::find(host_keys.begin(), host_keys.end(), k) != host_keys.end()) continue;
         else {
             std::string known;
