@@ -41,6 +41,9 @@ struct CacheOptions {
     std::vector<std::string> keys;              // export: --key
     std::optional<std::string> output;          // export: -o FILE
     std::optional<std::string> file;            // import: the export file
+    bool remote = false;                        // verify: the remote tier instead of the local cache
+    std::optional<std::string> remote_url;      // verify --remote: --remote-cache URL, else $SKC_REMOTE_CACHE
+    bool remote_read_only = false;              // verify --remote: report, remove nothing
     /// Checks of the options together, after parsing and before the cache is looked at (UsageError).
     std::function<void(const CacheOptions&)> check;
 };

@@ -15,8 +15,13 @@
 #include <vector>
 
 #include <skc/policy/cache.hpp>
+#include <skc/policy/remote.hpp>
 #include <skc/run_package.hpp>
 #include <skc/value.hpp>
+
+#ifdef SKC_TOOL_WITH_REDIS
+#include <skc/ext/redis.hpp>
+#endif
 
 #include "cache.hpp"
 #include "cli.hpp"
@@ -86,7 +91,61 @@ int cache_ls(const Target& t, const CacheOptions& o) {
     return exit_ok;
 }
 
+/// `skc cache verify --remote`: every record of the remote tier (or of --namespace) and its package.
+int cache_verify_remote(const Target& t, const CacheOptions& o) {
+    skc::Options opts;
+    if (o.remote_url) opts.remote_cache = *o.remote_url;
+    opts.remote_cache_read_only = o.remote_read_only;
+    const std::optional<skc::RemoteConfig> rc = skc::resolve_remote_config(opts);
+    if (!rc) throw UsageError{"--remote: no remote cache; give --remote-cache URL or set SKC_REMOTE_CACHE"};
+#ifdef SKC_TOOL_WITH_REDIS
+    const std::unique_ptr<skc::RemoteTier> remote = skc::RedisRemote::open(*rc);
+#else
+    const std::unique_ptr<skc::RemoteTier> remote = skc::NoRemote::open(*rc);
+    throw UsageError{
+        "--remote: this skc was built without hiredis (rebuild it with Debian's libhiredis-dev installed)"};
+#endif
+    std::vector<std::string> namespaces;
+    if (o.ns) namespaces.push_back(*o.ns);
+    else namespaces = remote->namespaces();
+    skc::Array list;
+    std::uint64_t bad = 0;
+    std::string text;
+    for (const std::string& ns : namespaces) {
+        const skc::RemoteVerifyReport v = skc::verify_remote(*remote, ns);
+        bad += v.bad.size();
+        skc::Array items;
+        std::string lines;
+        for (const skc::BadEntry& be : v.bad) {
+            skc::Object b;
+            b.push_back({"key", utf8(be.key)});
+            b.push_back({"reason", utf8(be.reason)});
+            b.push_back({"removed", be.removed});
+            items.emplace_back(std::move(b));
+            lines += "  " + printable(be.key) + ": " + printable(be.reason) + (be.removed ? " (removed)" : "") + "\n";
+        }
+        skc::Object n;
+        n.push_back({"namespace", utf8(ns)});
+        n.push_back({"checked", v.checked});
+        n.push_back({"bad", std::move(items)});
+        list.emplace_back(std::move(n));
+        text += printable(ns) + ": checked " + plural(v.checked, "remote entry", "remote entries") + ", " +
+                (v.bad.empty() ? std::string("all good") : std::to_string(v.bad.size()) + " bad") + "\n" + lines;
+    }
+    if (o.json) {
+        skc::Object root;
+        root.push_back({"remote", utf8(remote->where())});
+        root.push_back({"namespaces", std::move(list)});
+        print_json(std::move(root));
+    } else {
+        out(printable(remote->where()) + "\n" + (namespaces.empty() ? std::string("  no entries\n") : text));
+    }
+    (void)t;
+    return bad == 0 ? exit_ok : exit_bad_entries;
+}
+
 int cache_verify(const Target& t, const CacheOptions& o) {
+    if (o.remote) return cache_verify_remote(t, o);
     if (nothing_there(t, o)) return exit_ok;
     skc::Array list;
     std::uint64_t checked = 0, bad = 0, removed = 0;
@@ -249,6 +308,12 @@ void add_cache_verify(CLI::App& cache, Action& action) {
     c.app.footer(
         "exit status: 0 every entry is good; 1 bad entries were found; 2 bad usage; 3 the cache could not be read "
         "or changed");
+    add_switch(c.app, "--remote", c.options.remote,
+               "check the remote cache tier instead (its records and packages; bad ones are removed)");
+    add_value(c.app, "--remote-cache", c.options.remote_url, "URL",
+              "with --remote: the remote tier, redis://[user:password@]host[:port][/db] (default: $SKC_REMOTE_CACHE)");
+    add_switch(c.app, "--remote-read-only", c.options.remote_read_only,
+               "with --remote: report bad records, remove nothing");
 }
 
 void add_cache_prune(CLI::App& cache, Action& action) {

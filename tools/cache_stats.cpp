@@ -44,6 +44,13 @@ skc::Object stats_json(const NamespaceStats& s) {
     o.push_back({"waits", s.stats.waits});
     o.push_back({"lock_wait_ns", s.stats.lock_wait_ns});
     o.push_back({"compile_time_saved_ns", s.stats.compile_time_saved_ns});
+    o.push_back({"remote", skc::Object{{"hits", s.stats.remote_hits},
+                                       {"misses", s.stats.remote_misses},
+                                       {"uploads", s.stats.remote_uploads},
+                                       {"upload_bytes", s.stats.remote_upload_bytes},
+                                       {"downloads", s.stats.remote_hits},
+                                       {"download_bytes", s.stats.remote_download_bytes},
+                                       {"errors", s.stats.remote_errors}}});
     return o;
 }
 
@@ -63,6 +70,15 @@ std::string stats_text(const NamespaceStats& s) {
     r += row("waits", std::to_string(s.stats.waits));
     r += row("lock wait time", human_duration(s.stats.lock_wait_ns));
     r += row("compile time saved", human_duration(s.stats.compile_time_saved_ns));
+    const skc::CacheStats& c = s.stats;
+    if (c.remote_hits + c.remote_misses + c.remote_uploads + c.remote_errors != 0) {
+        r += row("remote hits", std::to_string(c.remote_hits));
+        r += row("remote misses", std::to_string(c.remote_misses));
+        r += row("remote hit rate", percent(c.remote_hits, c.remote_hits + c.remote_misses));
+        r += row("uploads", std::to_string(c.remote_uploads) + " (" + human_size(c.remote_upload_bytes) + ")");
+        r += row("downloads", std::to_string(c.remote_hits) + " (" + human_size(c.remote_download_bytes) + ")");
+        r += row("remote errors", std::to_string(c.remote_errors));
+    }
     return r;
 }
 

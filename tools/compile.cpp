@@ -49,6 +49,9 @@
 
 #include <skc/ext/mpi.hpp>
 #endif
+#ifdef SKC_TOOL_WITH_REDIS
+#include <skc/ext/redis.hpp>
+#endif
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -63,6 +66,14 @@ namespace fs = std::filesystem;
 constexpr int exit_compile_failed = 1;
 constexpr int exit_timeout = 3;
 
+/// The remote tier behind the cache (--remote-cache, SKC_REMOTE_CACHE): Redis when skc was built
+/// with hiredis.
+#ifdef SKC_TOOL_WITH_REDIS
+using ToolRemote = skc::RedisRemote;
+#else
+using ToolRemote = skc::NoRemote;
+#endif
+
 /// What `skc compile` is given; the key's options are shared with `skc cache explain`.
 struct CompileArgs {
     KeyArgs key;
@@ -72,6 +83,8 @@ struct CompileArgs {
     bool no_cache = false;
     std::optional<std::string> cache_dir;
     std::optional<std::string> cache_mode;
+    std::optional<std::string> remote_cache;
+    bool remote_read_only = false;
     bool model_cache = false;
     std::optional<unsigned> jobs;
     std::optional<unsigned> timeout;
@@ -341,6 +354,8 @@ int run_compile(const CompileArgs& a) {
             throw UsageError{printable(e.what())};
         }
     }
+    if (a.remote_cache) o.remote_cache = *a.remote_cache;
+    o.remote_cache_read_only = a.remote_read_only;
     if (a.jobs) o.jobs = *a.jobs;
     if (a.timeout) o.compile_timeout = std::chrono::seconds(*a.timeout);
     if (a.log_level)
@@ -358,6 +373,12 @@ int run_compile(const CompileArgs& a) {
     s.cache.log = skc::stderr_log(cache_log_level);
     s.log = skc::null_log();  // the report is printed below
 
+#ifndef SKC_TOOL_WITH_REDIS
+    if (a.remote_cache)
+        throw UsageError{
+            "--remote-cache: this skc was built without hiredis (rebuild it with Debian's libhiredis-dev "
+            "installed, or leave out --remote-cache)"};
+#endif
 #ifndef SKC_TOOL_WITH_MPI
     if (a.mpi)
         throw UsageError{
@@ -402,8 +423,9 @@ int run_compile(const CompileArgs& a) {
             };
             interruption::set("recording and selecting " + std::to_string(ops.size()) +
                               " ops: nothing was compiled or stored");
-            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_gather<decltype(gather)>> compiler(
-                skc::ProcessInvoker(a.key.compiler), o, settings, std::move(gather));
+            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_gather<decltype(gather)>,
+                                      skc::with_remote<ToolRemote>>
+                compiler(skc::ProcessInvoker(a.key.compiler), o, settings, std::move(gather));
             const skc::CompileReport r = compiler.compile(std::move(ops));
             interruption::set("printing the report: the compile and install are complete");
             if (display) display->finish();
@@ -494,6 +516,12 @@ void add_compile(CLI::App& skc, Action& action) {
     add_value(*c, "--cache-mode", a->cache_mode, "MODE",
               "read-write (default: $SKC_CACHE_MODE, else read-write), read-only (look up, never write the cache) "
               "or recache (compile and replace the entry)");
+    add_value(*c, "--remote-cache", a->remote_cache, "URL",
+              "a remote cache tier behind the local cache, shared by nodes: redis://[user:password@]host[:port][/db] "
+              "(default: $SKC_REMOTE_CACHE; needs skc built with hiredis)");
+    add_switch(*c, "--remote-read-only", a->remote_read_only,
+               "only look up and download from the remote cache: never lease, upload or replace there (also "
+               "$SKC_REMOTE_CACHE_READ_ONLY=1)");
     add_switch(*c, "--model-cache", a->model_cache, "model compile cache variant: compile <pid>_opcompile directly");
     add_value(*c, "--jobs", a->jobs, "N", "parallel jobs for the compiler, 1 to 1024 (default: the number of CPUs)")
         ->check(positive_value(1024));

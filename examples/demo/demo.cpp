@@ -418,6 +418,7 @@ std::string cache_line(const skc::CompileReport& r) {
     case skc::CompileOutcome::waited: return "hit (waited for another process's compile)";
     case skc::CompileOutcome::compiled: return "miss (compiled)";
     case skc::CompileOutcome::disabled: return "disabled (compiled)";
+    case skc::CompileOutcome::downloaded: return "remote hit (downloaded from another node's compile)";
     case skc::CompileOutcome::skipped: return "skipped (nothing to compile)";
     }
     return "?";

@@ -226,6 +226,13 @@ struct CacheStats {
     std::uint64_t waits = 0;     // hits that first waited for another process's compile
     std::int64_t lock_wait_ns = 0;
     std::int64_t compile_time_saved_ns = 0;  // the recorded compile time of every hit
+    // The remote tier (policy/remote.hpp), when there is one: lookups there after a local miss.
+    std::uint64_t remote_hits = 0;            // packages downloaded (checked, stored locally)
+    std::uint64_t remote_misses = 0;          // not there (or evicted, or refused: see remote_errors)
+    std::uint64_t remote_uploads = 0;         // packages this cache compiled and uploaded
+    std::uint64_t remote_upload_bytes = 0;    // their bytes
+    std::uint64_t remote_download_bytes = 0;  // the bytes of the packages downloaded
+    std::uint64_t remote_errors = 0;          // faults: the store failed, or a package was refused
 
     /// Adds counts, saturating at the types' limits (a hostile or huge `stats` file must not wrap
     /// them, nor be undefined behaviour).
@@ -243,6 +250,12 @@ struct CacheStats {
         add(waits, o.waits);
         add(lock_wait_ns, o.lock_wait_ns);
         add(compile_time_saved_ns, o.compile_time_saved_ns);
+        add(remote_hits, o.remote_hits);
+        add(remote_misses, o.remote_misses);
+        add(remote_uploads, o.remote_uploads);
+        add(remote_upload_bytes, o.remote_upload_bytes);
+        add(remote_download_bytes, o.remote_download_bytes);
+        add(remote_errors, o.remote_errors);
         return *this;
     }
     friend bool operator==(const CacheStats&, const CacheStats&) = default;
@@ -259,6 +272,12 @@ struct CacheStats {
         f(std::string_view("waits"), s.waits);
         f(std::string_view("lock_wait_ns"), s.lock_wait_ns);
         f(std::string_view("compile_time_saved_ns"), s.compile_time_saved_ns);
+        f(std::string_view("remote_hits"), s.remote_hits);
+        f(std::string_view("remote_misses"), s.remote_misses);
+        f(std::string_view("remote_uploads"), s.remote_uploads);
+        f(std::string_view("remote_upload_bytes"), s.remote_upload_bytes);
+        f(std::string_view("remote_download_bytes"), s.remote_download_bytes);
+        f(std::string_view("remote_errors"), s.remote_errors);
     }
 
     /// Sets counter `name` from its text `value`; false when `value` is not a number of its type.

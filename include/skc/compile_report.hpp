@@ -53,15 +53,16 @@ constexpr std::string_view to_string(CompileProgress::Phase p) noexcept {
 
 /// How a compile() ended.
 enum class CompileOutcome : unsigned char {
-    skipped,   // nothing selected (SPEC section 6, step 5)
-    hit,       // the cache had the package
-    waited,    // another process compiled it while this one waited
-    compiled,  // compiled here, stored in the cache
-    disabled,  // compiled here, the cache is off
+    skipped,     // nothing selected (SPEC section 6, step 5)
+    hit,         // the cache had the package
+    waited,      // another process compiled it while this one waited
+    compiled,    // compiled here, stored in the cache
+    disabled,    // compiled here, the cache is off
+    downloaded,  // the remote tier had the package (another node compiled it): downloaded, stored locally
 };
 
 /// The outcome's fixed identifier, for machine-readable output and between ranks: `skipped`, `hit`,
-/// `waited`, `compiled`, `disabled`.
+/// `waited`, `compiled`, `disabled`, `downloaded`.
 constexpr std::string_view to_string(CompileOutcome o) noexcept {
     switch (o) {
     case CompileOutcome::skipped: return "skipped";
@@ -69,12 +70,13 @@ constexpr std::string_view to_string(CompileOutcome o) noexcept {
     case CompileOutcome::waited: return "waited";
     case CompileOutcome::compiled: return "compiled";
     case CompileOutcome::disabled: return "disabled";
+    case CompileOutcome::downloaded: return "downloaded";
     }
     return {};
 }
 
 /// The outcome for people: `skipped`, `hit`, `hit after waiting`, `miss, compiled`,
-/// `cache disabled, compiled`.
+/// `cache disabled, compiled`, `remote hit, downloaded`.
 constexpr std::string_view describe(CompileOutcome o) noexcept {
     switch (o) {
     case CompileOutcome::skipped: return "skipped";
@@ -82,6 +84,7 @@ constexpr std::string_view describe(CompileOutcome o) noexcept {
     case CompileOutcome::waited: return "hit after waiting";
     case CompileOutcome::compiled: return "miss, compiled";
     case CompileOutcome::disabled: return "cache disabled, compiled";
+    case CompileOutcome::downloaded: return "remote hit, downloaded";
     }
     return {};
 }
@@ -127,7 +130,8 @@ struct CompileReport {
         return t;
     }
     [[nodiscard]] bool cache_hit() const noexcept {
-        return outcome == CompileOutcome::hit || outcome == CompileOutcome::waited;
+        return outcome == CompileOutcome::hit || outcome == CompileOutcome::waited ||
+               outcome == CompileOutcome::downloaded;
     }
 
     /// The report as JSON (`skc compile --json`; docs/cli.md lists the fields).

@@ -57,6 +57,7 @@
 #include "policy/invoker.hpp"
 #include "policy/gather.hpp"
 #include "policy/lock.hpp"
+#include "policy/remote.hpp"
 #include "policy/reselect.hpp"
 #include "policy/storage.hpp"
 #include "recorder.hpp"
@@ -149,10 +150,10 @@ private:
 namespace detail {
 struct policy_selector {};  // the base of the with_<role> selectors
 
-enum class PolicyRole { storage, lock, install, reselect, gather, support, targets };
+enum class PolicyRole { storage, lock, install, reselect, gather, support, targets, remote };
 
 template <class S = FilesystemStorage, class L = FileLock, class I = RunPackageInstaller, class R = NoReselect,
-          class G = SingleRank, class Su = DefaultSupport, class T = DefaultTargets>
+          class G = SingleRank, class Su = DefaultSupport, class T = DefaultTargets, class Rm = NoRemote>
 struct Policies {
     using storage = S;
     using lock = L;
@@ -161,6 +162,7 @@ struct Policies {
     using gather = G;
     using support = Su;
     using targets = T;
+    using remote = Rm;
 };
 
 template <class B, class... Selectors>
@@ -195,9 +197,9 @@ struct chosen_policies {
                   "skc::StaticKernelCompiler: name every policy (with_gather<...>, ...) or give them all by position, "
                   "not both");
     static_assert(
-        sizeof...(Ps) <= 7,
-        "skc::StaticKernelCompiler: at most 7 policies by position (Storage, Lock, Install, Reselect, Gather, "
-        "Support, Targets)");
+        sizeof...(Ps) <= 8,
+        "skc::StaticKernelCompiler: at most 8 policies by position (Storage, Lock, Install, Reselect, Gather, "
+        "Support, Targets, Remote)");
     static constexpr bool named = sizeof...(Ps) > 0 && (is_selector<Ps> && ...);
     static_assert(roles_distinct<named, Ps...>(),
                   "skc::StaticKernelCompiler: a policy is chosen twice (two with_<role> of the same role)");
@@ -248,6 +250,7 @@ SKC_POLICY_SELECTOR(with_reselect, reselect)
 SKC_POLICY_SELECTOR(with_gather, gather)
 SKC_POLICY_SELECTOR(with_support, support)
 SKC_POLICY_SELECTOR(with_targets, targets)
+SKC_POLICY_SELECTOR(with_remote, remote)
 #undef SKC_POLICY_SELECTOR
 
 /// The host of DESIGN.md's one picture. See the header comment.
@@ -263,6 +266,7 @@ public:
     using Gather = typename Chosen::gather;
     using Support = typename Chosen::support;
     using Targets = typename Chosen::targets;
+    using Remote = typename Chosen::remote;
 
 private:
     // Each role's requirements are stated beside its concept, with one message per missing member
@@ -275,6 +279,7 @@ private:
     static_assert(detail::diagnose_gather<Gather>());
     static_assert(detail::diagnose_support<Support>());
     static_assert(detail::diagnose_targets<Targets>());
+    static_assert(detail::diagnose_remote<Remote>());
 
     static constexpr bool cache_fits = skc::Storage<Storage> && LockPolicy<Lock>;
 
@@ -348,6 +353,7 @@ public:
                                                  detail::make_for_dir<Lock>(root, settings_.cache.mode),
                                                  settings_.cache, CacheLockNames{stem + "/keys/", stem});
             }
+            attach_remote(stem);
         }
     }
 
@@ -603,6 +609,28 @@ private:
                             {"gathered", Value(rep.gathered)}});
     }
 
+    /// The remote tier the options or the environment ask for (resolve_remote_config), behind the
+    /// cache. A bad URL is an error now; a program whose Remote policy is NoRemote says once that it
+    /// has none. A read-only cache does not use one (it says so).
+    void attach_remote(const std::string& stem) {
+        const std::optional<RemoteConfig> rc = resolve_remote_config(options_);
+        if (!rc) return;
+        std::unique_ptr<RemoteTier> tier = Remote::open(*rc);
+        if (!tier) {
+            log(LogLevel::warning,
+                "a remote cache is configured (remote_cache or SKC_REMOTE_CACHE), but this program "
+                "has no remote tier (its Remote policy is NoRemote): the local cache only");
+            return;
+        }
+        if constexpr (requires { cache_->set_remote(std::move(tier), stem); }) {
+            if (settings_.cache.mode == CacheMode::read_only) {
+                log(LogLevel::info, "the cache is read-only: the remote cache " + tier->where() + " is not used");
+                return;
+            }
+            cache_->set_remote(std::move(tier), stem);
+        }
+    }
+
     /// On a miss in a cache folder on disk: one line naming the nearest entry and what differs, when
     /// one is near (cache_explain.hpp). A miss is about to compile: reading the entries is cheap beside it.
     void explain_miss_in_log(const CacheKey& key) {
@@ -627,6 +655,7 @@ private:
         case CacheResult::waited: rep.outcome = CompileOutcome::waited; break;
         case CacheResult::compiled: rep.outcome = CompileOutcome::compiled; break;
         case CacheResult::disabled: rep.outcome = CompileOutcome::disabled; break;
+        case CacheResult::downloaded: rep.outcome = CompileOutcome::downloaded; break;
         }
         rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
         clock.split("cache", "compile", compile_time);
@@ -684,7 +713,7 @@ private:
             };
             const std::string outcome = text("outcome");
             for (CompileOutcome o : {CompileOutcome::skipped, CompileOutcome::hit, CompileOutcome::waited,
-                                     CompileOutcome::compiled, CompileOutcome::disabled})
+                                     CompileOutcome::compiled, CompileOutcome::disabled, CompileOutcome::downloaded})
                 if (to_string(o) == outcome) rep.outcome = o;
             rep.key = text("key");
             rep.package = text("package");

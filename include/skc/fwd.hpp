@@ -163,5 +163,14 @@ template <class P>
 struct with_support;
 template <class P>
 struct with_targets;
+template <class P>
+struct with_remote;
+
+struct RemoteConfig;
+struct RemoteLease;
+struct RemoteRecord;
+class RemoteTier;
+struct NoRemote;
+class RedisRemote;  // skc/ext/redis.hpp (hiredis)
 
 }  // namespace skc

@@ -1,11 +1,14 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <skc/op_info_io.hpp>
 #include <skc/options.hpp>
+#include <skc/policy/remote.hpp>
 
 namespace {
 
@@ -71,7 +74,7 @@ TEST_CASE("an unknown key is an error that names it and lists the known keys") {
              "option 'static_kernel_compiles': unknown option; known options are: static_kernel_compile, "
              "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
              "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-             "super_kernel, compiler_check, cache_dir, cache_mode");
+             "super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only");
 }
 
 TEST_CASE("wrongly typed and out-of-range values name the key and what is accepted") {
@@ -128,7 +131,8 @@ TEST_CASE("a host's own keys are skipped, and listed when a key is unknown") {
                  "option 'compilr': unknown option; known options are: static_kernel_compile, "
                  "disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, force_eager, "
                  "base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, compiler_options, "
-                 "super_kernel, compiler_check, cache_dir, cache_mode, compiler, device");
+                 "super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only, compiler, "
+                 "device");
     }
 }
 
@@ -148,4 +152,35 @@ TEST_CASE("cache_mode: the option, else SKC_CACHE_MODE, else unset") {
     CHECK_THROWS_WITH(skc::requested_cache_mode(skc::Options{}),
                       "option 'SKC_CACHE_MODE': value \"never\" is not accepted: use read-write, read-only or recache");
     ::unsetenv("SKC_CACHE_MODE");
+}
+
+TEST_CASE("remote_cache: the option, else SKC_REMOTE_CACHE; read-only by option or environment") {
+    ::unsetenv("SKC_REMOTE_CACHE");
+    ::unsetenv("SKC_REMOTE_CACHE_READ_ONLY");
+    CHECK_FALSE(skc::resolve_remote_config(skc::Options{}).has_value());
+    const skc::Options o = skc::parse_options(
+        skc::parse_json(R"({"remote_cache": "redis://cache:6380/2", "remote_cache_read_only": true})"));
+    std::optional<skc::RemoteConfig> c = skc::resolve_remote_config(o);
+    REQUIRE(c);
+    CHECK(c->url == "redis://cache:6380/2");
+    CHECK(c->read_only);
+    CHECK(c->connect_timeout == std::chrono::milliseconds(1000));
+    CHECK_EQ(error_of(R"({"remote_cache": 6379})"), "option 'remote_cache': expected a string, found integer 6379");
+    CHECK_EQ(error_of(R"({"remote_cache_read_only": "yes"})"),
+             "option 'remote_cache_read_only': expected true or false, found string \"yes\"");
+
+    ::setenv("SKC_REMOTE_CACHE", "redis://env:6379", 1);
+    c = skc::resolve_remote_config(skc::Options{});
+    REQUIRE(c);
+    CHECK(c->url == "redis://env:6379");
+    CHECK_FALSE(c->read_only);
+    CHECK(skc::resolve_remote_config(o)->url == "redis://cache:6380/2");  // the option first
+    ::setenv("SKC_REMOTE_CACHE_READ_ONLY", "1", 1);
+    CHECK(skc::resolve_remote_config(skc::Options{})->read_only);
+    ::setenv("SKC_REMOTE_CACHE_READ_ONLY", "yes", 1);
+    CHECK_THROWS_WITH(skc::resolve_remote_config(skc::Options{}),
+                      "option 'SKC_REMOTE_CACHE_READ_ONLY': SKC_REMOTE_CACHE_READ_ONLY=\"yes\": expected 1, true, 0 "
+                      "or false");
+    ::unsetenv("SKC_REMOTE_CACHE_READ_ONLY");
+    ::unsetenv("SKC_REMOTE_CACHE");
 }

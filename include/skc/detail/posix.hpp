@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "../error.hpp"
@@ -42,5 +44,46 @@ inline void fsync_dir(const std::filesystem::path& dir) {
         ::close(fd);
     }
 }
+
+/// A file of its own in the temporary folder ($TMPDIR, else /tmp), open for writing, removed with
+/// this object: a download before it is checked and copied into place.
+class TempFile {
+public:
+    static TempFile create(std::string_view prefix) {
+        TempFile t;
+        std::string name = (std::filesystem::temp_directory_path() / (std::string(prefix) + "XXXXXX")).string();
+        t.fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+        if (t.fd_ < 0) throw_errno("cannot create a temporary file", name, errno);
+        t.path_ = std::move(name);
+        return t;
+    }
+    TempFile(TempFile&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) { o.path_.clear(); }
+    TempFile& operator=(TempFile&& o) noexcept {
+        if (this != &o) {
+            remove();
+            fd_ = std::exchange(o.fd_, -1);
+            path_ = std::move(o.path_);
+            o.path_.clear();
+        }
+        return *this;
+    }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    ~TempFile() { remove(); }
+    [[nodiscard]] int fd() const noexcept { return fd_; }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+    void close() noexcept {
+        if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    }
+
+private:
+    TempFile() = default;
+    void remove() noexcept {
+        close();
+        if (!path_.empty()) ::unlink(path_.c_str());
+    }
+    int fd_ = -1;
+    std::filesystem::path path_;
+};
 
 }  // namespace skc::detail

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <concepts>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -20,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <stop_token>
+#include <thread>
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
@@ -39,6 +42,7 @@
 #include "../log.hpp"
 #include "../options.hpp"
 #include "lock.hpp"
+#include "remote.hpp"
 #include "storage.hpp"
 
 namespace skc {
@@ -52,10 +56,11 @@ struct CacheConfig {
 
 /// How a get_or_compile() ended.
 enum class CacheResult : unsigned char {
-    hit,       // found at once
-    waited,    // another process compiled it while this one waited
-    compiled,  // compiled here and stored
-    disabled,  // compiled here, the cache is off
+    hit,         // found at once
+    waited,      // another process compiled it while this one waited
+    compiled,    // compiled here and stored
+    disabled,    // compiled here, the cache is off
+    downloaded,  // the remote tier had it: downloaded, checked and stored here (policy/remote.hpp)
 };
 
 /// The result's fixed identifier: `hit`, `waited`, `compiled`, `disabled`.
@@ -65,6 +70,7 @@ constexpr std::string_view to_string(CacheResult r) noexcept {
     case CacheResult::waited: return "waited";
     case CacheResult::compiled: return "compiled";
     case CacheResult::disabled: return "disabled";
+    case CacheResult::downloaded: return "downloaded";
     }
     return {};
 }
@@ -81,7 +87,7 @@ struct CacheHit {
 template <class Guard>
 struct CacheOutcome {
     CacheResult result = CacheResult::compiled;
-    std::optional<CacheHit<Guard>> hit;  // hit, waited; compiled unless removed at once
+    std::optional<CacheHit<Guard>> hit;  // hit, waited, downloaded; compiled unless removed at once
 
     std::filesystem::path compiled_package;  // the package the compile produced (compiled, disabled)
     std::chrono::nanoseconds lock_wait{0};
@@ -94,12 +100,6 @@ struct PruneReport {
     std::uint64_t skipped_in_use = 0;
     std::uint64_t entries_left = 0;
     std::uint64_t bytes_left = 0;
-};
-
-struct BadEntry {
-    std::string key;       // the entry's key (its name under entries/)
-    std::string reason;    // what is wrong with it
-    bool removed = false;  // false when another process was using it (it goes when that use ends)
 };
 
 struct VerifyReport {
@@ -161,6 +161,21 @@ public:
     void set_cache_folder(const std::filesystem::path& root, std::string stem) {
         folder_ = CacheFolder{root.native(), std::move(stem)};
     }
+
+    /// Puts `remote` behind this cache as its remote tier, its records in namespace `ns`
+    /// (policy/remote.hpp): get_or_compile() looks there after a local miss, and compiles a key
+    /// missing in both tiers once across every cache that shares the remote. Not with a read-only
+    /// cache (it looks up and compiles here only). Call before the cache is used.
+    void set_remote(std::unique_ptr<RemoteTier> remote, std::string ns) {
+        if (remote && remote->lease_ttl().count() < 3)
+            throw Error(Errc::invalid_argument, "the remote lease's time to live is too short");
+        if (remote) remote_lease_ttl_ = remote->lease_ttl();
+        remote_ = std::move(remote);
+        remote_ns_ = std::move(ns);
+        remote_down_.store(false, std::memory_order_relaxed);
+    }
+    /// The remote tier; nullptr when there is none.
+    [[nodiscard]] RemoteTier* remote() noexcept { return remote_.get(); }
 
     /// The entry for `key` with its package's size checked, pinned; nullopt on a
     /// miss (also when another process holds the key's exclusive lock: it is compiling it).
@@ -270,11 +285,31 @@ public:
             }
             // Removed between our check and the pin (pruned, cleared, found bad): check again.
         }
+        // Missing here: the remote tier may have it, or another node may be compiling it.
+        std::optional<RemoteLease> lease;
+        if (remote_usable()) {
+            if (remote_lookup_or_lease(hex, deadline, lease)) {
+                ex = Guard{};
+                out.lock_wait = LockClock::now() - t0;
+                add_wait(out.lock_wait);
+                out.result = CacheResult::downloaded;
+                out.hit = lookup_pinned(hex, /*wait=*/true, LockClock::now() + config_.wait_timeout);
+                evict_over_limits(limits_in_effect(), std::nullopt, hex);
+                if (out.hit) return out;
+                // Removed in the instant between (pruned by another process): compile after all.
+                return get_or_compile(key, std::forward<Compile>(compile));
+            }
+        }
         out.lock_wait = LockClock::now() - t0;
         add_wait(out.lock_wait);
         std::chrono::nanoseconds compile_ns{0};
-        std::filesystem::path package = compile_counted(compile, &compile_ns);
-        publish_locked(key, package, compile_ns);
+        std::filesystem::path package;
+        {
+            RemoteLeaseHolder holder(*this, lease);  // renewed while compiling; released at the end
+            package = compile_counted(compile, &compile_ns);
+            publish_locked(key, package, compile_ns);
+            if (lease) upload(*lease, hex);
+        }
         ex = Guard{};
         out.result = CacheResult::compiled;
         out.compiled_package = package;
@@ -342,14 +377,7 @@ public:
             return false;
         CacheEntry stored = e;
         stored.package = "packages/" + e.key + ".run";
-        const ObjectInfo info = storage_.import_file(stored.package, package);
-        if (info.size != e.size || detail::checksum_of([&](const ChunkFn& fn) {
-                                       return storage_.read_chunks(stored.package, fn);
-                                   }) != e.checksum) {
-            storage_.remove(stored.package);
-            throw Error(Errc::corrupt,
-                        "the package is not the one entry " + e.key + " names (size or checksum differs)");
-        }
+        store_checked(stored, package);
         if (!op_list.empty()) storage_.write("oplists/" + e.key, std::string(op_list));
         storage_.write("entries/" + e.key, detail::encode_entry(stored));
         write_manifest();
@@ -561,6 +589,234 @@ private:
         std::lock_guard lock(mu_);
         stats_.lock_wait_ns += d.count();
     }
+
+    // ---- the remote tier (policy/remote.hpp) ----
+
+    [[nodiscard]] bool remote_usable() const noexcept {
+        return remote_ && config_.mode != CacheMode::read_only && !remote_down_.load(std::memory_order_relaxed);
+    }
+
+    /// A fault of the remote tier: counted, one warning for the whole process, and the remote is not
+    /// used again by this cache (every later lookup and compile is local only).
+    void remote_failed(const std::string& what) {
+        {
+            std::lock_guard lock(mu_);
+            ++stats_.remote_errors;
+        }
+        if (!remote_down_.exchange(true))
+            log(LogLevel::warning, "the remote cache failed (" + what + "); going on with the local cache only");
+    }
+
+    /// After a local miss, under the key's exclusive lock (so one process per node asks the remote):
+    /// true when the key's package was downloaded from the remote tier and stored here; otherwise
+    /// false, with `lease` set when this process took the key's remote lease (it compiles and
+    /// uploads). While another node holds the lease, waits for its upload (until `deadline`, then it
+    /// compiles here too), and takes the lease when it ends without one (that node died or failed).
+    /// A fault of the remote ends the wait: false without a lease, and the compile is local.
+    bool remote_lookup_or_lease(const std::string& hex, LockClock::time_point deadline,
+                                std::optional<RemoteLease>& lease) {
+        const bool fetch = config_.mode != CacheMode::recache;
+        std::optional<Downloaded> got;
+        std::optional<std::uint64_t> bad;  // the upload found unusable (counted and told once)
+        try {
+            if (fetch) got = download(hex, /*count_miss=*/true, bad);
+            if (!got && !remote_->read_only()) {
+                auto pause = std::chrono::milliseconds(10);
+                bool told = false;
+                for (;;) {
+                    if (const std::optional<std::uint64_t> token =
+                            remote_->try_lease(remote_ns_, hex, remote_lease_ttl_)) {
+                        lease = RemoteLease{remote_ns_, hex, *token};
+                        // The lease's holder before may have uploaded it since the lookup above.
+                        if (fetch && (got = download(hex, /*count_miss=*/false, bad))) {
+                            remote_->release_lease(*lease);
+                            lease.reset();
+                        }
+                        break;
+                    }
+                    if (!told) {
+                        told = true;
+                        log(LogLevel::info, "another node is compiling cache key " + hex +
+                                                " (it holds the key's lease on " + remote_->where() +
+                                                "): waiting for its upload");
+                    }
+                    if (LockClock::now() + pause >= deadline) {
+                        log(LogLevel::warning, "waited " + detail::seconds_text(config_.wait_timeout) +
+                                                   " for another node compiling cache key " + hex +
+                                                   "; compiling it here");
+                        break;
+                    }
+                    std::this_thread::sleep_for(pause);
+                    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+                    if (fetch && (got = download(hex, /*count_miss=*/false, bad))) break;
+                }
+            }
+        } catch (const std::exception& e) {
+            remote_failed(e.what());
+            if (lease) release_quietly(*lease);
+            lease.reset();
+            got.reset();
+        }
+        if (!got) return false;
+        store_downloaded(hex, *got);
+        return true;
+    }
+
+    /// A package downloaded into a temporary file (removed with this object), with its record.
+    struct Downloaded {
+        detail::TempFile file;
+        RemoteRecord record;
+    };
+
+    /// The key's package from the remote tier, whole and checked; nullopt when it is not there
+    /// (absent, or evicted: a miss) or is refused (tampered: counted as an error, with a warning).
+    /// An upload found unusable before (`bad`, its token) is not counted or told again. Faults of the
+    /// remote throw.
+    std::optional<Downloaded> download(const std::string& hex, bool count_miss, std::optional<std::uint64_t>& bad) {
+        detail::TempFile tmp = detail::TempFile::create("skc-download-");
+        RemoteRead r = read_remote_package(*remote_, remote_ns_, hex,
+                                           [&](std::string_view c) { detail::write_all(tmp.fd(), c, tmp.path()); });
+        if (r.status == RemoteRead::Status::evicted || r.status == RemoteRead::Status::refused) {
+            if (bad == r.record.token) return std::nullopt;
+            bad = r.record.token;
+        }
+        std::lock_guard lock(mu_);
+        switch (r.status) {
+        case RemoteRead::Status::whole: break;
+        case RemoteRead::Status::absent:
+            if (count_miss) ++stats_.remote_misses;
+            return std::nullopt;
+        case RemoteRead::Status::evicted:
+            ++stats_.remote_misses;
+            log(LogLevel::info,
+                "the package of cache key " + hex + " was evicted from " + remote_->where() + ": a miss");
+            return std::nullopt;
+        case RemoteRead::Status::refused:
+            ++stats_.remote_errors;
+            log(LogLevel::warning, "the remote package of cache key " + hex + " on " + remote_->where() +
+                                       " is refused: " + r.why + "; it is compiled here");
+            return std::nullopt;
+        }
+        tmp.close();
+        return Downloaded{std::move(tmp), std::move(r.record)};
+    }
+
+    /// Stores a downloaded package and its entry here (under the key's exclusive lock), as an import
+    /// does: the copy is checked against the record's checksum before the entry is written.
+    void store_downloaded(const std::string& hex, const Downloaded& d) {
+        judge_subfolders();
+        CacheEntry e = d.record.entry;
+        e.package = "packages/" + hex + ".run";
+        store_checked(e, d.file.path());
+        storage_.write("entries/" + hex, detail::encode_entry(e));
+        write_manifest();
+        std::lock_guard lock(mu_);
+        ++stats_.remote_hits;
+        ++stats_.misses;
+        stats_.remote_download_bytes += e.size;
+        stats_.compile_time_saved_ns += e.compile_ns;
+    }
+
+    /// Copies `file` in as entry `e`'s package and checks the copy (size and checksum); on a mismatch
+    /// the copy is removed and Error(corrupt) thrown.
+    void store_checked(const CacheEntry& e, const std::filesystem::path& file) {
+        const ObjectInfo info = storage_.import_file(e.package, file);
+        if (info.size != e.size ||
+            detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) != e.checksum) {
+            storage_.remove(e.package);
+            throw Error(Errc::corrupt,
+                        "the package is not the one entry " + e.key + " names (size or checksum differs)");
+        }
+    }
+
+    /// Uploads the entry this process just published for `hex` under `lease`: the package in chunks
+    /// (expiring until committed), then the record, committed only while the lease is still ours.
+    void upload(const RemoteLease& lease, const std::string& hex) {
+        if (!remote_usable()) return;
+        try {
+            const Loaded l = load_entry(hex, /*with_components=*/true);
+            if (!l.entry) return;
+            if (l.entry->size > remote_max_package_bytes) {
+                log(LogLevel::warning, "cache key " + hex + " is not uploaded to " + remote_->where() +
+                                           ": its package has " + std::to_string(l.entry->size) +
+                                           " bytes, above the remote tier's limit of " +
+                                           std::to_string(remote_max_package_bytes) + " bytes");
+                return;
+            }
+            std::string chunk;
+            chunk.reserve(static_cast<std::size_t>(std::min(l.entry->size, remote_chunk_bytes)));
+            std::uint64_t index = 0;
+            const auto put = [&] {
+                remote_->put_chunk(lease, index++, chunk, remote_chunk_ttl);
+                chunk.clear();
+            };
+            storage_.read_chunks(l.entry->package, [&](std::string_view c) {
+                while (!c.empty()) {
+                    const std::size_t n = std::min<std::size_t>(c.size(), remote_chunk_bytes - chunk.size());
+                    chunk.append(c.substr(0, n));
+                    c.remove_prefix(n);
+                    if (chunk.size() == remote_chunk_bytes) put();
+                }
+            });
+            if (!chunk.empty() || index == 0) put();
+            if (!remote_->commit(lease, index, encode_remote_record(RemoteRecord{lease.token, index, *l.entry}))) {
+                log(LogLevel::info, "cache key " + hex + " was not uploaded to " + remote_->where() +
+                                        ": its lease ended first (another node took the key over)");
+                return;
+            }
+            std::lock_guard lock(mu_);
+            ++stats_.remote_uploads;
+            stats_.remote_upload_bytes += l.entry->size;
+        } catch (const std::exception& e) {
+            remote_failed(e.what());
+        }
+    }
+
+    void release_quietly(const RemoteLease& lease) noexcept {
+        try {
+            remote_->release_lease(lease);
+        } catch (...) {  // it expires on its own
+        }
+    }
+
+    /// Holds a remote lease while this process compiles: renewed every third of its time to live by
+    /// a thread of its own, released at the end (the next node need not wait for it to expire). A
+    /// renewal that fails is a fault of the remote, reported when the holder ends.
+    class RemoteLeaseHolder {
+    public:
+        RemoteLeaseHolder(IndexCache& cache, const std::optional<RemoteLease>& lease) : cache_(cache), lease_(lease) {
+            if (!lease_) return;
+            renewer_ = std::jthread([this](std::stop_token stop) {
+                std::mutex m;
+                std::condition_variable_any cv;
+                std::unique_lock lock(m);
+                const auto every = cache_.remote_lease_ttl_ / 3;
+                while (!cv.wait_for(lock, stop, every, [&stop] { return stop.stop_requested(); })) {
+                    try {
+                        if (!cache_.remote_->renew_lease(*lease_, cache_.remote_lease_ttl_)) return;  // fenced out
+                    } catch (const std::exception& e) {
+                        fault_ = e.what();
+                        return;
+                    }
+                }
+            });
+        }
+        RemoteLeaseHolder(const RemoteLeaseHolder&) = delete;
+        RemoteLeaseHolder& operator=(const RemoteLeaseHolder&) = delete;
+        ~RemoteLeaseHolder() {
+            if (!lease_) return;
+            renewer_.request_stop();
+            renewer_.join();
+            if (!fault_.empty()) cache_.remote_failed(fault_);
+            else if (cache_.remote_usable()) cache_.release_quietly(*lease_);
+        }
+
+    private:
+        IndexCache& cache_;
+        const std::optional<RemoteLease>& lease_;
+        std::string fault_;
+        std::jthread renewer_;
+    };
 
     /// What `stats` and the statistics log hold (the caller holds the namespace lock, or accepts
     /// a fold in progress): `stats`, plus the logs, less the bytes of taken logs `stats` counts.
@@ -887,6 +1143,10 @@ private:
     mutable CacheStats flushed_;                 // flushed by this process
     std::vector<std::array<char, 32>> touched_;  // keys hit since the last flush (may repeat)
     std::unordered_set<std::string> verified_;
+    std::unique_ptr<RemoteTier> remote_;  // the remote tier; nullptr: none
+    std::string remote_ns_;
+    std::chrono::milliseconds remote_lease_ttl_{30000};
+    std::atomic<bool> remote_down_{false};  // it failed: not used again by this cache
 };
 
 /// `disable_static_kernel_compile_cache`: every call compiles; nothing is read or written.

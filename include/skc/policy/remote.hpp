@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../cache_format.hpp"
+#include "../detail/hash.hpp"
 #include "../detail/text.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
@@ -62,6 +63,8 @@ public:
     /// Where the store is, for messages: the URL without its password.
     [[nodiscard]] virtual std::string where() const = 0;
     [[nodiscard]] virtual bool read_only() const = 0;
+    /// How long a lease lives unless renewed (a compiling node renews it every third of this).
+    [[nodiscard]] virtual std::chrono::milliseconds lease_ttl() const { return RemoteConfig{}.lease_ttl; }
 
     /// The record of `key` (encode_remote_record), nullopt when there is none.
     virtual std::optional<std::string> get_record(std::string_view ns, std::string_view key) = 0;
@@ -98,6 +101,9 @@ public:
 /// The size of the chunks a package is stored in: far below Redis's 512 MB per value, and small
 /// enough that one command stays within a few seconds.
 inline constexpr std::uint64_t remote_chunk_bytes = 32ull << 20;
+/// How long the chunks of an upload live before it is committed (a node that dies uploading leaves
+/// nothing behind for longer).
+inline constexpr std::chrono::milliseconds remote_chunk_ttl = std::chrono::hours(1);
 /// The largest package the remote tier takes (bigger ones stay local, with a warning).
 inline constexpr std::uint64_t remote_max_package_bytes = 16ull << 30;
 
@@ -138,6 +144,92 @@ inline std::optional<RemoteRecord> decode_remote_record(std::string_view text, s
     return r;
 }
 
+/// What reading a remote package found.
+struct RemoteRead {
+    enum class Status : unsigned char {
+        whole,    // every chunk read, the size and checksum are the record's
+        absent,   // no record
+        evicted,  // a chunk is gone (the store evicted it): a miss
+        refused,  // the record is unreadable, or the bytes are not the package it names (tampered)
+    };
+    Status status = Status::absent;
+    std::string why;  // refused: what is wrong
+    RemoteRecord record;
+};
+
+/// Reads the package of `key` in namespace `ns` through `sink`, chunk by chunk, and checks it against
+/// its record (size, then the checksum of the bytes). `sink` sees bytes before they are checked: what
+/// it wrote is to be used only when the status is `whole`. Faults of the store propagate.
+inline RemoteRead read_remote_package(RemoteTier& remote, std::string_view ns, std::string_view key,
+                                      const ChunkFn& sink) {
+    RemoteRead out;
+    const std::optional<std::string> text = remote.get_record(ns, key);
+    if (!text) return out;
+    std::optional<RemoteRecord> rec = decode_remote_record(*text, key);
+    if (!rec) {
+        out.status = RemoteRead::Status::refused;
+        out.why = "its record is unreadable (truncated or altered)";
+        return out;
+    }
+    out.record = std::move(*rec);
+    detail::Hasher h;
+    std::uint64_t size = 0;
+    for (std::uint64_t i = 0; i < out.record.chunks; ++i) {
+        std::uint64_t got = 0;
+        const bool there = remote.get_chunk(ns, key, out.record.token, i, [&](std::string_view c) {
+            got += c.size();
+            h.update(c);
+            sink(c);
+        });
+        if (!there) {
+            out.status = RemoteRead::Status::evicted;
+            return out;
+        }
+        size += got;
+        if (size > out.record.entry.size) break;  // more than it should be: refused below
+    }
+    out.status = RemoteRead::Status::refused;
+    if (size != out.record.entry.size)
+        out.why = "its package has " + std::to_string(size) + " bytes, the record says " +
+                  std::to_string(out.record.entry.size);
+    else if (h.digest() != out.record.entry.checksum) out.why = "its package's checksum does not match the record";
+    else out.status = RemoteRead::Status::whole;
+    return out;
+}
+
+/// An entry found bad by a verify (IndexCache::verify_all, verify_remote).
+struct BadEntry {
+    std::string key;       // the entry's key
+    std::string reason;    // what is wrong with it
+    bool removed = false;  // local: false when another process was using it (it goes when that use ends)
+};
+
+/// What verify_remote() found in one namespace of a remote tier.
+struct RemoteVerifyReport {
+    std::uint64_t checked = 0;
+    std::vector<BadEntry> bad;
+};
+
+/// Reads every record of namespace `ns` and its package in full (`skc cache verify --remote`):
+/// records that are unreadable, whose package is not whole (a chunk evicted) or not the one they
+/// name are reported, and removed unless the tier is read-only. Faults of the store propagate.
+inline RemoteVerifyReport verify_remote(RemoteTier& remote, std::string_view ns) {
+    RemoteVerifyReport r;
+    for (const std::string& key : remote.keys(ns)) {
+        const RemoteRead read = read_remote_package(remote, ns, key, [](std::string_view) {});
+        if (read.status == RemoteRead::Status::absent) continue;  // removed meanwhile
+        ++r.checked;
+        std::string why;
+        if (read.status == RemoteRead::Status::evicted) why = "a chunk of its package is gone (evicted)";
+        else if (read.status == RemoteRead::Status::refused) why = read.why;
+        else continue;
+        const bool remove = !remote.read_only();
+        if (remove) remote.remove(ns, key);
+        r.bad.push_back(BadEntry{key, std::move(why), remove});
+    }
+    return r;
+}
+
 /// The remote tier a program asks for: the option `remote_cache`, else the environment's
 /// SKC_REMOTE_CACHE (empty: none); read-only when the option `remote_cache_read_only` or
 /// SKC_REMOTE_CACHE_READ_ONLY=1 says so. The URL itself is the store's to parse.
@@ -175,8 +267,9 @@ concept RemotePolicy = requires(const RemoteConfig& c) {
 namespace detail {
 template <class R>
 consteval bool diagnose_remote() {
-    static_assert(RemotePolicy<R>, "skc: the Remote policy needs a member "
-                                   "`static std::unique_ptr<skc::RemoteTier> open(const skc::RemoteConfig&)`");
+    static_assert(RemotePolicy<R>,
+                  "skc: the Remote policy needs a member "
+                  "`static std::unique_ptr<skc::RemoteTier> open(const skc::RemoteConfig&)`");
     return true;
 }
 }  // namespace detail
