@@ -185,20 +185,21 @@ int run_cache(const CacheOptions& given, CacheRun run, const std::string& prefix
             o.cache_dir = env;
             o.cache_dir_from_env = true;
         }
-    if (!o.base && !o.cache_dir)
+    if (!o.base && !o.cache_dir && !o.remote)
         throw UsageError{
             "--base DIR is required: the folder that holds static_kernel_compile_outputs (or --cache-dir DIR, or "
             "SKC_CACHE_DIR, for a cache folder of its own)"};
     if (o.check) o.check(o);
     try {
-        return run(resolve(o, prefix), o);
+        return run(o.remote ? Target{} : resolve(o, prefix), o);  // --remote: no local cache
     } catch (const skc::Error& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what()).c_str());
         // A bad export file or op info file is bad input; anything else: the cache could not be used.
         if (e.code() == skc::Errc::corrupt) return exit_bad_entries;
         const bool bad_input = e.code() == skc::Errc::invalid_op_info || e.code() == skc::Errc::invalid_json ||
-                               e.code() == skc::Errc::invalid_argument || e.code() == skc::Errc::limit_exceeded;
+                               e.code() == skc::Errc::invalid_argument || e.code() == skc::Errc::limit_exceeded ||
+                               e.code() == skc::Errc::invalid_option;
         return bad_input ? exit_usage : exit_failed;
     } catch (const UsageError&) {
         throw;

@@ -10,7 +10,11 @@
 //   2. the compiler fails: the leaders throw their own compile error, the followers peer_failed;
 //   3. `share` (the reselect) throws on a follower of node 0 and on the leader of node 1: the rank
 //      that failed throws its own error, its node's other rank peer_failed, nobody hangs;
-//   4. a rank of node 1 never joins: its leader times out naming it; node 0 is unaffected.
+//   4. a rank of node 1 never joins: its leader times out naming it; node 0 is unaffected;
+//   5. (with hiredis) nodes that share only Redis: each node has its own base directory (its own
+//      cache) and op library, and one real redis-server is the remote tier
+//      (with_remote<RedisRemote>): one compile in the job, the other node downloads the same package,
+//      twice (two keys, both nodes starting at once each time).
 // Doctest is not used: every rank would run and report its own copy of every case. Each rank prints
 // its failed checks; the exit status is 0 only when no rank failed any.
 #include <mpi.h>
@@ -33,6 +37,18 @@
 #include <skc/op_info_io.hpp>
 
 #include "test_support.hpp"
+
+#ifdef SKC_TEST_WITH_REDIS
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include <skc/ext/redis.hpp>
+
+#include "redis_server.hpp"
+#endif
 
 namespace {
 
@@ -347,6 +363,237 @@ void rank_missing(const Setup& s) {
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+#ifdef SKC_TEST_WITH_REDIS
+// ---- 5. nodes that share only Redis ------------------------------------------------------------------
+
+using RedisCompiler = skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<RecordingReselect>,
+                                                skc::with_gather<skc::MpiGather>, skc::with_remote<skc::RedisRemote>>;
+
+/// Node `node`'s own folder: its base directory (so its own cache and run folders) and its op
+/// library. Nothing of one node is below the other's, and the shared `base` of cases 1-4 is unused.
+fs::path own_dir(const Setup& s, int node) { return s.root / "redis" / ("node" + std::to_string(node)); }
+
+/// The op_compiler.log files below both nodes' base directories: one per kernel compiler run.
+std::size_t compiler_logs(const Setup& s) {
+    std::size_t n = 0;
+    for (int node = 0; node < 2; ++node) {
+        const fs::path base = own_dir(s, node) / "base";
+        if (!fs::exists(base)) continue;
+        for (const auto& e : fs::recursive_directory_iterator(base))
+            n += e.is_regular_file() && e.path().filename() == "op_compiler.log";
+    }
+    return n;
+}
+
+/// The warnings and errors skc logged on this rank (from any thread).
+struct WarningLog {
+    std::mutex mu;
+    std::vector<std::string> lines;
+};
+
+/// The lines of a RedisServer::command reply (an array's elements), as a set.
+std::set<std::string> lines_of(const std::string& reply) {
+    std::set<std::string> out;
+    std::size_t at = 0;
+    while (at < reply.size()) {
+        const std::size_t eol = std::min(reply.find('\n', at), reply.size());
+        out.insert(reply.substr(at, eol - at));
+        at = eol + 1;
+    }
+    return out;
+}
+
+/// One round: after a barrier every rank compiles its ops at once; both nodes' unions are the same,
+/// so the job has one key. `server` is the Redis server on rank 0 (nullptr elsewhere), `count_file`
+/// has a line per compiler run of the whole case, `keys` (rank 0) the keys of the rounds before.
+skc::MpiGather redis_round(const Setup& s, const fs::path& count_file, const std::string& url,
+                           skc_test::RedisServer* server, std::size_t round,
+                           const std::map<int, std::vector<std::string>>& ops_of, std::set<std::string>& keys,
+                           skc::MpiGather gather) {
+    const int node = static_cast<int>(gather.node());
+    const bool leader = gather.local_rank() == 0;
+    const fs::path own = own_dir(s, node);
+    std::set<std::string> union_digests;
+    for (const auto& [rank, names] : ops_of)
+        for (const std::string& n : names) union_digests.insert(digest_of(n).hex());
+
+    skc::Options o;
+    o.static_kernel_compile = true;
+    o.base_dir = (own / "base").string();
+    o.jobs = 2;
+    o.compile_timeout = std::chrono::seconds(120);
+    o.remote_cache = url;
+    skc::CompilerSettings st;
+    st.toolchain_version = "1.0";
+    st.device = "host-cpu";
+    st.op_library = own / "lib";
+    st.install_timeout = std::chrono::seconds(60);
+    auto warnings = std::make_shared<WarningLog>();
+    const skc::LogSink sink = [warnings](skc::LogLevel level, std::string_view line) {
+        if (static_cast<int>(level) < static_cast<int>(skc::LogLevel::warning)) return;
+        std::lock_guard lock(warnings->mu);
+        warnings->lines.emplace_back(line);
+    };
+    st.log = sink;
+    st.cache.log = sink;
+    RedisCompiler c(skc::ProcessInvoker(s.wrapper, {count_file.string(), "ok"}), o, st, skc::RunPackageInstaller(),
+                    RecordingReselect{}, std::move(gather));
+    EXPECT(c.cache() != nullptr && c.cache()->remote() != nullptr);
+
+    MPI_Barrier(MPI_COMM_WORLD);  // both nodes start at once
+    const auto t0 = std::chrono::steady_clock::now();
+    skc::CompileReport rep;
+    const std::optional<skc::Error> e = error_of([&] { rep = c.compile(load_ops(ops_of.at(world_rank))); });
+    EXPECT_MSG(!e.has_value(), std::string("compile threw: ") + (e ? e->what() : ""));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    EXPECT(rep.selected == ops_of.at(world_rank).size());
+    EXPECT(rep.gathered == union_digests.size());
+    EXPECT(rep.key.size() == 32);
+    EXPECT(rep.installed == rep.key);
+    EXPECT(rep.extracted == leader);
+    EXPECT(fs::is_regular_file(rep.package));
+    // The package is this node's own cache's copy (downloaded or compiled here).
+    EXPECT_MSG(rep.package.string().starts_with((own / "base").string() + "/"), rep.package.string());
+    const RecordingReselect& rs = c.reselect_hook();
+    EXPECT(rs.packages.size() == 1);
+    if (rs.packages.size() == 1) {
+        EXPECT(rs.packages[0] == rep.key);
+        EXPECT_MSG(rs.indexed[0] == union_digests, "the index at reselect did not list the union under the package");
+    }
+    const skc::CacheStats cs = c.cache() != nullptr ? c.cache()->stats() : skc::CacheStats{};
+    const std::string bytes_hash =
+        fs::is_regular_file(rep.package) ? skc::detail::hash_bytes(skc_test::slurp(rep.package)).hex() : "";
+    std::string logged;
+    {
+        std::lock_guard lock(warnings->mu);
+        for (const std::string& l : warnings->lines) logged += l + "\n";
+    }
+
+    // Across the job: one key, the same bytes on both nodes from one compile, each node its own copy.
+    const std::vector<std::string> all = gather_to_root(skc::dump_json(
+        skc::Value(skc::Object{{"node", skc::Value(node)},
+                               {"leader", skc::Value(leader)},
+                               {"ok", skc::Value(!e.has_value())},
+                               {"outcome", skc::Value(skc::to_string(rep.outcome))},
+                               {"key", skc::Value(rep.key)},
+                               {"package", skc::Value(rep.package.string())},
+                               {"bytes", skc::Value(bytes_hash)},
+                               {"remote_hits", skc::Value(static_cast<std::int64_t>(cs.remote_hits))},
+                               {"remote_uploads", skc::Value(static_cast<std::int64_t>(cs.remote_uploads))},
+                               {"remote_errors", skc::Value(static_cast<std::int64_t>(cs.remote_errors))},
+                               {"warnings", skc::Value(logged)},
+                               {"ms", skc::Value(ms)}}),
+        -1));
+    if (world_rank == 0) {
+        std::set<std::string> job_keys, hashes, packages;
+        std::map<int, std::set<std::string>> outcomes_of_node;
+        std::map<std::string, int> leaders_by_outcome;
+        int ok = 0;
+        for (const std::string& t : all) {
+            const skc::Value v = skc::parse_json(t);
+            const auto num = [&](const char* k) { return static_cast<long long>(v.find(k)->as_double()); };
+            const int rank = static_cast<int>(&t - all.data());
+            const int n = static_cast<int>(num("node"));
+            const std::string outcome = v.find("outcome")->as_string();
+            std::printf("scenario 5, round %zu: rank %d node %d: %s in %.0f ms\n", round, rank, n, outcome.c_str(),
+                        v.find("ms")->as_double());
+            ok += v.find("ok")->as_bool() ? 1 : 0;
+            job_keys.insert(v.find("key")->as_string());
+            hashes.insert(v.find("bytes")->as_string());
+            packages.insert(v.find("package")->as_string());
+            outcomes_of_node[n].insert(outcome);
+            EXPECT_MSG(num("remote_errors") == 0, "rank " + std::to_string(rank));
+            EXPECT_MSG(v.find("warnings")->as_string().empty(),
+                       "rank " + std::to_string(rank) + " logged: " + v.find("warnings")->as_string());
+            if (v.find("leader")->as_bool()) {
+                ++leaders_by_outcome[outcome];
+                // The leader that compiled uploaded; the other downloaded; neither did both.
+                if (outcome == "compiled")
+                    EXPECT_MSG(num("remote_uploads") == 1 && num("remote_hits") == 0, "rank " + std::to_string(rank));
+                if (outcome == "downloaded")
+                    EXPECT_MSG(num("remote_hits") == 1 && num("remote_uploads") == 0, "rank " + std::to_string(rank));
+            }
+        }
+        EXPECT(ok == 4);
+        EXPECT(job_keys.size() == 1);
+        EXPECT(hashes.size() == 1 && !hashes.begin()->empty());
+        EXPECT(packages.size() == 2);  // one copy per node, each in its own cache
+        // A follower reports its leader's outcome: one node compiled, the other downloaded.
+        EXPECT(outcomes_of_node[0].size() == 1 && outcomes_of_node[1].size() == 1);
+        EXPECT((leaders_by_outcome == std::map<std::string, int>{{"compiled", 1}, {"downloaded", 1}}));
+        // One compiler run in this round, counted by the wrapper and by the compiler's logs.
+        EXPECT_MSG(lines_in(count_file) == round, "compiler runs: " + std::to_string(lines_in(count_file)));
+        EXPECT_MSG(compiler_logs(s) == round, "op_compiler.log files: " + std::to_string(compiler_logs(s)));
+        const std::string key = job_keys.empty() ? std::string() : *job_keys.begin();
+        EXPECT_MSG(!keys.contains(key), "the key of an earlier round: " + key);
+        keys.insert(key);
+        // Each node installed it into its own op library (held until the compilers are gone).
+        for (int n = 0; n < 2; ++n) {
+            std::set<std::string> stems;
+            for (const skc::InstalledPackage& p : skc::RunPackageInstaller().list(own_dir(s, n) / "lib", "host"))
+                stems.insert(p.stem);
+            EXPECT_MSG((stems == std::set<std::string>{key}), "node " + std::to_string(n));
+        }
+        // Redis holds a record per round's key, and no lease is left.
+        const std::string ns = skc::Layout::cache_stem("1.0", "host-cpu");
+        std::set<std::string> want;
+        for (const std::string& k : keys) want.insert("skc:" + ns + ":record:" + k);
+        EXPECT_MSG(lines_of(server->command({"KEYS", "skc:*:record:*"})) == want, server->log());
+        EXPECT(server->command({"KEYS", "skc:*:lease:*"}).empty());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return std::move(c.gather());
+}
+
+skc::MpiGather nodes_share_only_redis(const Setup& s, skc::MpiGather gather) {
+    // One redis-server for the job, on rank 0; its URL is broadcast (empty: it did not start).
+    std::unique_ptr<skc_test::RedisServer> server;
+    std::string url;
+    const fs::path count_file = s.root / "redis" / "compiler-runs.txt";
+    if (world_rank == 0) {
+        try {
+            server = std::make_unique<skc_test::RedisServer>();
+            url = server->url();
+        } catch (const std::exception& e) {
+            expect(false, std::string("cannot start redis-server: ") + e.what(), __LINE__);
+        }
+        for (int node = 0; node < 2; ++node) fs::create_directories(own_dir(s, node) / "base");
+        skc_test::spit(count_file, "");
+    }
+    url = broadcast_from_root(url);
+    if (url.empty()) return gather;
+
+    std::set<std::string> keys;  // rank 0: the keys of the rounds so far
+    // Round 1: the ranks of a node select different ops; both nodes gather {LayerNorm, SoftmaxV2}.
+    gather = redis_round(s, count_file, url, server.get(), 1,
+                         {{0, {"LayerNorm_float_ND_32_64_7.json"}},
+                          {2, {"SoftmaxV2_float_ND_2_16_16_6.json"}},
+                          {1, {"SoftmaxV2_float_ND_2_16_16_6.json", "LayerNorm_float_ND_32_64_7.json"}},
+                          {3, {"LayerNorm_float_ND_32_64_7.json"}}},
+                         keys, std::move(gather));
+    // Round 2, on a key no cache or Redis has yet: both nodes start at once again.
+    gather = redis_round(s, count_file, url, server.get(), 2,
+                         {{0, {"BatchMatMulV2_float_ND_2_16_64_4.json", "MatMulV2_float_ND_32_256_3.json"}},
+                          {2, {"Gelu_float_ND_32_256_8.json"}},
+                          {1, {"Gelu_float_ND_32_256_8.json", "BatchMatMulV2_float_ND_2_16_64_4.json"}},
+                          {3, {"MatMulV2_float_ND_32_256_3.json"}}},
+                         keys, std::move(gather));
+
+    // Every compiler of this case is gone: each node's process-scoped installs were released.
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank == 0) {
+        for (int node = 0; node < 2; ++node) {
+            skc::RunPackageInstaller inst;
+            EXPECT_MSG(inst.list(own_dir(s, node) / "lib", "host").empty(), "node " + std::to_string(node));
+        }
+        server->stop();
+        EXPECT(!server->running());
+    }
+    return gather;
+}
+#endif  // SKC_TEST_WITH_REDIS
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -393,6 +640,9 @@ int main(int argc, char** argv) {
         gather = compile_fails(s, std::move(gather));
         gather = share_fails(s, std::move(gather));
         rank_missing(s);
+#ifdef SKC_TEST_WITH_REDIS
+        gather = nodes_share_only_redis(s, std::move(gather));
+#endif
         // Every compiler is gone: the process-scoped installs were released on every rank.
         MPI_Barrier(MPI_COMM_WORLD);
         if (world_rank == 0)

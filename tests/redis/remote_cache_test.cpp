@@ -1,0 +1,275 @@
+// The remote cache tier end to end: `skc compile` processes with the real host_op_compiler, two
+// bases with caches of their own (standing in for two nodes that share no file system) and one
+// real redis-server. Faults: Redis stopped before, killed during a compile and while a process
+// waits on it, a tampered remote package, a compiling process killed (its lease expires), and
+// Redis evicting keys under maxmemory.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <skc/op_info_io.hpp>
+#include <skc/value.hpp>
+
+#include "redis_server.hpp"
+#include "run_tool.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using skc_test::RedisServer;
+using skc_test::Run;
+using skc_test::TempDir;
+
+const std::string tool = SKC_TOOL;
+const std::string host_compiler = SKC_HOST_OP_COMPILER;
+
+/// A test's files: the ops, a compiler that stalls while the file `stall` exists, and bases.
+struct World {
+    TempDir tmp;
+    fs::path ops = tmp / "ops";
+    fs::path stall = tmp / "stall";
+    std::string compiler = (tmp / "compiler.sh").string();
+
+    World() {
+        fs::create_directories(ops);
+        fs::copy_file(skc_test::example_ops_dir() / "Gelu_float_ND_32_256_8.json", ops / "Gelu_float_ND_32_256_8.json");
+        skc_test::spit(compiler, "#!/bin/sh\nwhile [ -f '" + stall.string() + "' ]; do sleep 0.05; done\nexec '" +
+                                     host_compiler + "' \"$@\"\n");
+        fs::permissions(compiler, fs::perms::owner_all);
+    }
+
+    std::vector<std::string> args(const std::string& base, const std::string& url) const {
+        return {"compile", "--ops",  ops.string(), "--base", (tmp / base).string(), "--compiler", compiler, "--device",
+                "host-cpu", "--toolchain-version", "1.0", "--jobs", "1", "--remote-cache", url, "--json"};
+    }
+    skc_test::Started start(const std::string& base, const std::string& url, const fs::path& io,
+                            bool own_group = false) const {
+        fs::create_directories(tmp / base);
+        return skc_test::start_program(tool, tmp.path(), args(base, url), {}, io, own_group);
+    }
+    Run run(const std::string& base, const std::string& url) const {
+        TempDir io;
+        return skc_test::finish(start(base, url, io.path()));
+    }
+    /// How many times the compiler ran for `base` (one op_compiler.log per run).
+    std::size_t compiler_runs(const std::string& base) const {
+        std::size_t n = 0;
+        if (fs::exists(tmp / base))
+            for (const auto& e : fs::recursive_directory_iterator(tmp / base))
+                n += e.path().filename() == "op_compiler.log" ? 1 : 0;
+        return n;
+    }
+    Run skc(const std::vector<std::string>& a) const { return skc_test::run_program(tool, tmp.path(), a); }
+};
+
+std::string outcome(const Run& r) {
+    INFO(r.out, r.err);
+    return skc::parse_json(r.out).find("outcome")->as_string();
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+/// Keys of the server matching `pattern`, one per line ("" when none).
+std::string keys(RedisServer& r, const std::string& pattern) {
+    const std::string k = r.command({"KEYS", pattern});
+    return k == "(empty)" ? std::string() : k;
+}
+
+void wait_for_lease(RedisServer& r) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (keys(r, "skc:*:lease:*").empty()) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
+const std::string failed_warning = "the remote cache failed (";
+
+}  // namespace
+
+TEST_CASE("two bases and one Redis: the first compiles, the second downloads and does not compile") {
+    World w;
+    RedisServer redis;
+    const Run a = w.run("a", redis.url());
+    REQUIRE(a.status == 0);
+    CHECK(outcome(a) == "compiled");
+    const Run b = w.run("b", redis.url());
+    REQUIRE(b.status == 0);
+    CHECK(outcome(b) == "downloaded");
+    CHECK(w.compiler_runs("a") == 1);
+    CHECK(w.compiler_runs("b") == 0);
+    CHECK(skc::parse_json(a.out).find("key")->as_string() == skc::parse_json(b.out).find("key")->as_string());
+    CHECK(count(b.err, failed_warning) == 0);
+    // The next run of b is a local hit.
+    CHECK(outcome(w.run("b", redis.url())) == "hit");
+
+    const Run sa = w.skc({"cache", "stats", "--base", (w.tmp / "a").string(), "--json"});
+    const Run sb = w.skc({"cache", "stats", "--base", (w.tmp / "b").string(), "--json"});
+    REQUIRE(sa.status == 0);
+    REQUIRE(sb.status == 0);
+    const skc::Value ja = skc::parse_json(sa.out), jb = skc::parse_json(sb.out);
+    const skc::Value* ra = ja.find("total")->find("remote");
+    const skc::Value* rb = jb.find("total")->find("remote");
+    REQUIRE(ra);
+    REQUIRE(rb);
+    CHECK(ra->find("uploads")->as_int() == 1);
+    CHECK(ra->find("upload_bytes")->as_int() > 1000);
+    CHECK(rb->find("hits")->as_int() == 1);
+    CHECK(rb->find("download_bytes")->as_int() == ra->find("upload_bytes")->as_int());
+    CHECK(rb->find("errors")->as_int() == 0);
+    const Run text = w.skc({"cache", "stats", "--base", (w.tmp / "b").string()});
+    CHECK(text.out.find("remote hits:") != std::string::npos);
+
+    const Run v = w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url()});
+    CHECK(v.status == 0);
+    CHECK(v.out.find("CANN-1.0_host-cpu: checked 1 remote entry, all good") != std::string::npos);
+}
+
+TEST_CASE("8 processes across two bases at once: one compile") {
+    World w;
+    RedisServer redis;
+    skc_test::spit(w.stall, "");  // every process starts before the compile can end
+    std::vector<TempDir> io(8);
+    std::vector<skc_test::Started> started;
+    for (int i = 0; i < 8; ++i) started.push_back(w.start(i % 2 ? "a" : "b", redis.url(), io[i].path()));
+    std::this_thread::sleep_for(500ms);
+    fs::remove(w.stall);
+    std::vector<std::string> outcomes;
+    for (const auto& s : started) {
+        const Run r = skc_test::finish(s);
+        INFO(r.err);
+        CHECK(r.status == 0);
+        outcomes.push_back(outcome(r));
+    }
+    CHECK(std::count(outcomes.begin(), outcomes.end(), "compiled") == 1);
+    CHECK(std::count(outcomes.begin(), outcomes.end(), "downloaded") == 1);
+    CHECK(w.compiler_runs("a") + w.compiler_runs("b") == 1);
+}
+
+TEST_CASE("Redis stopped before a compile: exit 0, one warning, the local cache whole") {
+    World w;
+    RedisServer redis;
+    redis.stop();
+    const Run a = w.run("a", redis.url());
+    CHECK(a.status == 0);
+    CHECK(outcome(a) == "compiled");
+    CHECK(count(a.err, failed_warning) == 1);
+    CHECK(a.err.find("going on with the local cache only") != std::string::npos);
+    CHECK(w.skc({"cache", "verify", "--base", (w.tmp / "a").string()}).status == 0);
+    CHECK(outcome(w.run("a", redis.url())) == "hit");
+}
+
+TEST_CASE("Redis killed during a compile: exit 0, one warning, no partial entry in either tier") {
+    World w;
+    RedisServer redis;
+    skc_test::spit(w.stall, "");
+    TempDir io;
+    const skc_test::Started s = w.start("a", redis.url(), io.path());
+    wait_for_lease(redis);
+    redis.kill();
+    fs::remove(w.stall);
+    const Run a = skc_test::finish(s);
+    CHECK(a.status == 0);
+    CHECK(outcome(a) == "compiled");
+    CHECK(count(a.err, failed_warning) == 1);
+    CHECK(w.skc({"cache", "verify", "--base", (w.tmp / "a").string()}).status == 0);
+    redis.start();
+    CHECK(keys(redis, "skc:*:record:*").empty());
+    // Redis back: another node compiles (nothing partial was left to download) and uploads.
+    const Run b = w.run("b", redis.url());
+    CHECK(outcome(b) == "compiled");
+    CHECK_FALSE(keys(redis, "skc:*:record:*").empty());
+}
+
+TEST_CASE("Redis killed while a process waits on it: exit 0, a correct result, one warning") {
+    World w;
+    RedisServer redis;
+    REQUIRE(outcome(w.run("a", redis.url())) == "compiled");
+    ::kill(redis.pid(), SIGSTOP);  // b's lookup and download hang on it until it dies
+    TempDir io;
+    const skc_test::Started s = w.start("b", redis.url(), io.path());
+    std::this_thread::sleep_for(300ms);
+    redis.kill();
+    const Run b = skc_test::finish(s);
+    CHECK(b.status == 0);
+    CHECK(outcome(b) == "compiled");
+    CHECK(count(b.err, failed_warning) == 1);
+    CHECK(w.skc({"cache", "verify", "--base", (w.tmp / "b").string()}).status == 0);
+}
+
+TEST_CASE("a tampered remote package is refused, compiled again and replaced") {
+    World w;
+    RedisServer redis;
+    REQUIRE(outcome(w.run("a", redis.url())) == "compiled");
+    const std::string chunk = keys(redis, "skc:*:chunk:*");
+    REQUIRE_FALSE(chunk.empty());
+    REQUIRE(chunk.find('\n') == std::string::npos);
+    redis.command({"SETRANGE", chunk, "100", "tampered"});
+    const Run v = w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url(), "--remote-read-only"});
+    CHECK(v.status == 1);
+    CHECK(v.out.find("its package's checksum does not match the record") != std::string::npos);
+
+    const Run b = w.run("b", redis.url());
+    CHECK(b.status == 0);
+    CHECK(outcome(b) == "compiled");
+    CHECK(b.err.find("is refused: its package's checksum does not match the record; it is compiled here") !=
+          std::string::npos);
+    CHECK(count(b.err, failed_warning) == 0);
+    CHECK(outcome(w.run("c", redis.url())) == "downloaded");
+    CHECK(w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url()}).status == 0);
+}
+
+TEST_CASE("a compiling process killed with SIGKILL: another compiles once its lease expires") {
+    World w;
+    RedisServer redis;
+    const std::string url = redis.url() + "?lease_ttl=1500";
+    skc_test::spit(w.stall, "");
+    TempDir io;
+    const skc_test::Started s = w.start("a", url, io.path(), /*own_group=*/true);
+    wait_for_lease(redis);
+    ::kill(-s.pid, SIGKILL);
+    skc_test::finish(s);
+    fs::remove(w.stall);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Run b = w.run("b", url);
+    CHECK(b.status == 0);
+    CHECK(outcome(b) == "compiled");
+    CHECK(b.err.find("another node is compiling cache key") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+    CHECK_FALSE(keys(redis, "skc:*:record:*").empty());
+    CHECK(keys(redis, "skc:*:lease:*").empty());
+}
+
+TEST_CASE("Redis evicting keys under maxmemory: a miss, not an error") {
+    World w;
+    RedisServer redis({"--maxmemory-policy", "allkeys-lru"});
+    REQUIRE(outcome(w.run("a", redis.url())) == "compiled");
+    REQUIRE_FALSE(keys(redis, "skc:*:record:*").empty());
+    const std::string info = redis.command({"INFO", "memory"});
+    const std::size_t at = info.find("used_memory:");
+    REQUIRE(at != std::string::npos);
+    const long used = std::stol(info.substr(at + 12));
+    redis.command({"CONFIG", "SET", "maxmemory", std::to_string(used + (3 << 20))});
+    // Writes beyond the limit: the least recently used keys (skc's, the oldest) are evicted.
+    for (int i = 0; i < 12; ++i) redis.command({"SET", "filler" + std::to_string(i), std::string(512 << 10, 'x')});
+    REQUIRE((keys(redis, "skc:*:record:*").empty() || keys(redis, "skc:*:chunk:*").empty()));
+    const Run b = w.run("b", redis.url());
+    CHECK(b.status == 0);
+    CHECK(outcome(b) == "compiled");
+    CHECK(count(b.err, failed_warning) == 0);
+    CHECK(count(b.err, "warning") == 0);
+    // b uploaded under the same limit (Redis evicts fillers for it): c downloads.
+    CHECK(outcome(w.run("c", redis.url())) == "downloaded");
+}
