@@ -56,6 +56,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef SKC_TORCH_WITH_REDIS
+#include <skc/ext/redis.hpp>
+#endif
 #include <skc/call_key.hpp>
 #include <skc/compiler.hpp>
 #include <skc/kernel_table.hpp>
@@ -78,6 +81,14 @@ namespace fs = std::filesystem;
 using skc_host::KernelFn;
 using Clock = std::chrono::steady_clock;
 using Recorder = skc::OpRecorder<>;
+
+/// The remote cache tier (SKC_REMOTE_CACHE, the config's remote_cache): Redis when the plugin is built
+/// with hiredis.
+#ifdef SKC_TORCH_WITH_REDIS
+using PluginRemote = skc::RedisRemote;
+#else
+using PluginRemote = skc::NoRemote;
+#endif
 
 // ---- configuration ---------------------------------------------------------------------------------
 
@@ -222,7 +233,8 @@ struct CompilerOf final : AnyCompiler {
         return report;
     }
     void flush_files() override { compiler.flush(); }
-    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>>
+    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>,
+                              skc::with_remote<PluginRemote>>
         compiler;
 };
 

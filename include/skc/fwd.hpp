@@ -169,8 +169,9 @@ struct with_remote;
 struct RemoteConfig;
 struct RemoteLease;
 struct RemoteRecord;
+struct RemoteRead;
+struct RemoteVerifyReport;
 class RemoteTier;
 struct NoRemote;
-class RedisRemote;  // skc/ext/redis.hpp (hiredis)
 
 }  // namespace skc

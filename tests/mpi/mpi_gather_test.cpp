@@ -539,7 +539,8 @@ skc::MpiGather redis_round(const Setup& s, const fs::path& count_file, const std
         const std::string ns = skc::Layout::cache_stem("1.0", "host-cpu");
         std::set<std::string> want;
         for (const std::string& k : keys) want.insert("skc:" + ns + ":record:" + k);
-        EXPECT_MSG(lines_of(server->command({"KEYS", "skc:*:record:*"})) == want, server->log());
+        const std::string records = server->command({"KEYS", "skc:*:record:*"});
+        EXPECT_MSG(lines_of(records) == want, "records: " + records);
         EXPECT(server->command({"KEYS", "skc:*:lease:*"}).empty());
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -47,8 +47,10 @@ struct World {
     }
 
     std::vector<std::string> args(const std::string& base, const std::string& url) const {
-        return {"compile", "--ops",  ops.string(), "--base", (tmp / base).string(), "--compiler", compiler, "--device",
-                "host-cpu", "--toolchain-version", "1.0", "--jobs", "1", "--remote-cache", url, "--json"};
+        return {"compile",    "--ops",  ops.string(), "--base",         (tmp / base).string(),
+                "--compiler", compiler, "--device",   "host-cpu",       "--toolchain-version",
+                "1.0",        "--jobs", "1",          "--remote-cache", url,
+                "--json"};
     }
     skc_test::Started start(const std::string& base, const std::string& url, const fs::path& io,
                             bool own_group = false) const {
@@ -201,8 +203,10 @@ TEST_CASE("Redis killed while a process waits on it: exit 0, a correct result, o
     TempDir io;
     const skc_test::Started s = w.start("b", redis.url(), io.path());
     std::this_thread::sleep_for(300ms);
+    ::kill(redis.pid(), SIGKILL);  // while stopped: it answers nothing more (kill() would let it go on first)
     redis.kill();
     const Run b = skc_test::finish(s);
+    INFO(b.out, b.err);
     CHECK(b.status == 0);
     CHECK(outcome(b) == "compiled");
     CHECK(count(b.err, failed_warning) == 1);

@@ -101,7 +101,7 @@ class Configs(TempBase):
         self.assertTrue(e["unknown field"].startswith(
             "skc: option 'op_blacklst': unknown option; known options are: static_kernel_compile, "), e["unknown field"])
         self.assertTrue(e["unknown field"].endswith(
-            "super_kernel, compiler_check, cache_dir, cache_mode, compiler, device, toolchain_version, op_library, timing"), e["unknown field"])
+            "super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only, compiler, device, toolchain_version, op_library, timing"), e["unknown field"])
         self.assertEqual(e["wrong type"], "skc: option 'static_kernel_compile': expected true or false, found string \"yes\"")
         self.assertEqual(e["wrong type in list"], "skc: option 'op_blacklist': element 1: expected a string, found integer 7")
         self.assertEqual(e["out of range"], "skc: option 'jobs': expected an integer from 1 to 1024, found 0")
