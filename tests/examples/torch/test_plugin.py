@@ -26,8 +26,8 @@ def run(args, timeout=300, env=None, cwd=None):
     return p
 
 
-def scenario(*args, timeout=300):
-    p = run([PYTHON, SCENARIOS, *args], timeout=timeout)
+def scenario(*args, timeout=300, env=None):
+    p = run([PYTHON, SCENARIOS, *args], timeout=timeout, env=env)
     if p.returncode != 0:
         raise AssertionError(f"scenario {args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -158,6 +158,59 @@ class Cache(TempBase):
         self.assertEqual(reports[0]["report"]["outcome"], "compiled")
         self.assertEqual(reports[1]["report"]["outcome"], "hit")
         self.assertTrue(all(r["ok"] for r in reports))
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free port of 127.0.0.1, stopped at the end."""
+
+    def __init__(self, test):
+        import socket
+        import time
+        server = shutil.which("redis-server")
+        if server is None:
+            test.skipTest("no redis-server")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen([server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", test.base],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        test.addCleanup(self.stop)
+        for _ in range(250):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError("redis-server did not start")
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Remote(TempBase):
+    def test_a_second_node_downloads_what_the_first_compiled(self):
+        """Two bases (two nodes without a shared file system) and one Redis, via SKC_REMOTE_CACHE."""
+        redis = RedisServer(self)
+        env = {"SKC_REMOTE_CACHE": redis.url()}
+        a, b = os.path.join(self.base, "a"), os.path.join(self.base, "b")
+        os.mkdir(a)
+        os.mkdir(b)
+        first = scenario("hit", a, env=env)
+        second = scenario("hit", b, env=env)
+        self.assertEqual(first["report"]["outcome"], "compiled")
+        self.assertEqual(second["report"]["outcome"], "downloaded")
+        self.assertEqual(second["report"]["key"], first["report"]["key"])
+        self.assertEqual(len(run_packages(b)), 0, "the second node compiled")
+        for mode, c in second["static_run"].items():
+            self.assertTrue(c["allclose"], f"{mode}: {c}")
+        self.assertGreater(sum(c["static"] for c in second["counters"].values()), 0)
 
 
 class Torchrun(TempBase):
