@@ -13,6 +13,7 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -616,7 +617,7 @@ private:
     bool remote_lookup_or_lease(const std::string& hex, LockClock::time_point deadline,
                                 std::optional<RemoteLease>& lease) {
         const bool fetch = config_.mode != CacheMode::recache;
-        std::optional<Downloaded> got;
+        bool got = false;
         std::optional<std::uint64_t> bad;  // the upload found unusable (counted and told once)
         try {
             if (fetch) got = download(hex, /*count_miss=*/true, bad);
@@ -651,70 +652,103 @@ private:
                     if (fetch && (got = download(hex, /*count_miss=*/false, bad))) break;
                 }
             }
+        } catch (const LocalFault& f) {  // this node's storage failed: as a failed publish, an error
+            if (lease) release_quietly(*lease);
+            std::rethrow_exception(f.error);
         } catch (const std::exception& e) {
             remote_failed(e.what());
             if (lease) release_quietly(*lease);
             lease.reset();
-            got.reset();
+            got = false;
         }
-        if (!got) return false;
-        store_downloaded(hex, *got);
-        return true;
+        return got;
     }
 
-    /// A package downloaded into a temporary file (removed with this object), with its record.
-    struct Downloaded {
-        detail::TempFile file;
-        RemoteRecord record;
+    /// What the local storage threw while a download was stored (not a fault of the remote).
+    struct LocalFault {
+        std::exception_ptr error;
     };
 
-    /// The key's package from the remote tier, whole and checked; nullopt when it is not there
-    /// (absent, or evicted: a miss) or is refused (tampered: counted as an error, with a warning).
-    /// An upload found unusable before (`bad`, its token) is not counted or told again. Faults of the
-    /// remote throw.
-    std::optional<Downloaded> download(const std::string& hex, bool count_miss, std::optional<std::uint64_t>& bad) {
-        detail::TempFile tmp = detail::TempFile::create("skc-download-");
-        RemoteRead r = read_remote_package(*remote_, remote_ns_, hex,
-                                           [&](std::string_view c) { detail::write_all(tmp.fd(), c, tmp.path()); });
-        if (r.status == RemoteRead::Status::evicted || r.status == RemoteRead::Status::refused) {
-            if (bad == r.record.token) return std::nullopt;
+    /// Downloads the key's package from the remote tier straight into this cache's storage, checked
+    /// as it streams (size and checksum against the record), then writes the entry: true. False when
+    /// it is not there (absent, or evicted: a miss) or is refused (tampered: counted as an error, with
+    /// a warning); nothing is stored then. An upload found unusable before (`bad`, its token) is not
+    /// counted or told again. Faults of the remote throw; those of the storage throw LocalFault.
+    bool download(const std::string& hex, bool count_miss, std::optional<std::uint64_t>& bad) {
+        std::optional<std::string> record = remote_->get_record(remote_ns_, hex);
+        if (!record) {
+            if (count_miss) {
+                std::lock_guard lock(mu_);
+                ++stats_.remote_misses;
+            }
+            return false;
+        }
+        struct NotWhole {};
+        RemoteRead r;
+        bool remote_fault = false, write_failed = false;
+        const std::string package = "packages/" + hex + ".run";
+        ObjectInfo info;
+        try {
+            judge_subfolders();
+            info = StorageTraits<S>::write_stream(storage_, package, [&](const ChunkFn& write) {
+                const ChunkFn sink = [&](std::string_view c) {
+                    try {
+                        write(c);
+                    } catch (...) {
+                        write_failed = true;
+                        throw;
+                    }
+                };
+                try {
+                    r = read_remote_package(*remote_, remote_ns_, hex, sink, std::move(record));
+                } catch (...) {
+                    remote_fault = true;  // unless the storage's write threw (below)
+                    throw;
+                }
+                if (r.status != RemoteRead::Status::whole) throw NotWhole{};
+            });
+        } catch (const NotWhole&) {
+            // nothing stored: told below
+        } catch (const LocalFault&) {
+            throw;
+        } catch (...) {
+            if (!remote_fault || write_failed) throw LocalFault{std::current_exception()};
+            throw;
+        }
+        if (r.status != RemoteRead::Status::whole) {
+            if (bad == r.record.token) return false;
             bad = r.record.token;
+            std::lock_guard lock(mu_);
+            if (r.status == RemoteRead::Status::evicted) {
+                ++stats_.remote_misses;
+                log(LogLevel::info,
+                    "the package of cache key " + hex + " was evicted from " + remote_->where() + ": a miss");
+            } else {
+                ++stats_.remote_errors;
+                log(LogLevel::warning, "the remote package of cache key " + hex + " on " + remote_->where() +
+                                           " is refused: " + r.why + "; it is compiled here");
+            }
+            return false;
         }
-        std::lock_guard lock(mu_);
-        switch (r.status) {
-        case RemoteRead::Status::whole: break;
-        case RemoteRead::Status::absent:
-            if (count_miss) ++stats_.remote_misses;
-            return std::nullopt;
-        case RemoteRead::Status::evicted:
-            ++stats_.remote_misses;
-            log(LogLevel::info,
-                "the package of cache key " + hex + " was evicted from " + remote_->where() + ": a miss");
-            return std::nullopt;
-        case RemoteRead::Status::refused:
-            ++stats_.remote_errors;
-            log(LogLevel::warning, "the remote package of cache key " + hex + " on " + remote_->where() +
-                                       " is refused: " + r.why + "; it is compiled here");
-            return std::nullopt;
-        }
-        tmp.close();
-        return Downloaded{std::move(tmp), std::move(r.record)};
-    }
-
-    /// Stores a downloaded package and its entry here (under the key's exclusive lock), as an import
-    /// does: the copy is checked against the record's checksum before the entry is written.
-    void store_downloaded(const std::string& hex, const Downloaded& d) {
-        judge_subfolders();
-        CacheEntry e = d.record.entry;
-        e.package = "packages/" + hex + ".run";
-        store_checked(e, d.file.path());
+        // Checked as it was written: the entry now (after its package, as a publish), and the node's
+        // memo that its package is whole, so that the first hit does not read it again.
+        CacheEntry e = std::move(r.record.entry);
+        e.package = package;
         storage_.write("entries/" + hex, detail::encode_entry(e));
         write_manifest();
+        const std::string local = std::to_string(info.identity);
+        try {
+            storage_.write("verified/" + hex + "." + detail::node_name(), local);
+        } catch (const Error& err) {  // as verify(): the next process checks it again
+            log(LogLevel::debug, std::string("cannot remember the checked package: ") + err.what());
+        }
         std::lock_guard lock(mu_);
+        verified_.insert(hex + "/" + local);
         ++stats_.remote_hits;
         ++stats_.misses;
         stats_.remote_download_bytes += e.size;
         stats_.compile_time_saved_ns += e.compile_ns;
+        return true;
     }
 
     /// Copies `file` in as entry `e`'s package and checks the copy (size and checksum); on a mismatch

@@ -159,11 +159,12 @@ struct RemoteRead {
 
 /// Reads the package of `key` in namespace `ns` through `sink`, chunk by chunk, and checks it against
 /// its record (size, then the checksum of the bytes). `sink` sees bytes before they are checked: what
-/// it wrote is to be used only when the status is `whole`. Faults of the store propagate.
+/// it wrote is to be used only when the status is `whole`. `record` is the record's text when the
+/// caller read it already (else it is read here). Faults of the store propagate.
 inline RemoteRead read_remote_package(RemoteTier& remote, std::string_view ns, std::string_view key,
-                                      const ChunkFn& sink) {
+                                      const ChunkFn& sink, std::optional<std::string> record = std::nullopt) {
     RemoteRead out;
-    const std::optional<std::string> text = remote.get_record(ns, key);
+    const std::optional<std::string> text = record ? std::move(record) : remote.get_record(ns, key);
     if (!text) return out;
     std::optional<RemoteRecord> rec = decode_remote_record(*text, key);
     if (!rec) {

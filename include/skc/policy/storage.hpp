@@ -12,6 +12,8 @@
 //   read_chunks(name, fn) stream the content through fn (checksums of large packages)
 // A storage may also offer local_path(name), the object's file, for tools that need a real file
 // (an installer runs the package); StorageTraits supplies "none" for storages without it. And it
+// may offer write_stream(name, produce), an object published atomically from bytes produced in
+// pieces (a download; StorageTraits falls back to a temporary file and import_file). And it
 // may offer an append log (the cache's statistics: many processes add a line each, one folds them):
 //   append(name, bytes)   add bytes at the end of an object in one piece, never interleaved with
 //                         another append; returns the object's size after it
@@ -185,6 +187,22 @@ struct StorageTraits {
         { s.touch(n, t) } -> std::same_as<void>;
     };
 
+    /// Publishes object `name` atomically from the bytes `produce` gives its writer, in pieces; if
+    /// `produce` throws, nothing is published and the exception propagates. Storages without
+    /// write_stream get a temporary file and import_file.
+    static ObjectInfo write_stream(S& s, std::string_view name, const std::function<void(const ChunkFn&)>& produce) {
+        if constexpr (requires {
+                          { s.write_stream(name, produce) } -> std::same_as<ObjectInfo>;
+                      }) {
+            return s.write_stream(name, produce);
+        } else {
+            detail::TempFile tmp = detail::TempFile::create("skc-object-");
+            produce([&](std::string_view c) { detail::write_all(tmp.fd(), c, tmp.path()); });
+            tmp.close();
+            return s.import_file(name, tmp.path());
+        }
+    }
+
     /// The object's file, when the storage keeps objects as files; nullopt otherwise.
     static std::optional<std::filesystem::path> local_path(const S& s, std::string_view name) {
         if constexpr (requires {
@@ -315,6 +333,13 @@ public:
             if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(std::move(d));
         }
         for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
+    }
+
+    ObjectInfo write_stream(std::string_view name, const std::function<void(const ChunkFn&)>& produce) {
+        publish(name, [&](int fd, const std::filesystem::path& tmp) {
+            produce([&](std::string_view c) { detail::write_all(fd, c, tmp); });
+        });
+        return stat(name).value();
     }
 
     ObjectInfo import_file(std::string_view name, const std::filesystem::path& file) {
@@ -662,6 +687,12 @@ public:
         return it->second.data;
     }
     void write(std::string_view name, std::string_view data) { put(name, std::string(data)); }
+    ObjectInfo write_stream(std::string_view name, const std::function<void(const ChunkFn&)>& produce) {
+        std::string data;
+        produce([&](std::string_view c) { data.append(c); });
+        put(name, std::move(data));
+        return stat(name).value();
+    }
     ObjectInfo import_file(std::string_view name, const std::filesystem::path& file) {
         std::string data;
         FilesystemStorage(file.parent_path()).read_chunks(file.filename().string(), [&](std::string_view c) {

@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <skc/policy/cache.hpp>
@@ -366,4 +368,41 @@ TEST_CASE("remote: records decode only when whole and of their key") {
     r.chunks = 2;  // more chunks than 10 bytes need
     CHECK_FALSE(skc::decode_remote_record(skc::encode_remote_record(r), r.entry.key));
     CHECK_FALSE(skc::decode_remote_record("skc-remote-record 1 x 1\n", r.entry.key));
+}
+
+TEST_CASE("remote: a download is stored as it streams, and the node remembers it checked it") {
+    auto remote = std::make_shared<MemoryRemote::State>();
+    Node a(remote), b(remote);
+    const skc::CacheKey key = skc_test::make_key(16);
+    a.get(key);
+    CHECK(b.get(key).result == skc::CacheResult::downloaded);
+    const fs::path ns_dir = b.dir / "cache" / ns;
+    CHECK(fs::exists(ns_dir / "verified" / (key.hex() + "." + skc::detail::node_name())));
+    std::size_t temporaries = 0;
+    for (const auto& e : fs::recursive_directory_iterator(ns_dir))
+        temporaries += e.path().filename().string().starts_with(".tmp.") ? 1 : 0;
+    CHECK(temporaries == 0);
+}
+
+TEST_CASE_TEMPLATE("write_stream publishes all the pieces or nothing", S, skc::FilesystemStorage, skc::MemoryStorage) {
+    skc_test::TempDir dir;
+    S storage = [&] {
+        if constexpr (std::is_same_v<S, skc::FilesystemStorage>) return S(dir.path());
+        else return S();
+    }();
+    const auto produce = [](const skc::ChunkFn& write) {
+        write("abc");
+        write("");
+        write("def");
+    };
+    CHECK(skc::StorageTraits<S>::write_stream(storage, "packages/x.run", produce).size == 6);
+    CHECK(storage.read("packages/x.run") == "abcdef");
+    CHECK_THROWS_AS(skc::StorageTraits<S>::write_stream(storage, "packages/x.run",
+                                                        [](const skc::ChunkFn& write) {
+                                                            write("partial");
+                                                            throw std::runtime_error("the remote failed");
+                                                        }),
+                    std::runtime_error);
+    CHECK(storage.read("packages/x.run") == "abcdef");  // the old object, whole
+    if constexpr (std::is_same_v<S, skc::FilesystemStorage>) CHECK(storage.collect_garbage() == 0);
 }
