@@ -327,6 +327,8 @@ public:
         if (!settings_.op_library.empty()) check_path_safety(settings_.op_library, "op_library");
         if (const std::optional<CacheMode> m = requested_cache_mode(options_)) settings_.cache.mode = *m;
         const bool read_only = settings_.cache.mode == CacheMode::read_only;
+        // A bad remote cache URL is an error before anything is written.
+        std::unique_ptr<RemoteTier> remote = options_.cache_enabled() ? open_remote() : nullptr;
         if constexpr (requires(const Invoker& i) {
                           { i.compiler_path() } -> std::convertible_to<std::filesystem::path>;
                       }) {
@@ -353,7 +355,12 @@ public:
                                                  detail::make_for_dir<Lock>(root, settings_.cache.mode),
                                                  settings_.cache, CacheLockNames{stem + "/keys/", stem});
             }
-            attach_remote(stem);
+            if (remote) {
+                if (read_only)
+                    log(LogLevel::info, "the cache is read-only: the remote cache " + remote->where() + " is not used");
+                else if constexpr (requires { cache_->set_remote(std::move(remote), stem); })
+                    cache_->set_remote(std::move(remote), stem);
+            }
         }
     }
 
@@ -609,26 +616,18 @@ private:
                             {"gathered", Value(rep.gathered)}});
     }
 
-    /// The remote tier the options or the environment ask for (resolve_remote_config), behind the
-    /// cache. A bad URL is an error now; a program whose Remote policy is NoRemote says once that it
-    /// has none. A read-only cache does not use one (it says so).
-    void attach_remote(const std::string& stem) {
+    /// The remote tier the options or the environment ask for (resolve_remote_config); nullptr when
+    /// none is. A bad URL is an error; a program whose Remote policy is NoRemote says once that it has
+    /// none.
+    std::unique_ptr<RemoteTier> open_remote() const {
         const std::optional<RemoteConfig> rc = resolve_remote_config(options_);
-        if (!rc) return;
+        if (!rc) return nullptr;
         std::unique_ptr<RemoteTier> tier = Remote::open(*rc);
-        if (!tier) {
+        if (!tier)
             log(LogLevel::warning,
                 "a remote cache is configured (remote_cache or SKC_REMOTE_CACHE), but this program "
                 "has no remote tier (its Remote policy is NoRemote): the local cache only");
-            return;
-        }
-        if constexpr (requires { cache_->set_remote(std::move(tier), stem); }) {
-            if (settings_.cache.mode == CacheMode::read_only) {
-                log(LogLevel::info, "the cache is read-only: the remote cache " + tier->where() + " is not used");
-                return;
-            }
-            cache_->set_remote(std::move(tier), stem);
-        }
+        return tier;
     }
 
     /// On a miss in a cache folder on disk: one line naming the nearest entry and what differs, when

@@ -277,3 +277,28 @@ TEST_CASE("Redis evicting keys under maxmemory: a miss, not an error") {
     // b uploaded under the same limit (Redis evicts fillers for it): c downloads.
     CHECK(outcome(w.run("c", redis.url())) == "downloaded");
 }
+
+TEST_CASE("bad remote input: a bad URL is exit 2 before anything is written; verify --remote says what it needs") {
+    World w;
+    fs::create_directories(w.tmp / "a");
+    const Run bad =
+        w.skc({"compile", "--ops", w.ops.string(), "--base", (w.tmp / "a").string(), "--compiler", w.compiler,
+               "--device", "host-cpu", "--toolchain-version", "1.0", "--remote-cache", "redis://u:secret@host:99999"});
+    CHECK(bad.status == 2);
+    CHECK(bad.err ==
+          "skc compile: option 'remote_cache': remote cache URL \"redis://u:***@host:99999\": the port "
+          "\"99999\" is not a number from 1 to 65535; expected redis://[user:password@]host[:port][/db]\n");
+    CHECK(fs::is_empty(w.tmp / "a"));
+
+    const Run none = skc_test::run_program(tool, w.tmp.path(), {"cache", "verify", "--remote"}, {"SKC_REMOTE_CACHE="});
+    CHECK(none.status == 2);
+    CHECK(none.err.starts_with(
+        "skc cache verify: --remote: no remote cache; give --remote-cache URL or set SKC_REMOTE_CACHE\n"));
+
+    RedisServer redis;
+    const std::string url = redis.url();
+    redis.stop();
+    const Run down = w.skc({"cache", "verify", "--remote", "--remote-cache", url + "?connect_timeout=200"});
+    CHECK(down.status == 3);
+    CHECK(down.err.find("skc cache verify: " + url + "/0: ") == 0);
+}
