@@ -210,19 +210,13 @@ public:
             std::lock_guard lock(mu_);
             if (verified_.count(memo) != 0) return true;
         }
-        const std::string node_memo = "verified/" + hit.entry.key + "." + detail::node_name();
-        bool ok = info && storage_.read(node_memo) == local;
-        if (!ok && package_intact(hit.entry)) {
-            ok = true;
-            try {
-                if (info && config_.mode != CacheMode::read_only) storage_.write(node_memo, local);
-            } catch (const Error& e) {  // a read-only cache still works: it checks again next time
-                log(LogLevel::debug, std::string("cannot remember the checked package: ") + e.what());
-            }
-        }
-        if (ok) {
+        if (info && storage_.read(node_memo(hit.entry.key)) == local) {
             std::lock_guard lock(mu_);
             verified_.insert(memo);
+            return true;
+        }
+        if (package_intact(hit.entry)) {
+            remember_checked(hit.entry.key, info);
             return true;
         }
         hit.pin = Guard{};  // drop the shared pin so the bad entry can be removed
@@ -308,8 +302,8 @@ public:
         {
             RemoteLeaseHolder holder(*this, lease);  // renewed while compiling; released at the end
             package = compile_counted(compile, &compile_ns);
-            publish_locked(key, package, compile_ns);
-            if (lease) upload(*lease, hex);
+            const CacheEntry published = publish_locked(key, package, compile_ns);
+            if (lease) upload(*lease, published);
         }
         ex = Guard{};
         out.result = CacheResult::compiled;
@@ -378,7 +372,14 @@ public:
             return false;
         CacheEntry stored = e;
         stored.package = "packages/" + e.key + ".run";
-        store_checked(stored, package);
+        const ObjectInfo info = storage_.import_file(stored.package, package);
+        if (info.size != e.size || detail::checksum_of([&](const ChunkFn& fn) {
+                                       return storage_.read_chunks(stored.package, fn);
+                                   }) != e.checksum) {
+            storage_.remove(stored.package);
+            throw Error(Errc::corrupt,
+                        "the package is not the one entry " + e.key + " names (size or checksum differs)");
+        }
         if (!op_list.empty()) storage_.write("oplists/" + e.key, std::string(op_list));
         storage_.write("entries/" + e.key, detail::encode_entry(stored));
         write_manifest();
@@ -552,6 +553,25 @@ public:
 
 private:
     [[nodiscard]] std::string key_lock(const std::string& hex) const { return names_.key_prefix + "key-" + hex; }
+
+    /// The node's memo that it checked the package of entry `hex` in full.
+    [[nodiscard]] static std::string node_memo(const std::string& hex) {
+        return "verified/" + hex + "." + detail::node_name();
+    }
+
+    /// After a full check of the package of entry `hex` (its file's `info`): remembered by this
+    /// process, and by the node in its memo (not when read-only; a failure to write it only means the
+    /// next process checks again).
+    void remember_checked(const std::string& hex, const std::optional<ObjectInfo>& info) {
+        const std::string local = info ? std::to_string(info->identity) : std::string();
+        try {
+            if (info && config_.mode != CacheMode::read_only) storage_.write(node_memo(hex), local);
+        } catch (const Error& e) {
+            log(LogLevel::debug, std::string("cannot remember the checked package: ") + e.what());
+        }
+        std::lock_guard lock(mu_);
+        verified_.insert(hex + "/" + local);
+    }
 
     void refuse_if_read_only(std::string_view what) const {
         if (config_.mode == CacheMode::read_only)
@@ -736,14 +756,8 @@ private:
         e.package = package;
         storage_.write("entries/" + hex, detail::encode_entry(e));
         write_manifest();
-        const std::string local = std::to_string(info.identity);
-        try {
-            storage_.write("verified/" + hex + "." + detail::node_name(), local);
-        } catch (const Error& err) {  // as verify(): the next process checks it again
-            log(LogLevel::debug, std::string("cannot remember the checked package: ") + err.what());
-        }
+        remember_checked(hex, info);
         std::lock_guard lock(mu_);
-        verified_.insert(hex + "/" + local);
         ++stats_.remote_hits;
         ++stats_.misses;
         stats_.remote_download_bytes += e.size;
@@ -751,40 +765,27 @@ private:
         return true;
     }
 
-    /// Copies `file` in as entry `e`'s package and checks the copy (size and checksum); on a mismatch
-    /// the copy is removed and Error(corrupt) thrown.
-    void store_checked(const CacheEntry& e, const std::filesystem::path& file) {
-        const ObjectInfo info = storage_.import_file(e.package, file);
-        if (info.size != e.size ||
-            detail::checksum_of([&](const ChunkFn& fn) { return storage_.read_chunks(e.package, fn); }) != e.checksum) {
-            storage_.remove(e.package);
-            throw Error(Errc::corrupt,
-                        "the package is not the one entry " + e.key + " names (size or checksum differs)");
-        }
-    }
-
-    /// Uploads the entry this process just published for `hex` under `lease`: the package in chunks
+    /// Uploads entry `e`, which this process just published, under `lease`: the package in chunks
     /// (expiring until committed), then the record, committed only while the lease is still ours.
-    void upload(const RemoteLease& lease, const std::string& hex) {
+    void upload(const RemoteLease& lease, const CacheEntry& e) {
         if (!remote_usable()) return;
+        const std::string& hex = e.key;
         try {
-            const Loaded l = load_entry(hex, /*with_components=*/true);
-            if (!l.entry) return;
-            if (l.entry->size > remote_max_package_bytes) {
+            if (e.size > remote_max_package_bytes) {
                 log(LogLevel::warning, "cache key " + hex + " is not uploaded to " + remote_->where() +
-                                           ": its package has " + std::to_string(l.entry->size) +
+                                           ": its package has " + std::to_string(e.size) +
                                            " bytes, above the remote tier's limit of " +
                                            std::to_string(remote_max_package_bytes) + " bytes");
                 return;
             }
             std::string chunk;
-            chunk.reserve(static_cast<std::size_t>(std::min(l.entry->size, remote_chunk_bytes)));
+            chunk.reserve(static_cast<std::size_t>(std::min(e.size, remote_chunk_bytes)));
             std::uint64_t index = 0;
             const auto put = [&] {
                 remote_->put_chunk(lease, index++, chunk, remote_chunk_ttl);
                 chunk.clear();
             };
-            storage_.read_chunks(l.entry->package, [&](std::string_view c) {
+            storage_.read_chunks(e.package, [&](std::string_view c) {
                 while (!c.empty()) {
                     const std::size_t n = std::min<std::size_t>(c.size(), remote_chunk_bytes - chunk.size());
                     chunk.append(c.substr(0, n));
@@ -793,16 +794,16 @@ private:
                 }
             });
             if (!chunk.empty() || index == 0) put();
-            if (!remote_->commit(lease, index, encode_remote_record(RemoteRecord{lease.token, index, *l.entry}))) {
+            if (!remote_->commit(lease, index, encode_remote_record(RemoteRecord{lease.token, index, e}))) {
                 log(LogLevel::info, "cache key " + hex + " was not uploaded to " + remote_->where() +
                                         ": its lease ended first (another node took the key over)");
                 return;
             }
             std::lock_guard lock(mu_);
             ++stats_.remote_uploads;
-            stats_.remote_upload_bytes += l.entry->size;
-        } catch (const std::exception& e) {
-            remote_failed(e.what());
+            stats_.remote_upload_bytes += e.size;
+        } catch (const std::exception& err) {
+            remote_failed(err.what());
         }
     }
 
