@@ -91,20 +91,48 @@ int cache_ls(const Target& t, const CacheOptions& o) {
     return exit_ok;
 }
 
+/// One namespace's verify result as JSON (namespace, checked, bad) and as text: `<ns>: checked N
+/// <entries>, all good|M bad` and a line per bad entry, ending `(removed)`, or `kept` when it stays.
+struct VerifiedNamespace {
+    skc::Object json;
+    std::string text;
+};
+VerifiedNamespace verified_namespace(const std::string& ns, std::uint64_t checked,
+                                     const std::vector<skc::BadEntry>& bad, const std::string& one,
+                                     const std::string& many, const std::string& kept) {
+    skc::Array items;
+    std::string lines;
+    for (const skc::BadEntry& be : bad) {
+        skc::Object b;
+        b.push_back({"key", utf8(be.key)});
+        b.push_back({"reason", utf8(be.reason)});
+        b.push_back({"removed", be.removed});
+        items.emplace_back(std::move(b));
+        lines += "  " + printable(be.key) + ": " + printable(be.reason) + (be.removed ? " (removed)" : kept) + "\n";
+    }
+    VerifiedNamespace r;
+    r.json.push_back({"namespace", utf8(ns)});
+    r.json.push_back({"checked", checked});
+    r.json.push_back({"bad", std::move(items)});
+    r.text = printable(ns) + ": checked " + plural(checked, one, many) + ", " +
+             (bad.empty() ? std::string("all good") : std::to_string(bad.size()) + " bad") + "\n" + lines;
+    return r;
+}
+
 /// `skc cache verify --remote`: every record of the remote tier (or of --namespace) and its package.
-int cache_verify_remote(const Target& t, const CacheOptions& o) {
+int cache_verify_remote(const Target&, const CacheOptions& o) {
     skc::Options opts;
     if (o.remote_url) opts.remote_cache = *o.remote_url;
     opts.remote_cache_read_only = o.remote_read_only;
     const std::optional<skc::RemoteConfig> rc = skc::resolve_remote_config(opts);
     if (!rc) throw UsageError{"--remote: no remote cache; give --remote-cache URL or set SKC_REMOTE_CACHE"};
+    std::unique_ptr<skc::RemoteTier> remote;
 #ifdef SKC_TOOL_WITH_REDIS
-    const std::unique_ptr<skc::RemoteTier> remote = skc::RedisRemote::open(*rc);
-#else
-    const std::unique_ptr<skc::RemoteTier> remote = skc::NoRemote::open(*rc);
-    throw UsageError{
-        "--remote: this skc was built without hiredis (rebuild it with Debian's libhiredis-dev installed)"};
+    remote = skc::RedisRemote::open(*rc);
 #endif
+    if (!remote)
+        throw UsageError{
+            "--remote: this skc was built without hiredis (rebuild it with Debian's libhiredis-dev installed)"};
     std::vector<std::string> namespaces;
     if (o.ns) namespaces.push_back(*o.ns);
     else namespaces = remote->namespaces();
@@ -114,23 +142,9 @@ int cache_verify_remote(const Target& t, const CacheOptions& o) {
     for (const std::string& ns : namespaces) {
         const skc::RemoteVerifyReport v = skc::verify_remote(*remote, ns);
         bad += v.bad.size();
-        skc::Array items;
-        std::string lines;
-        for (const skc::BadEntry& be : v.bad) {
-            skc::Object b;
-            b.push_back({"key", utf8(be.key)});
-            b.push_back({"reason", utf8(be.reason)});
-            b.push_back({"removed", be.removed});
-            items.emplace_back(std::move(b));
-            lines += "  " + printable(be.key) + ": " + printable(be.reason) + (be.removed ? " (removed)" : "") + "\n";
-        }
-        skc::Object n;
-        n.push_back({"namespace", utf8(ns)});
-        n.push_back({"checked", v.checked});
-        n.push_back({"bad", std::move(items)});
-        list.emplace_back(std::move(n));
-        text += printable(ns) + ": checked " + plural(v.checked, "remote entry", "remote entries") + ", " +
-                (v.bad.empty() ? std::string("all good") : std::to_string(v.bad.size()) + " bad") + "\n" + lines;
+        VerifiedNamespace n = verified_namespace(ns, v.checked, v.bad, "remote entry", "remote entries", "");
+        list.emplace_back(std::move(n.json));
+        text += n.text;
     }
     if (o.json) {
         skc::Object root;
@@ -140,7 +154,6 @@ int cache_verify_remote(const Target& t, const CacheOptions& o) {
     } else {
         out(printable(remote->where()) + "\n" + (namespaces.empty() ? std::string("  no entries\n") : text));
     }
-    (void)t;
     return bad == 0 ? exit_ok : exit_bad_entries;
 }
 
@@ -157,31 +170,13 @@ int cache_verify(const Target& t, const CacheOptions& o) {
         save_statistics(t, *cache, stem);
         checked += v.checked;
         bad += v.bad.size();
-        skc::Array items;
-        std::string lines;
-        for (const skc::BadEntry& be : v.bad) {
-            const std::string& key = be.key;
-            const std::string& reason = be.reason;
-            // An entry in use is reported but stays until its user lets it go.
-            const bool gone = be.removed;
-            removed += gone ? 1 : 0;
-            skc::Object b;
-            b.push_back({"key", utf8(key)});
-            b.push_back({"reason", utf8(reason)});
-            b.push_back({"removed", gone});
-            items.emplace_back(std::move(b));
-            lines += "  " + printable(key) + ": " + printable(reason) +
-                     (gone ? " (removed)" : " (in use, not removed)") + "\n";
-        }
+        for (const skc::BadEntry& be : v.bad) removed += be.removed ? 1 : 0;
+        // An entry in use is reported but stays until its user lets it go.
+        VerifiedNamespace n = verified_namespace(stem, v.checked, v.bad, "entry", "entries", " (in use, not removed)");
         if (o.json) {
-            skc::Object n;
-            n.push_back({"namespace", utf8(stem)});
-            n.push_back({"checked", v.checked});
-            n.push_back({"bad", std::move(items)});
-            list.emplace_back(std::move(n));
+            list.emplace_back(std::move(n.json));
         } else {
-            out(printable(stem) + ": checked " + plural(v.checked, "entry", "entries") + ", " +
-                (v.bad.empty() ? std::string("all good") : std::to_string(v.bad.size()) + " bad") + "\n" + lines);
+            out(n.text);
             std::fflush(stdout);
         }
     }
