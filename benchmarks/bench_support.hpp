@@ -1,6 +1,6 @@
-// benchmarks/bench_support.hpp: what the compiler and gather benchmarks share: a scratch folder, a
-// generated set of distinct ops, the options and settings of their compilers, and a stand-in
-// compiler for cache hits.
+// benchmarks/bench_support.hpp: what the benchmarks share: a scratch folder, a generated set of
+// distinct ops, the options and settings of their compilers, a stand-in compiler for cache hits,
+// and a reporter that keeps each case's median for the ratios a suite prints at its end.
 #pragma once
 
 #include <cstddef>
@@ -8,13 +8,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include <stdlib.h>
 
+#include <benchmark/benchmark.h>
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/op_record.hpp>
@@ -22,6 +26,38 @@
 #include "compiler_fixtures.hpp"
 
 namespace skc_bench {
+
+/// The console output, and each case's median (or only) real time and counters for the ratios.
+class RatioReporter : public benchmark::ConsoleReporter {
+public:
+    void ReportRuns(const std::vector<Run>& runs) override {
+        ConsoleReporter::ReportRuns(runs);
+        for (const Run& r : runs) {
+            if (r.error_occurred) continue;
+            const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+            if (median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1)) {
+                times.emplace_back(r.run_name.function_name,
+                                   r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit));
+                for (const auto& [counter, value] : r.counters)
+                    counters[r.run_name.function_name][counter] = value.value;
+            }
+        }
+    }
+    /// Case `name`'s time in seconds (the last reported), if it ran.
+    [[nodiscard]] std::optional<double> time(const std::string& name) const {
+        for (auto it = times.rbegin(); it != times.rend(); ++it)
+            if (it->first == name) return it->second;
+        return std::nullopt;
+    }
+    [[nodiscard]] std::optional<double> counter(const std::string& name, const std::string& c) const {
+        const auto it = counters.find(name);
+        if (it == counters.end()) return std::nullopt;
+        const auto v = it->second.find(c);
+        return v == it->second.end() ? std::nullopt : std::optional<double>(v->second);
+    }
+    std::vector<std::pair<std::string, double>> times;              // name, seconds; in the order run
+    std::map<std::string, std::map<std::string, double>> counters;  // name, counter, value
+};
 
 /// A fresh folder under $TMPDIR, removed at scope exit.
 struct Scratch {

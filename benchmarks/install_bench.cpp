@@ -126,22 +126,6 @@ void BM_Install(benchmark::State& state, Case c) {
     if (!as_expected) state.SkipWithError("the install did not take the path this case measures");
 }
 
-/// The console output, and each case's median (or only) real time for the ratios.
-class RatioReporter : public benchmark::ConsoleReporter {
-public:
-    void ReportRuns(const std::vector<Run>& runs) override {
-        ConsoleReporter::ReportRuns(runs);
-        for (const Run& r : runs) {
-            if (r.error_occurred) continue;
-            const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-            if (median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1))
-                times.emplace_back(r.run_name.function_name,
-                                   r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit));
-        }
-    }
-    std::vector<std::pair<std::string, double>> times;  // name, seconds; in the order run
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,7 +151,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("BM_Install/") + name).c_str(), BM_Install, c)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-    RatioReporter reporter;
+    skc_bench::RatioReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::Shutdown();
     const auto extract = std::find_if(reporter.times.begin(), reporter.times.end(),

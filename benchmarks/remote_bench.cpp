@@ -699,37 +699,7 @@ void register_all() {
         ->Iterations(100);
 }
 
-/// The console output, and each case's median (or only) real time for the ratios.
-class RatioReporter : public benchmark::ConsoleReporter {
-public:
-    void ReportRuns(const std::vector<Run>& runs) override {
-        ConsoleReporter::ReportRuns(runs);
-        for (const Run& r : runs) {
-            if (r.error_occurred) continue;
-            const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-            if (median || (r.run_type == Run::RT_Iteration && r.repetitions <= 1)) {
-                times[r.run_name.function_name] =
-                    r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
-                for (const auto& [counter, value] : r.counters)
-                    counters[r.run_name.function_name][counter] = value.value;
-            }
-        }
-    }
-    [[nodiscard]] std::optional<double> time(const std::string& name) const {
-        const auto it = times.find(name);
-        return it == times.end() ? std::nullopt : std::optional<double>(it->second);
-    }
-    std::map<std::string, double> times;                            // name, seconds
-    std::map<std::string, std::map<std::string, double>> counters;  // name, counter, value
-    [[nodiscard]] std::optional<double> counter(const std::string& name, const std::string& c) const {
-        const auto it = counters.find(name);
-        if (it == counters.end()) return std::nullopt;
-        const auto v = it->second.find(c);
-        return v == it->second.end() ? std::nullopt : std::optional<double>(v->second);
-    }
-};
-
-void print_ratios(const RatioReporter& rep) {
+void print_ratios(const skc_bench::RatioReporter& rep) {
     const auto t = [&](const std::string& n) { return rep.time(n); };
     const auto ms = [](double s) { return s * 1e3; };
     std::printf("\nremote tier, medians (ratios in the same run):\n");
@@ -784,7 +754,7 @@ int main(int argc, char** argv) {
     register_all();
     benchmark::AddCustomContext("redis", env().server.url());
     benchmark::AddCustomContext("scratch", env().scratch.dir.string());
-    RatioReporter reporter;
+    skc_bench::RatioReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     print_ratios(reporter);
     benchmark::Shutdown();
