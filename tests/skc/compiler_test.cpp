@@ -912,3 +912,23 @@ TEST_CASE("the host asks only for what it calls: a lock with lock_until alone co
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::hit);
     CHECK(pc.calls == 1);
 }
+
+TEST_CASE("a remote cache asked of a compiler without a remote tier: one warning, the local cache only") {
+    TempDir tmp;
+    PackingCompiler pc;
+    skc::Options o = options_for(tmp.path());
+    o.remote_cache = "redis://cache-host:6379";
+    skc::CompilerSettings s = settings_for(tmp / "lib");
+    std::vector<std::pair<skc::LogLevel, std::string>> lines;
+    s.log = [&](skc::LogLevel l, std::string_view line) { lines.emplace_back(l, std::string(line)); };
+    skc::StaticKernelCompiler<Inv> compiler(pc.invoker(), o, s);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].first == skc::LogLevel::warning);
+    CHECK(lines[0].second ==
+          "a remote cache is configured (remote_cache or SKC_REMOTE_CACHE), but this program has "
+          "no remote tier (its Remote policy is NoRemote): the local cache only");
+    REQUIRE(compiler.cache() != nullptr);
+    CHECK(compiler.cache()->remote() == nullptr);
+    skc::process_compiled().clear();
+    CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
+}
