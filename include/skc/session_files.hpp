@@ -7,9 +7,11 @@
 // is read back from the disk: the cache key comes from the digests the records already have.
 //
 // write_planned_files() then writes the folders: each record is serialised once per content (with
-// and without bin_type/bin_info; once when it has neither), written to its first name through a
-// temporary and link(), and linked to its other names (`<pid>` and `<pid>_debug` share a content,
-// as do `<pid>_opcompile`, `_selected` and `_blacklist`). The files are byte for byte what the
+// and without bin_type/bin_info; once when it has neither), written as a file without a name
+// (O_TMPFILE; a named temporary where the file system has none) that is linked to its first name
+// once whole, and linked to its other names (`<pid>` and `<pid>_debug` share a content, as do
+// `<pid>_opcompile`, `_selected` and `_blacklist`), by names relative to the open folders. Plans of
+// many ops are written by two threads, each half the ops. The files are byte for byte what the
 // one-file-at-a-time writers (write_op_info, select_for_compile) produce; a crash at any point
 // leaves whole files or none under every `.json` name.
 //
@@ -30,11 +32,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -146,60 +150,130 @@ SessionPlan plan_session(const RunLayout& run, std::shared_ptr<const std::vector
 
 namespace detail {
 
-/// Writes `text` to `dir/names[0]` (a temporary linked to its name) and links it to the other
-/// names; `dirs[i]` is the folder of `names[i]`.
-inline void write_linked(const std::vector<const std::filesystem::path*>& dirs,
-                         const std::vector<const std::string*>& names, const std::string& text) {
-    write_new_file(*dirs[0], *names[0], text, false);
-    const std::filesystem::path first = *dirs[0] / *names[0];
-    for (std::size_t i = 1; i < names.size(); ++i) {
-        const std::filesystem::path to = *dirs[i] / *names[i];
-        if (::link(first.c_str(), to.c_str()) != 0) {
-            const int err = errno;
-            if (err == EEXIST) throw_errno("cannot publish", to, err);  // never replaced
-            write_new_file(*dirs[i], *names[i], text, false);           // a file system without hard links
-        }
+/// A folder of a run, open (O_PATH) for the *at() calls that write its files by name alone.
+class RunFolder {
+public:
+    explicit RunFolder(std::filesystem::path dir) : path_(std::move(dir)) {
+        make_dir(path_);
+        fd_ = ::open(path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd_ < 0) throw_errno("cannot open", path_, errno);
+    }
+    RunFolder(const RunFolder&) = delete;
+    RunFolder& operator=(const RunFolder&) = delete;
+    ~RunFolder() { ::close(fd_); }
+    [[nodiscard]] int fd() const noexcept { return fd_; }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+private:
+    std::filesystem::path path_;
+    int fd_ = -1;
+};
+
+/// Where one content goes: its names, each in its folder; the first is written, the others linked.
+struct Names {
+    std::vector<const RunFolder*> dirs;
+    std::vector<const std::string*> names;
+    void add(const RunFolder& d, const std::string& n) {
+        dirs.push_back(&d);
+        names.push_back(&n);
+    }
+    void clear() {
+        dirs.clear();
+        names.clear();
+    }
+};
+
+/// Writes `text` as a file without a name (O_TMPFILE) and links it to `name` in `dir` whole: true
+/// when done, false when the file system cannot (no O_TMPFILE, or no /proc to link through).
+inline bool write_unnamed(const RunFolder& dir, const std::string& name, const std::string& text) {
+    const int fd = ::openat(dir.fd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) return false;
+        throw_errno("cannot create", dir.path() / name, errno);
+    }
+    try {
+        write_all(fd, text, dir.path() / name);
+    } catch (const Error&) {
+        ::close(fd);
+        throw;
+    }
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const int rc = ::linkat(AT_FDCWD, self.c_str(), dir.fd(), name.c_str(), AT_SYMLINK_FOLLOW);
+    const int err = errno;
+    ::close(fd);
+    if (rc == 0) return true;
+    if (err == ENOENT || err == EXDEV) return false;  // no /proc
+    throw_errno("cannot publish", dir.path() / name, err);
+}
+
+/// Writes `text` under `n.names[0]` whole (an unnamed file linked to its name, or a named
+/// temporary) and links it to the other names; a name is never replaced.
+inline void write_linked(const Names& n, const std::string& text) {
+    const RunFolder& first = *n.dirs[0];
+    const std::string& name = *n.names[0];
+    if (!write_unnamed(first, name, text)) write_new_file(first.path(), name, text, false);
+    for (std::size_t i = 1; i < n.names.size(); ++i) {
+        if (::linkat(first.fd(), name.c_str(), n.dirs[i]->fd(), n.names[i]->c_str(), 0) == 0) continue;
+        const int err = errno;
+        if (err == EEXIST) throw_errno("cannot publish", n.dirs[i]->path() / *n.names[i], err);  // never replaced
+        write_new_file(n.dirs[i]->path(), *n.names[i], text, false);  // a file system without hard links
     }
 }
+
+/// Plans of at least this many ops are written by two threads: a file's creation waits for the
+/// disk and the folder's lock, the other thread meanwhile serialises and links.
+inline constexpr std::size_t parallel_write_ops = 256;
 
 }  // namespace detail
 
 /// Writes the planned folders (see the header comment). Throws Error on the first failure; the
 /// files written until then stay whole.
 inline void write_planned_files(const SessionPlan& p) {
-    const std::filesystem::path debug = p.run.debug(), targets = p.run.targets(), opcompile = p.run.opcompile(),
-                                selected = p.run.selected(), blacklisted = p.run.blacklisted();
-    detail::make_dir(debug);
-    detail::make_dir(targets);
-    detail::make_dir(opcompile);
-    if (p.blacklist_folder) detail::make_dir(blacklisted);
-    if (p.write_selected) detail::make_dir(selected);
-    std::vector<const std::filesystem::path*> dirs;
-    std::vector<const std::string*> names;
-    for (std::size_t i = 0; i < p.files.size(); ++i) {
-        const OpRecord& r = (*p.ops)[i].record;
-        const SessionPlan::Files& f = p.files[i];
-        dirs.clear();
-        names.clear();
-        auto add = [&](const std::filesystem::path& d, const std::string& n) {
-            dirs.push_back(&d);
-            names.push_back(&n);
-        };
-        add(debug, f.debug);
-        if (!f.target.empty()) add(targets, f.target);
-        const bool bin = r.bin_type.has_value() || r.bin_info.has_value();
-        if (bin) {  // the two contents differ: `<pid>` and `_debug` keep the bin fields
-            detail::write_linked(dirs, names, dump_json(to_value(r, ToValueOptions{true})) + "\n");
-            dirs.clear();
+    const detail::RunFolder debug(p.run.debug()), targets(p.run.targets()), opcompile(p.run.opcompile());
+    const std::optional<detail::RunFolder> blacklisted =
+        p.blacklist_folder ? std::optional<detail::RunFolder>(std::in_place, p.run.blacklisted()) : std::nullopt;
+    const std::optional<detail::RunFolder> selected =
+        p.write_selected ? std::optional<detail::RunFolder>(std::in_place, p.run.selected()) : std::nullopt;
+    auto write_ops = [&](std::size_t from, std::size_t to) {
+        detail::Names names;
+        for (std::size_t i = from; i < to; ++i) {
+            const OpRecord& r = (*p.ops)[i].record;
+            const SessionPlan::Files& f = p.files[i];
             names.clear();
+            names.add(debug, f.debug);
+            if (!f.target.empty()) names.add(targets, f.target);
+            if (r.bin_type.has_value() || r.bin_info.has_value()) {
+                // The two contents differ: `<pid>` and `_debug` keep the bin fields.
+                detail::write_linked(names, dump_json(to_value(r, ToValueOptions{true})) + "\n");
+                names.clear();
+            }
+            if (!f.opcompile.empty()) {
+                names.add(opcompile, f.opcompile);
+                if (f.blacklisted) names.add(*blacklisted, f.opcompile);
+                if (f.selected && p.write_selected) names.add(*selected, f.opcompile);
+            }
+            if (!names.names.empty()) detail::write_linked(names, dump_json(to_value(r, ToValueOptions{false})) + "\n");
         }
-        if (!f.opcompile.empty()) {
-            add(opcompile, f.opcompile);
-            if (f.blacklisted) add(blacklisted, f.opcompile);
-            if (f.selected && p.write_selected) add(selected, f.opcompile);
+    };
+    const std::size_t n = p.files.size();
+    if (n < detail::parallel_write_ops || std::thread::hardware_concurrency() < 2) return write_ops(0, n);
+    // The helper inherits this thread's priority (the writer's nice 19).
+    std::exception_ptr helper_error;
+    std::thread helper([&] {
+        try {
+            write_ops(n / 2, n);
+        } catch (...) {
+            helper_error = std::current_exception();
         }
-        if (!names.empty()) detail::write_linked(dirs, names, dump_json(to_value(r, ToValueOptions{false})) + "\n");
+    });
+    try {
+        write_ops(0, n / 2);
+    } catch (...) {
+        helper.join();
+        throw;
     }
+    helper.join();
+    if (helper_error) std::rethrow_exception(helper_error);
 }
 
 /// Writes submitted plans, and runs other deferred work, on a thread of its own, in submission

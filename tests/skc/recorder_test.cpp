@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include <skc/op_desc.hpp>
 #include <skc/recorder.hpp>
+#include <skc/session_files.hpp>
 
 #include "test_support.hpp"
 
@@ -403,4 +406,74 @@ TEST_CASE(
     CHECK(order == std::vector<int>{0, 1, 2, 3});
     CHECK_NOTHROW(writer.wait());  // reported once
     CHECK_FALSE(writer.pending());
+}
+
+TEST_CASE("write_planned_files: a plan of many ops, written by two threads, links each content under its names") {
+    skc_test::TempDir tmp;
+    const skc::RunLayout run(tmp / "run", 4242);
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < 600; ++i) {
+        skc::OpRecord r = op(i % 3 ? "MatMulV2" : "Mul", i + 1, 8);
+        if (i % 2) {  // `<pid>` and `_debug` keep bin_type and bin_info: a content of their own
+            r.bin_type = 0;
+            r.bin_info = skc::Value(std::string("kernel_") + std::to_string(i));
+        }
+        const skc::Digest d = skc::digest(r);
+        ops.push_back(skc::RecordedOp{d, std::move(r), i % 3 != 0, true});
+    }
+    const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
+    const skc::SessionPlan plan = skc::plan_session(run, shared, skc::SelectOptions{}, skc::CompiledSet{});
+    REQUIRE(plan.files.size() >= skc::detail::parallel_write_ops);
+    skc::write_planned_files(plan);
+    for (std::size_t i = 0; i < plan.files.size(); ++i) {
+        const skc::OpRecord& r = (*shared)[i].record;
+        const skc::SessionPlan::Files& f = plan.files[i];
+        CAPTURE(f.debug);
+        const std::string with_bin = skc::dump_json(skc::to_value(r, skc::ToValueOptions{true})) + "\n";
+        const std::string without = skc::dump_json(skc::to_value(r, skc::ToValueOptions{false})) + "\n";
+        const bool bin = r.bin_type.has_value();
+        CHECK(skc_test::slurp(run.debug() / f.debug) == with_bin);
+        CHECK(skc_test::slurp(run.opcompile() / f.opcompile) == without);
+        CHECK(skc_test::slurp(run.selected() / f.opcompile) == without);
+        // One file per content: `_debug` and `<pid>` share one, `_opcompile` and `_selected` another
+        // (one file for all four when there are no bin fields).
+        const std::uintmax_t debug_links = 1 + !f.target.empty() + (bin ? 0 : 2);
+        CHECK(std::filesystem::hard_link_count(run.debug() / f.debug) == debug_links);
+        CHECK(std::filesystem::hard_link_count(run.opcompile() / f.opcompile) == (bin ? 2 : debug_links));
+        if (!f.target.empty()) CHECK(skc_test::slurp(run.targets() / f.target) == with_bin);
+    }
+    std::size_t files = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(tmp / "run")) {
+        CHECK(e.path().filename().string().front() != '.');  // no temporary left
+        files += e.is_regular_file();
+    }
+    CHECK(files == 600 + 400 + 600 + 600);
+}
+
+TEST_CASE("write_planned_files: a name taken already is never replaced; the error of either thread is thrown") {
+    skc_test::TempDir tmp;
+    const skc::RunLayout run(tmp / "run", 4242);
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < 600; ++i) {
+        skc::OpRecord r = op("MatMulV2", i + 1, 8);
+        const skc::Digest d = skc::digest(r);
+        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
+    }
+    const skc::SessionPlan plan =
+        skc::plan_session(run, std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops)),
+                          skc::SelectOptions{}, skc::CompiledSet{});
+    for (const std::size_t taken : {std::size_t{10}, std::size_t{590}}) {  // in the first half, then in the second
+        CAPTURE(taken);
+        std::filesystem::remove_all(tmp / "run");
+        std::filesystem::create_directories(run.debug());
+        const std::filesystem::path blocker = run.debug() / plan.files[taken].debug;
+        skc_test::spit(blocker, "not an op info file of this plan\n");
+        CHECK_THROWS_WITH_AS(skc::write_planned_files(plan), doctest::Contains("cannot publish: File exists"),
+                             skc::Error);
+        CHECK(skc_test::slurp(blocker) == "not an op info file of this plan\n");
+        for (const auto& e : std::filesystem::recursive_directory_iterator(tmp / "run")) {
+            CHECK(e.path().filename().string().front() != '.');
+            if (e.is_regular_file() && e.path() != blocker) CHECK_NOTHROW((void)skc::read_op_info(e.path()));
+        }
+    }
 }
