@@ -5,6 +5,7 @@
 // docs/cache.md ("On disk", "Statistics") describes each.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -326,13 +327,54 @@ struct CacheStats {
 namespace detail {
 
 /// The statistics log of a namespace: each process appends one line with its counts when it
-/// flushes, and folds merge the log into `stats` off the lookup path. A fold renames the log to
-/// `stats.log.<pid>.<ns>` first (taken_stats_log), so that the appends after it start a new log.
+/// flushes, and folds merge the log into `stats` off the lookup path. The log only grows: a fold
+/// records in `stats` where it stopped reading (stats_log_mark) and frees the space of what it read
+/// (Storage::discard_log). Versions before 2026-12 renamed the log to `stats.log.<pid>.<ns>`
+/// (taken_stats_log) to fold it; a fold adds and removes such logs too.
 inline constexpr std::string_view stats_log = "stats.log";
 inline constexpr std::string_view taken_stats_log = "stats.log.";
-/// An appender that finds the log this long folds it (if no other process is folding): a fold
-/// fsyncs `stats`, so it is rare, and reading this much takes milliseconds.
+/// The appender whose line takes the log past a multiple of this size folds it (if no other
+/// process is folding): a fold fsyncs `stats`, so it is rare, and reading this much takes
+/// milliseconds.
 inline constexpr std::uint64_t stats_log_fold_bytes = 1024 * 1024;
+
+/// Whether an append of `bytes` that ended the log at `end` took it past a multiple of
+/// stats_log_fold_bytes.
+constexpr bool stats_log_fold_due(std::uint64_t end, std::uint64_t bytes) noexcept {
+    return end / stats_log_fold_bytes != (end - std::min(end, bytes)) / stats_log_fold_bytes;
+}
+
+/// Where the fold that wrote `stats` stopped reading the log (its `log stats.log <id> <offset>`
+/// line); {0, 0} when it names none: the log is read from its start.
+inline LogMark stats_log_mark(std::string_view stats) {
+    constexpr std::string_view tag = "log stats.log ";
+    for (std::size_t pos = 0; pos < stats.size();) {
+        std::size_t nl = stats.find('\n', pos);
+        if (nl == std::string_view::npos) nl = stats.size();
+        const std::string_view line = stats.substr(pos, nl - pos);
+        pos = nl + 1;
+        if (line.substr(0, tag.size()) != tag) continue;
+        const std::string_view rest = line.substr(tag.size());
+        const std::size_t sp = rest.find(' ');
+        LogMark m;
+        if (sp != std::string_view::npos && parse_u64(rest.substr(0, sp), m.id) &&
+            parse_u64(rest.substr(sp + 1), m.offset))
+            return m;
+    }
+    return {};
+}
+
+/// The line of `stats` that records mark `m` (stats_log_mark reads it).
+inline std::string stats_log_mark_line(const LogMark& m) {
+    return "log stats.log " + std::to_string(m.id) + " " + std::to_string(m.offset) + "\n";
+}
+
+/// Where a reader of `tail` stops: after its last line feed (a line not finished yet, by a writer
+/// still at it, is read again from there).
+inline LogMark stats_log_read_to(const LogTail& tail) {
+    const std::size_t nl = tail.data.rfind('\n');
+    return LogMark{tail.id, tail.from + (nl == std::string::npos ? 0 : nl + 1)};
+}
 
 /// One line of the statistics log: a process's counts, and the entries it hit, at a time.
 struct StatsLogLine {

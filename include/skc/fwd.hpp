@@ -79,7 +79,8 @@ class NoLock;
 struct ObjectInfo;
 class FilesystemStorage;
 class MemoryStorage;
-class TakenObject;
+struct LogMark;
+struct LogTail;
 template <class S>
 struct StorageTraits;
 

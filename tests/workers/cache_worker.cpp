@@ -212,7 +212,10 @@ public:
     void touch(std::string_view name) { fs_.touch(name); }
     void touch(std::string_view name, std::int64_t mtime_ns) { fs_.touch(name, mtime_ns); }
     std::uint64_t append(std::string_view name, std::string_view data) { return fs_.append(name, data); }
-    std::optional<skc::TakenObject> take(std::string_view name, std::string_view to) { return fs_.take(name, to); }
+    [[nodiscard]] std::optional<skc::LogTail> read_log(std::string_view name, const skc::LogMark& mark) const {
+        return fs_.read_log(name, mark);
+    }
+    void discard_log(std::string_view name, const skc::LogMark& mark) { fs_.discard_log(name, mark); }
     [[nodiscard]] std::vector<std::string> list(std::string_view folder) const { return fs_.list(folder); }
     bool read_chunks(std::string_view name, const skc::ChunkFn& fn) const { return fs_.read_chunks(name, fn); }
     [[nodiscard]] std::optional<fs::path> local_path(std::string_view name) const { return fs_.local_path(name); }

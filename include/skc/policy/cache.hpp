@@ -519,14 +519,15 @@ public:
         }
         std::sort(touched.begin(), touched.end());
         touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-        std::uint64_t log_bytes = 0;
+        bool fold_due = false;
         try {
             if constexpr (StorageTraits<S>::appends) {
                 if (delta == CacheStats{} && touched.empty()) return;
                 const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count();
-                log_bytes = storage_.append(detail::stats_log, detail::stats_log_line(delta, touched, now_ns));
+                const std::string line = detail::stats_log_line(delta, touched, now_ns);
+                fold_due = detail::stats_log_fold_due(storage_.append(detail::stats_log, line), line.size());
             } else {
                 for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
                 if (delta == CacheStats{}) return;
@@ -548,7 +549,7 @@ public:
             std::lock_guard lock(mu_);
             flushed_ += delta;
         }
-        if (log_bytes >= detail::stats_log_fold_bytes) fold_quietly();
+        if (fold_due) fold_quietly();
     }
 
 private:
@@ -853,59 +854,73 @@ private:
         std::jthread renewer_;
     };
 
-    /// What `stats` and the statistics log hold (the caller holds the namespace lock, or accepts
-    /// a fold in progress): `stats`, plus the logs, less the bytes of taken logs `stats` counts.
+    /// What read_unfolded_logs() read: the logs older versions took (name, bytes read), and where the
+    /// log was read to (the mark in `stats` when there is no log).
+    struct UnfoldedLogs {
+        std::vector<std::pair<std::string, std::uint64_t>> taken;
+        LogMark mark;
+    };
+
+    /// Gives `fn` each whole line of the statistics logs that `stats` (text `stats_text`) does not
+    /// count yet: the log's from the mark `stats` records on (all of it when that mark names another
+    /// log), and those of logs taken by versions that renamed the log to fold it, beyond the bytes
+    /// `stats` names. No lock is needed: the log only grows.
+    template <class Fn>
+    UnfoldedLogs read_unfolded_logs(std::string_view stats_text, Fn&& fn) const {
+        UnfoldedLogs out;
+        out.mark = detail::stats_log_mark(stats_text);
+        const auto folded = detail::folded_stats_logs(stats_text);
+        for (const std::string& name : storage_.list("")) {
+            if (name.rfind(detail::taken_stats_log, 0) != 0) continue;
+            const std::optional<std::string> log = storage_.read(name);
+            if (!log) continue;
+            const auto counted = folded.find(name);
+            detail::for_each_stats_log_line(*log, counted == folded.end() ? 0 : counted->second, fn);
+            out.taken.emplace_back(name, log->size());
+        }
+        if (const std::optional<LogTail> tail = storage_.read_log(detail::stats_log, out.mark)) {
+            detail::for_each_stats_log_line(tail->data, 0, fn);
+            out.mark = detail::stats_log_read_to(*tail);
+        }
+        return out;
+    }
+
+    /// What `stats` and the statistics logs hold: `stats`, plus the lines it does not count yet.
     CacheStats stored_stats() const {
         const std::optional<std::string> text = storage_.read("stats");
         CacheStats s = text ? CacheStats::decode(*text) : CacheStats{};
-        if constexpr (StorageTraits<S>::appends) {
-            const auto folded = detail::folded_stats_logs(text ? std::string_view(*text) : std::string_view());
-            for (const std::string& name : storage_.list("")) {
-                if (name != detail::stats_log && name.rfind(detail::taken_stats_log, 0) != 0) continue;
-                const auto counted = folded.find(name);
-                if (const std::optional<std::string> log = storage_.read(name))
-                    s += detail::sum_stats_log(*log, counted == folded.end() ? 0 : counted->second);
-            }
-        }
+        if constexpr (StorageTraits<S>::appends)
+            (void)read_unfolded_logs(text ? std::string_view(*text) : std::string_view(),
+                                     [&](const detail::StatsLogLine& l) { s += l.counts; });
         return s;
     }
 
-    /// Under the namespace lock: adds the statistics log to `stats` and applies the use times it
-    /// records to the entries (with `zero`, resets `stats` instead of adding). The log is taken
-    /// (renamed to a name of its own: later appends start a new log), the use times are applied,
-    /// `stats` is written with the sum and, for each log taken, its name and how many of its bytes
-    /// the sum counts, and only then are the taken logs removed. A fold that dies after the rename
-    /// leaves a taken log that the next fold adds; one that dies after writing `stats` leaves logs
-    /// that `stats` names, of which the next fold adds only the bytes beyond those recorded (an
-    /// appender that opened the log before it was taken may have added a line after the fold
-    /// died). No count is lost or counted twice; a use time applied twice is the same time.
+    /// Under the namespace lock: adds the lines of the statistics log that `stats` does not count
+    /// to it and applies the use times they record to the entries (with `zero`, resets `stats`
+    /// instead of adding). The use times are applied first, then `stats` is written (a temporary,
+    /// fsync'd and renamed) with the sum and the mark where the log was read to; then the space of
+    /// the log's bytes before the mark is freed. The log is never renamed or shortened, so an
+    /// appender needs no lock and every append is read by the fold after it: a fold that dies before
+    /// writing `stats` leaves the old mark, and one that dies after it the new one. Logs taken by
+    /// older versions (which renamed the log) are added beyond the bytes `stats` names, named in
+    /// `stats` with their size, and removed after it is written. No count is lost or counted twice;
+    /// a use time applied twice is the same time.
     void fold_locked(bool zero) {
         const std::optional<std::string> text = storage_.read("stats");
+        const std::string_view stats_text = text ? std::string_view(*text) : std::string_view();
         CacheStats sum = text && !zero ? CacheStats::decode(*text) : CacheStats{};
-        const auto folded = detail::folded_stats_logs(text ? std::string_view(*text) : std::string_view());
-        std::vector<std::pair<std::string, TakenObject>> taken;
-        for (const std::string& name : storage_.list(""))
-            if (name.rfind(detail::taken_stats_log, 0) == 0)
-                if (std::optional<TakenObject> t = storage_.take(name, {})) taken.emplace_back(name, std::move(*t));
-        const std::string name = std::string(detail::taken_stats_log) + std::to_string(::getpid()) + "." +
-                                 std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-        if (std::optional<TakenObject> t = storage_.take(detail::stats_log, name))
-            taken.emplace_back(name, std::move(*t));
-        if (taken.empty() && !zero) return;
         std::map<std::string, std::int64_t, std::less<>> used;
-        std::string records;
-        for (const auto& [log_name, log_object] : taken) {
-            const auto counted = folded.find(log_name);
-            detail::for_each_stats_log_line(log_object.data(), counted == folded.end() ? 0 : counted->second,
-                                            [&](const detail::StatsLogLine& l) {
-                                                if (!zero) sum += l.counts;
-                                                for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
-                                            });
-            records += "folded " + log_name + " " + std::to_string(log_object.data().size()) + "\n";
-        }
+        const UnfoldedLogs read = read_unfolded_logs(stats_text, [&](const detail::StatsLogLine& l) {
+            if (!zero) sum += l.counts;
+            for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
+        });
+        if (read.taken.empty() && read.mark == detail::stats_log_mark(stats_text) && !zero) return;
         for (const auto& [key, at_ns] : used) storage_.touch("entries/" + key, at_ns);
+        std::string records = detail::stats_log_mark_line(read.mark);
+        for (const auto& [name, size] : read.taken) records += "folded " + name + " " + std::to_string(size) + "\n";
         storage_.write("stats", sum.encode() + records);
-        for (const auto& taken_log : taken) storage_.remove(taken_log.first);
+        for (const auto& taken : read.taken) storage_.remove(taken.first);
+        storage_.discard_log(detail::stats_log, read.mark);
     }
 
     /// Keeps the latest use of `key`.
@@ -916,16 +931,14 @@ private:
         else it->second = std::max(it->second, at_ns);
     }
 
-    /// The last use of each entry the statistics log records (not folded yet).
+    /// The last use of each entry the statistics logs record (not folded yet).
     std::map<std::string, std::int64_t, std::less<>> logged_uses() const {
         std::map<std::string, std::int64_t, std::less<>> used;
-        for (const std::string& name : storage_.list("")) {
-            if (name != detail::stats_log && name.rfind(detail::taken_stats_log, 0) != 0) continue;
-            if (const std::optional<std::string> log = storage_.read(name))
-                detail::for_each_stats_log_line(*log, 0, [&](const detail::StatsLogLine& l) {
-                    for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
-                });
-        }
+        const std::optional<std::string> text = storage_.read("stats");
+        (void)read_unfolded_logs(text ? std::string_view(*text) : std::string_view(),
+                                 [&](const detail::StatsLogLine& l) {
+                                     for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
+                                 });
         return used;
     }
 

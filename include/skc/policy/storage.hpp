@@ -16,10 +16,11 @@
 // pieces (a download; StorageTraits falls back to a temporary file and import_file). And it
 // may offer an append log (the cache's statistics: many processes add a line each, one folds them):
 //   append(name, bytes)   add bytes at the end of an object in one piece, never interleaved with
-//                         another append; returns the object's size after it
-//   take(name, to)        wait for the appends in progress, rename the object to `to` and read it:
-//                         later appends go to a new object `name`, and none reaches the taken one
-//                         while the returned hold lives
+//                         another append, without a lock; returns the object's size after it
+//   read_log(name, mark)  the bytes from where `mark` says a reader stopped (a LogMark: the log's
+//                         identity and an offset) to the end, or all of them when the log is not
+//                         the one `mark` names; offsets never change, so appends need no lock
+//   discard_log(name, mark) free the space of the bytes before the mark (a log is never shortened)
 //   touch(name, time)     set the modification time to `time` unless it is later already, or the
 //                         object changed after `time` (its change time, ctime, is later)
 //
@@ -72,34 +73,20 @@ struct ObjectInfo {
 
 using ChunkFn = std::function<void(std::string_view)>;
 
-/// An object taken from its appenders (take()): its bytes, and a hold that keeps appends away from
-/// it until destroyed. Remove the object before letting go, or appenders that opened it before it
-/// was taken may still add to it.
-class TakenObject {
-public:
-    TakenObject(std::string data, int fd) noexcept : data_(std::move(data)), fd_(fd) {}
-    TakenObject(TakenObject&& o) noexcept : data_(std::move(o.data_)), fd_(std::exchange(o.fd_, -1)) {}
-    TakenObject& operator=(TakenObject&& o) noexcept {
-        if (this != &o) {
-            release();
-            data_ = std::move(o.data_);
-            fd_ = std::exchange(o.fd_, -1);
-        }
-        return *this;
-    }
-    TakenObject(const TakenObject&) = delete;
-    TakenObject& operator=(const TakenObject&) = delete;
-    ~TakenObject() { release(); }
+/// Where a reader of an append log stopped: the log's identity (another when the log was removed
+/// and made anew) and the offset of the first byte it has not read.
+struct LogMark {
+    std::uint64_t id = 0;
+    std::uint64_t offset = 0;
+    friend bool operator==(const LogMark&, const LogMark&) = default;
+};
 
-    [[nodiscard]] const std::string& data() const noexcept { return data_; }
-
-private:
-    void release() noexcept {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
-    }
-    std::string data_;
-    int fd_ = -1;  // the locked file, where the storage has files
+/// What read_log() read: the log's identity, the offset of the first byte read, and the bytes from
+/// there to the end.
+struct LogTail {
+    std::uint64_t id = 0;
+    std::uint64_t from = 0;
+    std::string data;
 };
 
 template <class S>
@@ -179,11 +166,12 @@ struct StorageTraits {
         else return 0;
     }
 
-    /// Whether the storage offers an append log (append, take, and touch at a given time, which
-    /// a fold applies for the hits the log records).
-    static constexpr bool appends = requires(S & s, std::string_view n, std::int64_t t) {
+    /// Whether the storage offers an append log (append, read_log, discard_log, and touch at a
+    /// given time, which a fold applies for the hits the log records).
+    static constexpr bool appends = requires(S & s, std::string_view n, std::int64_t t, const LogMark& m) {
         { s.append(n, n) } -> std::same_as<std::uint64_t>;
-        { s.take(n, n) } -> std::same_as<std::optional<TakenObject>>;
+        { s.read_log(n, m) } -> std::same_as<std::optional<LogTail>>;
+        { s.discard_log(n, m) } -> std::same_as<void>;
         { s.touch(n, t) } -> std::same_as<void>;
     };
 
@@ -385,99 +373,93 @@ public:
         set_mtime(name, times);
     }
 
-    /// One write under a shared flock (take() waits for it with an exclusive one), on a descriptor
-    /// opened with O_APPEND, so that appends never interleave. The object is created with mode 0666
-    /// less the umask, as lock files are: every member of a group-shared cache can add to it. An
-    /// object that take() removed between the open and the flock is left for the new one.
+    /// One write on a descriptor opened with O_APPEND, so that appends never interleave, and no lock:
+    /// the log is never renamed or shortened, so every append reaches it, and read_log() tells a
+    /// reader which bytes it has not read. The object is created with mode 0666 less the umask, as
+    /// lock files are: every member of a group-shared cache can add to it.
     std::uint64_t append(std::string_view name, std::string_view data) {
         detail::check_object_name(name);
         constexpr int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-        for (;;) {
-            int fd = open_relative(name, flags, 0666);
-            if (fd < 0 && errno == ENOENT) {  // its folder is missing
-                std::error_code ec;
-                std::filesystem::create_directories(path(name).parent_path(), ec);
-                fd = open_relative(name, flags, 0666);
-            }
-            if (fd < 0) {
-                const int err = errno;
-                detail::throw_errno("cannot open for appending", path(name), err);
-            }
-            struct stat st {};
-            int rc = 0;
-            while ((rc = ::flock(fd, LOCK_SH)) != 0 && errno == EINTR) {}
-            if (rc != 0 || ::fstat(fd, &st) != 0) {
-                const int err = errno;
-                ::close(fd);
-                detail::throw_errno("cannot lock for appending", path(name), err);
-            }
-            if (st.st_nlink == 0) {  // taken and removed meanwhile
-                ::close(fd);
-                continue;
-            }
-            ssize_t w = 0;
-            while ((w = ::write(fd, data.data(), data.size())) < 0 && errno == EINTR) {}
-            const int err = errno;
-            ::close(fd);
-            if (w < 0) detail::throw_errno("cannot append", path(name), err);
-            if (static_cast<std::size_t>(w) != data.size())
-                throw Error(Errc::io_error,
-                            "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
-                                " bytes were written (is the disk full?)",
-                            ErrorContext{path(name).string(), {}, {}});
-            return static_cast<std::uint64_t>(st.st_size) + data.size();
+        int fd = open_relative(name, flags, 0666);
+        if (fd < 0 && errno == ENOENT) {  // its folder is missing
+            std::error_code ec;
+            std::filesystem::create_directories(path(name).parent_path(), ec);
+            fd = open_relative(name, flags, 0666);
         }
+        if (fd < 0) {
+            const int err = errno;
+            detail::throw_errno("cannot open for appending", path(name), err);
+        }
+        ssize_t w = 0;
+        while ((w = ::write(fd, data.data(), data.size())) < 0 && errno == EINTR) {}
+        const int err = errno;
+        const off_t end = w < 0 ? -1 : ::lseek(fd, 0, SEEK_CUR);  // after an append: the end of this one
+        ::close(fd);
+        if (w < 0) detail::throw_errno("cannot append", path(name), err);
+        if (static_cast<std::size_t>(w) != data.size())
+            throw Error(Errc::io_error,
+                        "cannot append: only " + std::to_string(w) + " of " + std::to_string(data.size()) +
+                            " bytes were written (is the disk full?)",
+                        ErrorContext{path(name).string(), {}, {}});
+        return end < 0 ? data.size() : static_cast<std::uint64_t>(end);
     }
 
-    /// Takes object `name` from its appenders: waits for the appends in progress (an exclusive
-    /// flock), renames it to `to` (unless `to` is empty) and reads it. nullopt when there is no
-    /// object `name`. The flock is held until the result is destroyed.
-    std::optional<TakenObject> take(std::string_view name, std::string_view to) {
+    /// The bytes of log `name` from `mark.offset` to its end when it is the log `mark` names (the
+    /// same inode, at least that long), else all of them; nullopt when there is no log. Anything but
+    /// a regular file reads as empty.
+    [[nodiscard]] std::optional<LogTail> read_log(std::string_view name, const LogMark& mark) const {
         detail::check_object_name(name);
-        if (!to.empty()) detail::check_object_name(to);
-        for (;;) {
-            const int fd = open_relative(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-            if (fd < 0) {
-                const int err = errno;
-                if (err == ENOENT || err == ENOTDIR) return std::nullopt;
-                detail::throw_errno("cannot open", path(name), err);
-            }
-            try {
-                struct stat st {};
-                int rc = 0;
-                while ((rc = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
-                if (rc != 0 || ::fstat(fd, &st) != 0) {
-                    const int err = errno;
-                    detail::throw_errno("cannot lock", path(name), err);
-                }
-                if (st.st_nlink == 0) {  // another taker removed it meanwhile
-                    ::close(fd);
-                    continue;
-                }
-                if (!to.empty() && ::rename(path(name).c_str(), path(to).c_str()) != 0) {
-                    const int err = errno;
-                    detail::throw_errno("cannot rename", path(name), err);
-                }
-                std::string data;
-                if (S_ISREG(st.st_mode)) {  // anything else reads as empty
-                    char buf[1 << 16];
-                    for (;;) {
-                        const ssize_t n = ::read(fd, buf, sizeof buf);
-                        if (n < 0 && errno == EINTR) continue;
-                        if (n < 0) {
-                            const int err = errno;
-                            detail::throw_errno("cannot read", path(to.empty() ? name : to), err);
-                        }
-                        if (n == 0) break;
-                        data.append(buf, static_cast<std::size_t>(n));
-                    }
-                }
-                return TakenObject(std::move(data), fd);
-            } catch (...) {
-                ::close(fd);
-                throw;
-            }
+        const int fd = open_relative(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) {
+            const int err = errno;
+            if (err == ENOENT || err == ENOTDIR) return std::nullopt;
+            detail::throw_errno("cannot open", path(name), err);
         }
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) {
+            const int err = errno;
+            ::close(fd);
+            detail::throw_errno("cannot stat", path(name), err);
+        }
+        LogTail t;
+        t.id = static_cast<std::uint64_t>(st.st_ino);
+        if (!S_ISREG(st.st_mode)) {
+            ::close(fd);
+            return t;
+        }
+        const bool same = t.id == mark.id && static_cast<std::uint64_t>(st.st_size) >= mark.offset;
+        t.from = same ? mark.offset : 0;
+        char buf[1 << 16];
+        for (auto at = static_cast<off_t>(t.from);;) {  // to the end, also what was appended meanwhile
+            const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                const int err = errno;
+                ::close(fd);
+                detail::throw_errno("cannot read", path(name), err);
+            }
+            if (n == 0) break;
+            t.data.append(buf, static_cast<std::size_t>(n));
+            at += n;
+        }
+        ::close(fd);
+        return t;
+    }
+
+    /// Frees the disk blocks of log `name` that hold only bytes before `mark.offset` (a hole: its
+    /// size and offsets stay) when it is the log `mark` names. Where the file system cannot punch
+    /// holes the bytes stay; no error is reported: space is not worth failing a fold for.
+    void discard_log(std::string_view name, const LogMark& mark) {
+        detail::check_object_name(name);
+        const int fd = open_relative(name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) return;
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_ino) == mark.id) {
+            const auto block = static_cast<std::uint64_t>(st.st_blksize > 0 ? st.st_blksize : 4096);
+            const std::uint64_t len = mark.offset / block * block;
+            if (len > 0) (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(len));
+        }
+        ::close(fd);
     }
 
     [[nodiscard]] std::vector<std::string> list(std::string_view folder) const {
@@ -669,6 +651,8 @@ class MemoryStorage {
         std::uint64_t version;
         std::int64_t mtime_ns;
         std::int64_t ctime_ns;
+        std::uint64_t id = version;  // a log's identity: the version it was made with
+        std::uint64_t base = 0;      // bytes of a log discarded before `data`
     };
     struct State {
         mutable std::mutex mu;
@@ -738,26 +722,32 @@ public:
         detail::check_object_name(name);
         std::lock_guard lock(state_->mu);
         auto it = state_->objects.find(name);
-        if (it == state_->objects.end()) it = state_->objects.emplace(std::string(name), Object{{}, 0, 0, 0}).first;
+        if (it == state_->objects.end())
+            it = state_->objects.emplace(std::string(name), Object{{}, state_->next_version++, 0, 0}).first;
         it->second.data.append(data);
         it->second.version = state_->next_version++;
         it->second.mtime_ns = it->second.ctime_ns = now_ns();
-        return it->second.data.size();
+        return it->second.base + it->second.data.size();
     }
-    /// Appends and takes are atomic under the store's mutex: a taken object is out of reach at once.
-    std::optional<TakenObject> take(std::string_view name, std::string_view to) {
+    [[nodiscard]] std::optional<LogTail> read_log(std::string_view name, const LogMark& mark) const {
         detail::check_object_name(name);
-        if (!to.empty()) detail::check_object_name(to);
         std::lock_guard lock(state_->mu);
         auto it = state_->objects.find(name);
         if (it == state_->objects.end()) return std::nullopt;
-        TakenObject taken(it->second.data, -1);
-        if (!to.empty()) {
-            Object o = std::move(it->second);
-            state_->objects.erase(it);
-            state_->objects[std::string(to)] = std::move(o);
-        }
-        return taken;
+        const Object& o = it->second;
+        const bool same = o.id == mark.id && mark.offset >= o.base && mark.offset <= o.base + o.data.size();
+        const std::uint64_t from = same ? mark.offset : o.base;
+        return LogTail{o.id, from, o.data.substr(static_cast<std::size_t>(from - o.base))};
+    }
+    void discard_log(std::string_view name, const LogMark& mark) {
+        detail::check_object_name(name);
+        std::lock_guard lock(state_->mu);
+        auto it = state_->objects.find(name);
+        if (it == state_->objects.end() || it->second.id != mark.id || mark.offset <= it->second.base) return;
+        Object& o = it->second;
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(mark.offset - o.base, o.data.size()));
+        o.data.erase(0, n);
+        o.base += n;
     }
     bool read_chunks(std::string_view name, const ChunkFn& fn) const {
         std::optional<std::string> data = read(name);

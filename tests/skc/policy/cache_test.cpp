@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <skc/op_info_io.hpp>
 #include <skc/cache_archive.hpp>
 #include <skc/cache_explain.hpp>
@@ -964,62 +966,98 @@ TEST_CASE("statistics: a process appends one line to the log; `stats` is written
 
     auto cache = f.open();
     cache->fold_stats();
-    CHECK(f.logs().empty());
+    CHECK(f.logs() == std::set<std::string>{"stats.log"});  // the log stays: it only grows
+    CHECK(skc_test::slurp(f.log) == text);
     const std::string stored = skc_test::slurp(f.stats);
     CHECK(skc::CacheStats::decode(stored) == before);
-    CHECK(stored.find("\nfolded stats.log.") != std::string::npos);  // the log it took, by its new name
+    struct stat log_st {};
+    REQUIRE(::stat(f.log.c_str(), &log_st) == 0);
+    // Where the fold stopped reading: the log's inode, and its end.
+    CHECK(stored.find("\nlog stats.log " + std::to_string(log_st.st_ino) + " " + std::to_string(text.size()) + "\n") !=
+          std::string::npos);
     CHECK(cache->persisted_stats() == before);
-    cache->fold_stats();  // nothing new: nothing changes
+    struct stat stats_st {};
+    REQUIRE(::stat(f.stats.c_str(), &stats_st) == 0);
+    cache->fold_stats();  // nothing new: `stats` is not rewritten
+    struct stat again {};
+    REQUIRE(::stat(f.stats.c_str(), &again) == 0);
+    CHECK(again.st_ino == stats_st.st_ino);
     CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == before);
+    f.hit(2);  // appended after the mark: counted once, by the next fold
+    CHECK(counts(cache->persisted_stats()) == counts(6, 1, 1));
+    cache->fold_stats();
+    CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(6, 1, 1));
+    CHECK(counts(cache->persisted_stats()) == counts(6, 1, 1));
 }
 
 TEST_CASE("statistics: a fold that died at any step loses no count and counts none twice") {
     StatsFx f;
     f.hit(2);
     f.open()->fold_stats();
-    const skc::CacheStats base = skc::CacheStats::decode(skc_test::slurp(f.stats));
+    const std::string folded_text = skc_test::slurp(f.stats);
+    const skc::CacheStats base = skc::CacheStats::decode(folded_text);
     REQUIRE(counts(base) == counts(2, 1, 1));
+    const std::string mark = folded_text.substr(folded_text.find("log stats.log "));  // the mark line
     skc::CacheStats want = base;
 
-    SUBCASE("after taking the log, before writing `stats`: the taken log is added by the next fold") {
+    const auto append = [&](const std::string& lines) {
+        std::ofstream out(f.log, std::ios::binary | std::ios::app);
+        out << lines;
+    };
+    SUBCASE("before writing `stats`: the lines after the mark are added by the next fold") {
+        append(hits_line(5) + hits_line(7));
+        want.hits += 12;
+    }
+    SUBCASE("after writing `stats`, before freeing the log's space: nothing is added again") {
+        // What the fold wrote stays; the space of the bytes it read was not freed.
+    }
+    SUBCASE("a mark that names another log (the log was removed and made anew): the log is read whole") {
+        fs::remove(f.log);
+        append(hits_line(4));
+        want.hits += 4;
+    }
+    SUBCASE("an older version's taken log, not counted yet: added by the next fold") {
         skc_test::spit(f.ns / "stats.log.77.1", hits_line(5) + hits_line(7));
         want.hits += 12;
     }
-    SUBCASE("after writing `stats`, before removing the taken log: it is removed, not added again") {
+    SUBCASE("an older version's taken log that `stats` counts: removed, not added again") {
         const std::string taken = hits_line(5) + hits_line(7);
         skc::CacheStats folded = base;
         folded.hits += 12;
-        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
+        skc_test::spit(f.stats,
+                       folded.encode() + mark + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
         skc_test::spit(f.ns / "stats.log.77.1", taken);
         want.hits += 12;
     }
-    SUBCASE("the same, and an appender that had opened the log added a line after the fold died") {
+    SUBCASE("the same, and an old appender that had opened the log added a line after the fold died") {
         const std::string taken = hits_line(5) + hits_line(7);
         skc::CacheStats folded = base;
         folded.hits += 12;
-        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
+        skc_test::spit(f.stats,
+                       folded.encode() + mark + "folded stats.log.77.1 " + std::to_string(taken.size()) + "\n");
         skc_test::spit(f.ns / "stats.log.77.1", taken + hits_line(100));
         want.hits += 112;
     }
-    SUBCASE("two taken logs, one counted and one not, and the current log") {
+    SUBCASE("two taken logs, one counted and one not, and lines after the mark") {
         const std::string counted = hits_line(5);
         skc::CacheStats folded = base;
         folded.hits += 5;
-        skc_test::spit(f.stats, folded.encode() + "folded stats.log.77.1 " + std::to_string(counted.size()) + "\n");
+        skc_test::spit(f.stats,
+                       folded.encode() + mark + "folded stats.log.77.1 " + std::to_string(counted.size()) + "\n");
         skc_test::spit(f.ns / "stats.log.77.1", counted);
         skc_test::spit(f.ns / "stats.log.78.1", hits_line(7));
-        skc_test::spit(f.log, hits_line(1));
+        append(hits_line(1));
         want.hits += 13;
     }
     CHECK(f.open()->persisted_stats() == want);  // a reader sees the same as a fold makes
     auto cache = f.open();
     cache->fold_stats();
-    CHECK(f.logs().empty());
+    CHECK(f.logs() == std::set<std::string>{"stats.log"});
     CHECK(cache->persisted_stats() == want);
     CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == want);
     cache->fold_stats();
     CHECK(cache->persisted_stats() == want);
-    // A fold names only the logs it took: the names of earlier ones go with their files.
+    // A fold names only the taken logs it removed: the names of earlier ones go with their files.
     f.hit(1);
     cache->fold_stats();
     CHECK(skc_test::slurp(f.stats).find("stats.log.77.1") == std::string::npos);
@@ -1042,6 +1080,11 @@ TEST_CASE("statistics: an unfinished last line, a torn line and garbage lines in
                               checked(unknown_body) + checked(bad_value_body) + "\nskc-stats hits 1\n" +
                               full.substr(0, full.size() - 1));  // all but its line feed: unfinished
     CHECK(counts(f.open()->persisted_stats()) == counts(3 + 4 + 2, 0, 0));
+    {
+        auto cache = f.open();
+        cache->fold_stats();  // stops before the unfinished line: a writer may still be at it
+        CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(9, 0, 0));
+    }
     f.hit(1);  // its first line feed ends the unfinished line, which is still no whole line
     CHECK(counts(f.open()->persisted_stats()) == counts(3 + 4 + 2 + 1, 0, 0));
     auto cache = f.open();
@@ -1055,6 +1098,30 @@ TEST_CASE("statistics: an unfinished last line, a torn line and garbage lines in
     CHECK_FALSE(skc::detail::parse_stats_log_line("", l));
 }
 
+TEST_CASE("statistics: a line being written is counted once, by the fold after it is whole") {
+    StatsFx f;
+    const std::string line = hits_line(9);
+    for (const std::size_t cut : {std::size_t{1}, line.size() / 2, line.size() - 1}) {
+        CAPTURE(cut);
+        const skc::CacheStats before = f.open()->persisted_stats();
+        {
+            std::ofstream out(f.log, std::ios::binary | std::ios::app);
+            out << line.substr(0, cut);  // what a reader may see of an append in progress
+        }
+        auto cache = f.open();
+        cache->fold_stats();
+        CHECK(cache->persisted_stats().hits == before.hits);
+        {
+            std::ofstream out(f.log, std::ios::binary | std::ios::app);
+            out << line.substr(cut);  // the rest of the same append
+        }
+        CHECK(cache->persisted_stats().hits == before.hits + 9);
+        cache->fold_stats();
+        CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)).hits == before.hits + 9);
+        CHECK(cache->persisted_stats().hits == before.hits + 9);
+    }
+}
+
 TEST_CASE("statistics: `stats` files written before the log are read, and a log adds to them") {
     StatsFx f;
     skc_test::spit(f.stats, "hits 40\nmisses 2\nlock_wait_ns -5\n");
@@ -1065,30 +1132,40 @@ TEST_CASE("statistics: `stats` files written before the log are read, and a log 
     CHECK(skc::CacheStats::decode(skc_test::slurp(f.stats)) == want);
 }
 
-TEST_CASE("statistics: the appender that finds the log over 1 MiB folds it") {
+TEST_CASE("statistics: the appender that takes the log past a MiB folds it, and its space is freed") {
     StatsFx f;
+    const std::string one = hits_line(1);
     std::string big;
     std::uint64_t lines = 0;
-    while (big.size() < skc::detail::stats_log_fold_bytes) {
-        big += hits_line(1);
+    const std::uint64_t start = fs::file_size(f.log);
+    while (start + big.size() + one.size() < skc::detail::stats_log_fold_bytes) {
+        big += one;
         ++lines;
     }
     {
         std::ofstream out(f.log, std::ios::binary | std::ios::app);
         out << big;
     }
-    f.hit(1);
-    CHECK(f.logs().empty());
+    CHECK_FALSE(fs::exists(f.stats));
+    f.hit(1);  // its line crosses 1 MiB
     CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(lines + 1, 1, 1));
+    struct stat st {};
+    REQUIRE(::stat(f.log.c_str(), &st) == 0);
+    CHECK(static_cast<std::uint64_t>(st.st_size) > skc::detail::stats_log_fold_bytes);  // offsets stay
+    MESSAGE("the folded log: " << st.st_size << " bytes, " << st.st_blocks * 512 << " on disk");
+    CHECK(static_cast<std::uint64_t>(st.st_blocks) * 512 < 64 * 1024);  // the bytes read are a hole
+    f.hit(1);                                                           // no fold: far from the next MiB
+    CHECK(counts(skc::CacheStats::decode(skc_test::slurp(f.stats))) == counts(lines + 1, 1, 1));
+    CHECK(counts(f.open()->persisted_stats()) == counts(lines + 2, 1, 1));
 }
 
-TEST_CASE("statistics: zero_stats drops the log and taken logs too") {
+TEST_CASE("statistics: zero_stats drops the counts of the log and of taken logs too") {
     StatsFx f;
     f.hit(2);
     skc_test::spit(f.ns / "stats.log.9.9", hits_line(4));
     auto cache = f.open();
     cache->zero_stats();
-    CHECK(f.logs().empty());
+    CHECK(f.logs() == std::set<std::string>{"stats.log"});
     CHECK(cache->persisted_stats() == skc::CacheStats{});
     f.hit(1);
     CHECK(counts(f.open()->persisted_stats()) == counts(1, 0, 0));
