@@ -34,12 +34,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "detail/hash.hpp"
@@ -206,12 +208,54 @@ inline bool write_unnamed(const RunFolder& dir, const std::string& name, const s
     throw_errno("cannot publish", dir.path() / name, err);
 }
 
-/// Writes `text` under `n.names[0]` whole (an unnamed file linked to its name, or a named
-/// temporary) and links it to the other names; a name is never replaced.
-inline void write_linked(const Names& n, const std::string& text) {
+/// The folder beside the run folders (`static_kernel_compile_outputs/.op_info/`) that keeps a link
+/// to one file of each op info content written, named after the content's hash: the files of later
+/// runs with the same content are links to it, so that a warm start creates no file.
+inline constexpr std::string_view op_info_store = ".op_info";
+
+/// Links the store's file `key` to `name` in `dir` when it holds exactly `text`: true when done.
+/// A file of other content (changed in place, say) or one that cannot take another link is taken
+/// out of the store, and false returned: the caller writes the content afresh.
+inline bool link_from_store(const RunFolder& store, const std::string& key, const RunFolder& dir,
+                            const std::string& name, const std::string& text) {
+    const int fd = ::openat(store.fd(), key.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return false;
+    bool same = false;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) == text.size()) {
+        std::string bytes(text.size() + 1, '\0');  // one byte more: a file that grew meanwhile differs
+        std::size_t got = 0;
+        for (ssize_t r = 0; got < bytes.size(); got += static_cast<std::size_t>(r)) {
+            r = ::read(fd, bytes.data() + got, bytes.size() - got);
+            if (r < 0 && errno == EINTR) r = 0;
+            else if (r <= 0) break;
+        }
+        same = got == text.size() && std::string_view(bytes.data(), got) == text;
+    }
+    int rc = -1, err = 0;
+    if (same) {  // the file just checked, whatever its name holds meanwhile
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        rc = ::linkat(AT_FDCWD, self.c_str(), dir.fd(), name.c_str(), AT_SYMLINK_FOLLOW);
+        err = errno;
+    }
+    ::close(fd);
+    if (rc == 0) return true;
+    if (same && err == EEXIST) throw_errno("cannot publish", dir.path() / name, err);  // never replaced
+    if (!same || err == EMLINK) (void)::unlinkat(store.fd(), key.c_str(), 0);          // room for a good one
+    return false;  // (or no /proc, or the file left the store meanwhile)
+}
+
+/// Writes `text` under `n.names[0]` whole and links it to the other names; a name is never
+/// replaced. The content is linked from `store` when it holds it; otherwise it is written (an
+/// unnamed file linked to its name, or a named temporary) and linked into `store`.
+inline void write_linked(const Names& n, const std::string& text, const RunFolder* store) {
     const RunFolder& first = *n.dirs[0];
     const std::string& name = *n.names[0];
-    if (!write_unnamed(first, name, text)) write_new_file(first.path(), name, text, false);
+    const std::string key = store != nullptr ? hash_bytes(text).hex() + ".json" : std::string();
+    if (store == nullptr || !link_from_store(*store, key, first, name, text)) {
+        if (!write_unnamed(first, name, text)) write_new_file(first.path(), name, text, false);
+        if (store != nullptr) (void)::linkat(first.fd(), name.c_str(), store->fd(), key.c_str(), 0);  // or another's
+    }
     for (std::size_t i = 1; i < n.names.size(); ++i) {
         if (::linkat(first.fd(), name.c_str(), n.dirs[i]->fd(), n.names[i]->c_str(), 0) == 0) continue;
         const int err = errno;
@@ -224,56 +268,123 @@ inline void write_linked(const Names& n, const std::string& text) {
 /// disk and the folder's lock, the other thread meanwhile serialises and links.
 inline constexpr std::size_t parallel_write_ops = 256;
 
+/// The writing of one plan in chunks of ops that any thread may claim: the writer's thread and its
+/// helper, and a thread that waits for the writing (FileWriter::wait), which so writes at its own
+/// priority rather than waiting for a writer that yields the CPU to everything else.
+class PlanWriting {
+public:
+    explicit PlanWriting(std::shared_ptr<const SessionPlan> plan) : plan_(std::move(plan)) {}
+
+    /// Writes chunks until none is left to claim (or one failed); returns at once when none is.
+    void work() {
+        {
+            std::lock_guard lock(mu_);
+            if (failed_ || next_ >= plan_->files.size()) return;
+            ++workers_;
+        }
+        std::exception_ptr failed;
+        try {
+            open_folders();
+            for (;;) {
+                std::size_t from = 0;
+                {
+                    std::lock_guard lock(mu_);
+                    if (failed_ || next_ >= plan_->files.size()) break;
+                    from = next_;
+                    next_ = std::min(next_ + chunk_ops, plan_->files.size());
+                }
+                write_ops(from, std::min(from + chunk_ops, plan_->files.size()));
+            }
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        std::lock_guard lock(mu_);
+        if (failed && !failed_) failed_ = failed;
+        if (--workers_ == 0) done_.notify_all();
+    }
+
+    /// True while a chunk is left to claim.
+    [[nodiscard]] bool claimable() const {
+        std::lock_guard lock(mu_);
+        return !failed_ && next_ < plan_->files.size();
+    }
+
+    /// Blocks until every chunk claimed is written; then throws the first error, if any.
+    void finish() {
+        std::unique_lock lock(mu_);
+        done_.wait(lock, [&] { return workers_ == 0; });
+        if (failed_) std::rethrow_exception(failed_);
+    }
+
+private:
+    static constexpr std::size_t chunk_ops = 64;
+
+    void open_folders() {
+        std::lock_guard lock(open_mu_);
+        if (debug_) return;
+        const SessionPlan& p = *plan_;
+        debug_.emplace(p.run.debug());
+        targets_.emplace(p.run.targets());
+        opcompile_.emplace(p.run.opcompile());
+        if (p.blacklist_folder) blacklisted_.emplace(p.run.blacklisted());
+        if (p.write_selected) selected_.emplace(p.run.selected());
+        try {
+            store_.emplace(p.run.dir().parent_path() / op_info_store);
+        } catch (const Error&) {  // the files are written without it
+        }
+    }
+
+    void write_ops(std::size_t from, std::size_t to) const {
+        const SessionPlan& p = *plan_;
+        const RunFolder* const store = store_ ? &*store_ : nullptr;
+        Names names;
+        for (std::size_t i = from; i < to; ++i) {
+            const OpRecord& r = (*p.ops)[i].record;
+            const SessionPlan::Files& f = p.files[i];
+            names.clear();
+            names.add(*debug_, f.debug);
+            if (!f.target.empty()) names.add(*targets_, f.target);
+            if (r.bin_type.has_value() || r.bin_info.has_value()) {
+                // The two contents differ: `<pid>` and `_debug` keep the bin fields.
+                write_linked(names, dump_json(to_value(r, ToValueOptions{true})) + "\n", store);
+                names.clear();
+            }
+            if (!f.opcompile.empty()) {
+                names.add(*opcompile_, f.opcompile);
+                if (f.blacklisted) names.add(*blacklisted_, f.opcompile);
+                if (f.selected && p.write_selected) names.add(*selected_, f.opcompile);
+            }
+            if (!names.names.empty()) write_linked(names, dump_json(to_value(r, ToValueOptions{false})) + "\n", store);
+        }
+    }
+
+    std::shared_ptr<const SessionPlan> plan_;
+    mutable std::mutex mu_;
+    std::condition_variable done_;
+    std::size_t next_ = 0;  // the first op not claimed
+    std::size_t workers_ = 0;
+    std::exception_ptr failed_;
+    std::mutex open_mu_;  // the folders are opened once, by the first worker, before any chunk
+    std::optional<RunFolder> debug_, targets_, opcompile_, blacklisted_, selected_, store_;
+};
+
+/// Writes `w` on this thread and, for a big plan on a machine with two CPUs or more, a helper
+/// thread (it inherits this thread's priority); returns when it is written, or throws its error.
+inline void write_plan(PlanWriting& w, std::size_t ops) {
+    std::optional<std::thread> helper;
+    if (ops >= parallel_write_ops && std::thread::hardware_concurrency() >= 2) helper.emplace([&w] { w.work(); });
+    w.work();
+    if (helper) helper->join();
+    w.finish();
+}
+
 }  // namespace detail
 
 /// Writes the planned folders (see the header comment). Throws Error on the first failure; the
 /// files written until then stay whole.
 inline void write_planned_files(const SessionPlan& p) {
-    const detail::RunFolder debug(p.run.debug()), targets(p.run.targets()), opcompile(p.run.opcompile());
-    const std::optional<detail::RunFolder> blacklisted =
-        p.blacklist_folder ? std::optional<detail::RunFolder>(std::in_place, p.run.blacklisted()) : std::nullopt;
-    const std::optional<detail::RunFolder> selected =
-        p.write_selected ? std::optional<detail::RunFolder>(std::in_place, p.run.selected()) : std::nullopt;
-    auto write_ops = [&](std::size_t from, std::size_t to) {
-        detail::Names names;
-        for (std::size_t i = from; i < to; ++i) {
-            const OpRecord& r = (*p.ops)[i].record;
-            const SessionPlan::Files& f = p.files[i];
-            names.clear();
-            names.add(debug, f.debug);
-            if (!f.target.empty()) names.add(targets, f.target);
-            if (r.bin_type.has_value() || r.bin_info.has_value()) {
-                // The two contents differ: `<pid>` and `_debug` keep the bin fields.
-                detail::write_linked(names, dump_json(to_value(r, ToValueOptions{true})) + "\n");
-                names.clear();
-            }
-            if (!f.opcompile.empty()) {
-                names.add(opcompile, f.opcompile);
-                if (f.blacklisted) names.add(*blacklisted, f.opcompile);
-                if (f.selected && p.write_selected) names.add(*selected, f.opcompile);
-            }
-            if (!names.names.empty()) detail::write_linked(names, dump_json(to_value(r, ToValueOptions{false})) + "\n");
-        }
-    };
-    const std::size_t n = p.files.size();
-    if (n < detail::parallel_write_ops || std::thread::hardware_concurrency() < 2) return write_ops(0, n);
-    // The helper inherits this thread's priority (the writer's nice 19).
-    std::exception_ptr helper_error;
-    std::thread helper([&] {
-        try {
-            write_ops(n / 2, n);
-        } catch (...) {
-            helper_error = std::current_exception();
-        }
-    });
-    try {
-        write_ops(0, n / 2);
-    } catch (...) {
-        helper.join();
-        throw;
-    }
-    helper.join();
-    if (helper_error) std::rethrow_exception(helper_error);
+    detail::PlanWriting w(std::shared_ptr<const SessionPlan>(std::shared_ptr<const SessionPlan>(), &p));
+    detail::write_plan(w, p.files.size());
 }
 
 /// Writes submitted plans, and runs other deferred work, on a thread of its own, in submission
@@ -302,9 +413,26 @@ public:
         if (thread_.joinable()) thread_.join();
     }
 
-    /// Queues `plan`; it is written from start() on.
+    /// Queues `plan`; it is written from start() on. A thread in wait() writes a part of it too.
     void submit(std::shared_ptr<const SessionPlan> plan) {
-        defer([p = std::move(plan)] { write_planned_files(*p); });
+        defer([this, p = std::move(plan)] {
+            const std::size_t ops = p->files.size();
+            auto w = std::make_shared<detail::PlanWriting>(p);
+            {
+                std::lock_guard lock(mu_);
+                writing_ = w;
+            }
+            idle_.notify_all();  // a waiter may help
+            try {
+                detail::write_plan(*w, ops);
+            } catch (...) {
+                std::lock_guard lock(mu_);
+                writing_.reset();
+                throw;
+            }
+            std::lock_guard lock(mu_);
+            writing_.reset();
+        });
     }
 
     /// Queues `job` (work off the critical path, such as removing a finished rendezvous); it runs
@@ -336,7 +464,15 @@ public:
     void wait() {
         start();  // (adopts the writer after a fork)
         std::unique_lock lock(mu_);
-        idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+        while (!queue_.empty() || busy_) {
+            if (const std::shared_ptr<detail::PlanWriting> w = writing_; w && w->claimable()) {
+                lock.unlock();
+                w->work();  // at this thread's priority; its error is the plan's, thrown below
+                lock.lock();
+                continue;
+            }
+            idle_.wait(lock);  // woken when idle, and when a plan starts
+        }
         if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     }
 
@@ -359,6 +495,7 @@ private:
         std::destroy_at(&idle_);
         std::construct_at(&idle_);
         queue_.clear();
+        writing_.reset();
         busy_ = started_ = stop_ = false;
         error_ = nullptr;
         owner_ = ::getpid();
@@ -394,6 +531,7 @@ private:
     mutable std::mutex mu_;
     std::condition_variable work_, idle_;
     std::deque<std::function<void()>> queue_;
+    std::shared_ptr<detail::PlanWriting> writing_;  // the plan being written, for waiters to help
     bool busy_ = false;
     bool started_ = false;
     bool stop_ = false;

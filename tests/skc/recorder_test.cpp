@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -11,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include <skc/op_desc.hpp>
 #include <skc/recorder.hpp>
@@ -436,10 +439,10 @@ TEST_CASE("write_planned_files: a plan of many ops, written by two threads, link
         CHECK(skc_test::slurp(run.opcompile() / f.opcompile) == without);
         CHECK(skc_test::slurp(run.selected() / f.opcompile) == without);
         // One file per content: `_debug` and `<pid>` share one, `_opcompile` and `_selected` another
-        // (one file for all four when there are no bin fields).
-        const std::uintmax_t debug_links = 1 + !f.target.empty() + (bin ? 0 : 2);
+        // (one file for all four when there are no bin fields), each also linked into the store.
+        const std::uintmax_t debug_links = 1 + !f.target.empty() + (bin ? 0 : 2) + 1;
         CHECK(std::filesystem::hard_link_count(run.debug() / f.debug) == debug_links);
-        CHECK(std::filesystem::hard_link_count(run.opcompile() / f.opcompile) == (bin ? 2 : debug_links));
+        CHECK(std::filesystem::hard_link_count(run.opcompile() / f.opcompile) == (bin ? 3 : debug_links));
         if (!f.target.empty()) CHECK(skc_test::slurp(run.targets() / f.target) == with_bin);
     }
     std::size_t files = 0;
@@ -448,6 +451,58 @@ TEST_CASE("write_planned_files: a plan of many ops, written by two threads, link
         files += e.is_regular_file();
     }
     CHECK(files == 600 + 400 + 600 + 600);
+    std::size_t stored = 0;
+    for (const auto& e : std::filesystem::directory_iterator(tmp / skc::detail::op_info_store)) {
+        CHECK(e.path().filename().string() == skc::detail::hash_bytes(skc_test::slurp(e.path())).hex() + ".json");
+        ++stored;
+    }
+    CHECK(stored == 600 + 300);  // a content per op, and a second for the 300 with bin fields
+}
+
+TEST_CASE(
+    "write_planned_files: a later run's files of the same content are links to the store's; a changed one is not "
+    "used") {
+    skc_test::TempDir tmp;
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < 40; ++i) {
+        skc::OpRecord r = op("MatMulV2", i + 1, 8);
+        const skc::Digest d = skc::digest(r);
+        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
+    }
+    const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
+    const skc::RunLayout first(tmp / "run1", 4242), second(tmp / "run2", 4242), third(tmp / "run3", 4242);
+    const skc::SessionPlan p1 = skc::plan_session(first, shared, skc::SelectOptions{}, skc::CompiledSet{});
+    skc::write_planned_files(p1);
+    const std::filesystem::path store = tmp / skc::detail::op_info_store;
+    // Changed in place behind the store's back (through a run folder's name, as an editor may do).
+    const std::filesystem::path changed = first.opcompile() / p1.files[7].opcompile;
+    const std::string original = skc_test::slurp(changed);
+    {
+        std::ofstream out(changed, std::ios::binary | std::ios::trunc);
+        out << "{}\n";
+    }
+    const skc::SessionPlan p2 = skc::plan_session(second, shared, skc::SelectOptions{}, skc::CompiledSet{});
+    skc::write_planned_files(p2);
+    for (std::size_t i = 0; i < p2.files.size(); ++i) {
+        CAPTURE(i);
+        const std::filesystem::path a = first.debug() / p1.files[i].debug, b = second.debug() / p2.files[i].debug;
+        CHECK(skc_test::slurp(b) == (i == 7 ? original : skc_test::slurp(a)));
+        struct stat sa {
+        }, sb{};
+        REQUIRE(::stat(a.c_str(), &sa) == 0);
+        REQUIRE(::stat(b.c_str(), &sb) == 0);
+        CHECK((sa.st_ino == sb.st_ino) == (i != 7));  // no new file but for the changed content
+    }
+    CHECK(skc_test::slurp(store / (skc::detail::hash_bytes(original).hex() + ".json")) == original);
+    CHECK(skc_test::slurp(changed) == "{}\n");  // the first run's file is left as it was made
+    const skc::SessionPlan p3 = skc::plan_session(third, shared, skc::SelectOptions{}, skc::CompiledSet{});
+    skc::write_planned_files(p3);  // the store's file for op 7 is the second run's now
+    struct stat s2 {
+    }, s3{};
+    REQUIRE(::stat((second.debug() / p2.files[7].debug).c_str(), &s2) == 0);
+    REQUIRE(::stat((third.debug() / p3.files[7].debug).c_str(), &s3) == 0);
+    CHECK(s2.st_ino == s3.st_ino);
+    CHECK(skc_test::slurp(third.debug() / p3.files[7].debug) == original);
 }
 
 TEST_CASE("write_planned_files: a name taken already is never replaced; the error of either thread is thrown") {

@@ -648,11 +648,11 @@ private:
 class MemoryStorage {
     struct Object {
         std::string data;
-        std::uint64_t version;
-        std::int64_t mtime_ns;
-        std::int64_t ctime_ns;
-        std::uint64_t id = version;  // a log's identity: the version it was made with
-        std::uint64_t base = 0;      // bytes of a log discarded before `data`
+        std::uint64_t version = 0;
+        std::int64_t mtime_ns = 0;
+        std::int64_t ctime_ns = 0;
+        std::uint64_t id = 0;    // a log's identity: the version it was made with
+        std::uint64_t base = 0;  // bytes of a log discarded before `data`
     };
     struct State {
         mutable std::mutex mu;
@@ -722,8 +722,10 @@ public:
         detail::check_object_name(name);
         std::lock_guard lock(state_->mu);
         auto it = state_->objects.find(name);
-        if (it == state_->objects.end())
-            it = state_->objects.emplace(std::string(name), Object{{}, state_->next_version++, 0, 0}).first;
+        if (it == state_->objects.end()) {
+            const std::uint64_t v = state_->next_version++;
+            it = state_->objects.emplace(std::string(name), Object{{}, v, 0, 0, v, 0}).first;
+        }
         it->second.data.append(data);
         it->second.version = state_->next_version++;
         it->second.mtime_ns = it->second.ctime_ns = now_ns();
@@ -765,7 +767,8 @@ private:
         detail::check_object_name(name);
         std::lock_guard lock(state_->mu);
         const std::int64_t now = now_ns();
-        state_->objects[std::string(name)] = Object{std::move(data), state_->next_version++, now, now};
+        const std::uint64_t v = state_->next_version++;
+        state_->objects[std::string(name)] = Object{std::move(data), v, now, now, v, 0};
     }
 
     std::shared_ptr<State> state_;
