@@ -24,6 +24,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -39,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -245,14 +248,37 @@ inline bool link_from_store(const RunFolder& store, const std::string& key, cons
     return false;  // (or no /proc, or the file left the store meanwhile)
 }
 
+/// Removes the files of the store in `dir` that no run folder links any more (link count 1) and
+/// that have not changed for `min_age` (their last other link went that long ago); returns how
+/// many. Errors are ignored: the store is a convenience.
+inline std::size_t sweep_op_info_store(const std::filesystem::path& dir, std::chrono::seconds min_age) noexcept {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return 0;
+    const auto now = std::chrono::system_clock::now();
+    std::size_t removed = 0;
+    while (const dirent* e = ::readdir(d)) {
+        const std::string_view name = e->d_name;
+        if (name.front() == '.' || !name.ends_with(".json")) continue;
+        struct stat st {};
+        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
+            continue;
+        const auto changed = std::chrono::system_clock::time_point(std::chrono::seconds(st.st_ctim.tv_sec));
+        if (changed + min_age <= now && ::unlinkat(::dirfd(d), e->d_name, 0) == 0) ++removed;
+    }
+    ::closedir(d);
+    return removed;
+}
+
 /// Writes `text` under `n.names[0]` whole and links it to the other names; a name is never
 /// replaced. The content is linked from `store` when it holds it; otherwise it is written (an
-/// unnamed file linked to its name, or a named temporary) and linked into `store`.
-inline void write_linked(const Names& n, const std::string& text, const RunFolder* store) {
+/// unnamed file linked to its name, or a named temporary) and linked into `store`. True when it
+/// made a file.
+inline bool write_linked(const Names& n, const std::string& text, const RunFolder* store) {
     const RunFolder& first = *n.dirs[0];
     const std::string& name = *n.names[0];
     const std::string key = store != nullptr ? hash_bytes(text).hex() + ".json" : std::string();
-    if (store == nullptr || !link_from_store(*store, key, first, name, text)) {
+    const bool made = store == nullptr || !link_from_store(*store, key, first, name, text);
+    if (made) {
         if (!write_unnamed(first, name, text)) write_new_file(first.path(), name, text, false);
         if (store != nullptr) (void)::linkat(first.fd(), name.c_str(), store->fd(), key.c_str(), 0);  // or another's
     }
@@ -262,6 +288,7 @@ inline void write_linked(const Names& n, const std::string& text, const RunFolde
         if (err == EEXIST) throw_errno("cannot publish", n.dirs[i]->path() / *n.names[i], err);  // never replaced
         write_new_file(n.dirs[i]->path(), *n.names[i], text, false);  // a file system without hard links
     }
+    return made;
 }
 
 /// Plans of at least this many ops are written by two threads: a file's creation waits for the
@@ -309,6 +336,11 @@ public:
         return !failed_ && next_ < plan_->files.size();
     }
 
+    /// How many files the writing made (contents the store did not hold).
+    [[nodiscard]] std::size_t made() const noexcept { return made_.load(std::memory_order_relaxed); }
+    /// The store folder of the plan's run folder.
+    [[nodiscard]] std::filesystem::path store_dir() const { return plan_->run.dir().parent_path() / op_info_store; }
+
     /// Blocks until every chunk claimed is written; then throws the first error, if any.
     void finish() {
         std::unique_lock lock(mu_);
@@ -346,7 +378,7 @@ private:
             if (!f.target.empty()) names.add(*targets_, f.target);
             if (r.bin_type.has_value() || r.bin_info.has_value()) {
                 // The two contents differ: `<pid>` and `_debug` keep the bin fields.
-                write_linked(names, dump_json(to_value(r, ToValueOptions{true})) + "\n", store);
+                made_ += write_linked(names, dump_json(to_value(r, ToValueOptions{true})) + "\n", store);
                 names.clear();
             }
             if (!f.opcompile.empty()) {
@@ -354,11 +386,13 @@ private:
                 if (f.blacklisted) names.add(*blacklisted_, f.opcompile);
                 if (f.selected && p.write_selected) names.add(*selected_, f.opcompile);
             }
-            if (!names.names.empty()) write_linked(names, dump_json(to_value(r, ToValueOptions{false})) + "\n", store);
+            if (!names.names.empty())
+                made_ += write_linked(names, dump_json(to_value(r, ToValueOptions{false})) + "\n", store);
         }
     }
 
     std::shared_ptr<const SessionPlan> plan_;
+    mutable std::atomic<std::size_t> made_{0};
     mutable std::mutex mu_;
     std::condition_variable done_;
     std::size_t next_ = 0;  // the first op not claimed
@@ -376,6 +410,10 @@ inline void write_plan(PlanWriting& w, std::size_t ops) {
     w.work();
     if (helper) helper->join();
     w.finish();
+    // Once per process, after a plan that added to the store: the files no run folder links for an
+    // hour go (a hit adds nothing, so a warm start never pays for it).
+    static std::atomic<bool> swept{false};
+    if (w.made() > 0 && !swept.exchange(true)) (void)sweep_op_info_store(w.store_dir(), std::chrono::hours(1));
 }
 
 }  // namespace detail

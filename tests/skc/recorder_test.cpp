@@ -532,3 +532,61 @@ TEST_CASE("write_planned_files: a name taken already is never replaced; the erro
         }
     }
 }
+
+TEST_CASE("sweep_op_info_store: the store's files that no run folder links any more go, the others stay") {
+    skc_test::TempDir tmp;
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < 10; ++i) {
+        skc::OpRecord r = op("MatMulV2", i + 1, 8);
+        const skc::Digest d = skc::digest(r);
+        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
+    }
+    const auto all = std::make_shared<const std::vector<skc::RecordedOp>>(ops);
+    const auto some = std::make_shared<const std::vector<skc::RecordedOp>>(ops.begin(), ops.begin() + 4);
+    const skc::RunLayout kept(tmp / "kept", 4242), removed(tmp / "removed", 4242);
+    skc::write_planned_files(skc::plan_session(removed, all, skc::SelectOptions{}, skc::CompiledSet{}));
+    skc::write_planned_files(skc::plan_session(kept, some, skc::SelectOptions{}, skc::CompiledSet{}));
+    const std::filesystem::path store = tmp / skc::detail::op_info_store;
+    skc_test::spit(store / "notes.txt", "not a content of the store\n");
+    CHECK(skc::detail::sweep_op_info_store(store, std::chrono::seconds(0)) == 0);  // every file linked
+    std::filesystem::remove_all(removed.dir());
+    CHECK(skc::detail::sweep_op_info_store(store, std::chrono::hours(1)) == 0);  // unlinked just now
+    CHECK(skc::detail::sweep_op_info_store(store, std::chrono::seconds(0)) == 6);
+    std::size_t left = 0;
+    for (const auto& e : std::filesystem::directory_iterator(store)) {
+        if (e.path().extension() != ".json") continue;
+        CHECK(std::filesystem::hard_link_count(e.path()) > 1);
+        ++left;
+    }
+    CHECK(left == 4);
+    CHECK(std::filesystem::exists(store / "notes.txt"));
+}
+
+TEST_CASE("FileWriter: threads that wait write chunks of the plan in progress; the folders are whole") {
+    skc_test::TempDir tmp;
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < 1500; ++i) {
+        skc::OpRecord r = op(i % 2 ? "MatMulV2" : "Mul", i + 1, 16);
+        const skc::Digest d = skc::digest(r);
+        ops.push_back(skc::RecordedOp{d, std::move(r), i % 2 != 0, true});
+    }
+    const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
+    skc::FileWriter writer;
+    std::vector<std::shared_ptr<const skc::SessionPlan>> plans;
+    for (int k = 0; k < 3; ++k) {
+        const skc::RunLayout run(tmp / ("run" + std::to_string(k)), 4242);
+        plans.push_back(std::make_shared<const skc::SessionPlan>(
+            skc::plan_session(run, shared, skc::SelectOptions{}, skc::CompiledSet{})));
+        writer.submit(plans.back());
+    }
+    std::vector<std::thread> waiters;
+    for (int t = 0; t < 3; ++t) waiters.emplace_back([&] { writer.wait(); });
+    writer.wait();
+    for (std::thread& t : waiters) t.join();
+    CHECK_FALSE(writer.pending());
+    for (const auto& p : plans) {
+        CHECK(skc::read_op_info_dir(p->run.debug()).ops.size() == 1500);
+        CHECK(skc::read_op_info_dir(p->run.targets()).ops.size() == 750);
+        CHECK(skc::read_op_info_dir(p->run.selected()).ops.size() == 1500);
+    }
+}
