@@ -349,7 +349,9 @@ public:
     }
 
 private:
-    static constexpr std::size_t chunk_ops = 64;
+    // Small: a chunk a starved writer thread has claimed is what a waiter that writes the rest still
+    // waits for.
+    static constexpr std::size_t chunk_ops = 8;
 
     void open_folders() {
         std::lock_guard lock(open_mu_);
@@ -498,21 +500,33 @@ public:
     }
 
     /// Starts the writing and blocks until every submitted plan and job is done; then throws the first
-    /// error since the last wait(), if any.
+    /// error since the last wait(), if any. From help_after on, this thread writes chunks of the plan
+    /// in progress too, at its own priority.
     void wait() {
         start();  // (adopts the writer after a fork)
+        const auto help_from = std::chrono::steady_clock::now() + help_after;
         std::unique_lock lock(mu_);
         while (!queue_.empty() || busy_) {
-            if (const std::shared_ptr<detail::PlanWriting> w = writing_; w && w->claimable()) {
+            const bool late = std::chrono::steady_clock::now() >= help_from;
+            if (const std::shared_ptr<detail::PlanWriting> w = writing_; late && w && w->claimable()) {
                 lock.unlock();
                 w->work();  // at this thread's priority; its error is the plan's, thrown below
                 lock.lock();
                 continue;
             }
-            idle_.wait(lock);  // woken when idle, and when a plan starts
+            // Woken when idle, and when a plan starts.
+            if (late) idle_.wait(lock);
+            else idle_.wait_until(lock, help_from);
         }
         if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     }
+
+    /// How long wait() leaves the writing to the writer's threads before it writes chunks too. The
+    /// writer yields the CPU to everything else (nice 19); a waiter that joined at once would take
+    /// it from the node's other ranks, still in their compile() when this one ends (with 8 ranks on
+    /// 2 cores the gather's tail on a hit went from 9 to 15 ms to 21 to 43 ms), while one that
+    /// never joined waited seconds for a writer starved by other work on the machine.
+    static constexpr std::chrono::milliseconds help_after{50};
 
     /// True while plans or jobs are waiting or running.
     [[nodiscard]] bool pending() const {
