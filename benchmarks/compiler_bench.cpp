@@ -14,6 +14,10 @@
 //   BM_SkcCompile_Hit/written/<n>   the same until the op info folders are written (flush()), as
 //                             when the process exits;
 //   BM_Floor_ParseOpInfo/<n>  their floor: reading and parsing the n files once (read_op_info_dir).
+//   BM_SkcProcess_Hit/1000    the whole `skc compile --ops DIR` process on a hit (start to exit, its
+//                             op info folders written), beside `skc ops inspect DIR` (a process that
+//                             reads and parses the same files once) in the same iteration: counter
+//                             vs_parse_process is the median of the pairs' ratios.
 //   BM_EndToEnd/compile       the example op info files (examples/op_info) through the whole flow with
 //                             ProcessInvoker running the real host_op_compiler, in a fresh base each
 //                             iteration, installed into an op library: the first run of a job.
@@ -28,8 +32,10 @@
 // skc_compile_data).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -37,6 +43,12 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
@@ -183,6 +195,85 @@ void BM_Floor_ParseOpInfo(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_Floor_ParseOpInfo)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// Runs `argv` (output to /dev/null) and waits for it; its wall time in ms. Throws when it fails.
+double run_process(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    ::posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) {}
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error(argv[0] + " " + argv[1] + " failed");
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+/// The whole `skc compile` process on a hit beside `skc ops inspect` of the same folder. The
+/// kernel compiler of the first run (the miss) is a script that packs an empty makeself archive.
+void BM_SkcProcess_Hit(benchmark::State& state) {
+    const SkcCompileData& d = skc_compile_data(static_cast<std::size_t>(state.range(0)));
+    const fs::path base = d.s.dir / "process-base", compiler = d.s.dir / "pack-nothing.sh";
+    fs::create_directories(base);
+    {
+        std::ofstream out(compiler);
+        out << "#!/bin/sh\n"
+               "while [ $# -gt 0 ]; do case \"$1\" in -o) out=\"$2\"; shift;; esac; shift; done\n"
+               "d=$(mktemp -d) && echo 'exit 0' > \"$d/setup.sh\" && chmod +x \"$d/setup.sh\" &&\n"
+               "makeself --quiet \"$d\" \"$out/static_kernel_bench.run\" bench ./setup.sh >/dev/null 2>&1\n"
+               "rc=$?; rm -rf \"$d\"; exit $rc\n";
+    }
+    fs::permissions(compiler, fs::perms::owner_all);
+    const std::vector<std::string> compile = {SKC_BENCH_SKC_TOOL,
+                                              "compile",
+                                              "--ops",
+                                              d.dir.string(),
+                                              "--compiler",
+                                              compiler.string(),
+                                              "--device",
+                                              "bench-device",
+                                              "--toolchain-version",
+                                              "1",
+                                              "--base",
+                                              base.string(),
+                                              "--compiler-check",
+                                              "none"};
+    const std::vector<std::string> inspect = {SKC_BENCH_SKC_TOOL, "ops", "inspect", d.dir.string()};
+    try {
+        (void)run_process(compile);  // the miss that fills the cache and the op info store
+    } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
+        return;
+    }
+    std::vector<double> ratios;
+    double parse_ms = 0;
+    for (auto _ : state) {
+        double hit_ms = 0;
+        try {
+            hit_ms = run_process(compile);
+            const double p = run_process(inspect);
+            parse_ms += p;
+            ratios.push_back(hit_ms / p);
+        } catch (const std::exception& e) {
+            state.SkipWithError(e.what());
+            break;
+        }
+        state.SetIterationTime(hit_ms / 1e3);
+    }
+    if (ratios.empty()) return;
+    std::sort(ratios.begin(), ratios.end());
+    state.counters["vs_parse_process"] = ratios[ratios.size() / 2];
+    state.counters["parse_process_ms"] = parse_ms / static_cast<double>(ratios.size());
+}
+BENCHMARK(BM_SkcProcess_Hit)->Arg(1000)->Iterations(15)->Unit(benchmark::kMillisecond)->UseManualTime();
 
 void BM_EndToEnd(benchmark::State& state, bool hit) {
     std::vector<skc::OpRecord> ops;
