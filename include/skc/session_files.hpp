@@ -10,17 +10,20 @@
 // and without bin_type/bin_info; once when it has neither), written as a file without a name
 // (O_TMPFILE; a named temporary where the file system has none) that is linked to its first name
 // once whole, and linked to its other names (`<pid>` and `<pid>_debug` share a content, as do
-// `<pid>_opcompile`, `_selected` and `_blacklist`), by names relative to the open folders. Plans of
-// many ops are written by two threads, each half the ops. The files are byte for byte what the
-// one-file-at-a-time writers (write_op_info, select_for_compile) produce; a crash at any point
-// leaves whole files or none under every `.json` name.
+// `<pid>_opcompile`, `_selected` and `_blacklist`), by names relative to the open folders. Each
+// content is also linked into the op info store beside the run folders (op_info_store), and a later
+// run links the store's file instead of writing the same bytes again: a warm start makes no file.
+// Plans of many ops are written in chunks by two threads, and by a thread that waits for them. The
+// files are byte for byte what the one-file-at-a-time writers (write_op_info, select_for_compile)
+// produce; a crash at any point leaves whole files or none under every `.json` name.
 //
 // FileWriter runs write_planned_files() on a thread of its own, so that a cache hit does not wait
 // for files nobody reads on the hit path. Plans wait in its queue until start(): the compiler starts
 // it once its compile() has passed the critical path (or when the folders are needed), so that the
 // writing does not compete with the lookup and the ranks' exchange for the disk, and its thread runs
 // at the lowest priority (nice 19), so that it yields the CPU to them. wait() starts it,
-// blocks until everything submitted is written and throws the first error (a full disk, say) once.
+// blocks until everything submitted is written (after 50 ms writing chunks of the plan in progress
+// itself, at its own priority) and throws the first error (a full disk, say) once.
 #pragma once
 
 #include <algorithm>
@@ -355,7 +358,7 @@ private:
 
     void open_folders() {
         std::lock_guard lock(open_mu_);
-        if (debug_) return;
+        if (opened_) return;
         const SessionPlan& p = *plan_;
         debug_.emplace(p.run.debug());
         targets_.emplace(p.run.targets());
@@ -366,6 +369,7 @@ private:
             store_.emplace(p.run.dir().parent_path() / op_info_store);
         } catch (const Error&) {  // the files are written without it
         }
+        opened_ = true;  // only now: a worker after a failure here tries again (and fails alike)
     }
 
     void write_ops(std::size_t from, std::size_t to) const {
@@ -401,6 +405,7 @@ private:
     std::size_t workers_ = 0;
     std::exception_ptr failed_;
     std::mutex open_mu_;  // the folders are opened once, by the first worker, before any chunk
+    bool opened_ = false;
     std::optional<RunFolder> debug_, targets_, opcompile_, blacklisted_, selected_, store_;
 };
 
