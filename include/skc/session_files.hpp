@@ -191,6 +191,13 @@ struct Names {
     }
 };
 
+/// Links the open file `fd` to `name` in `dir` (through /proc/self/fd: an unnamed file, or the
+/// very file that was checked, whatever its name holds meanwhile); 0, or the errno.
+inline int link_open_file(int fd, const RunFolder& dir, const std::string& name) noexcept {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    return ::linkat(AT_FDCWD, self.c_str(), dir.fd(), name.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
+}
+
 /// Writes `text` as a file without a name (O_TMPFILE) and links it to `name` in `dir` whole: true
 /// when done, false when the file system cannot (no O_TMPFILE, or no /proc to link through).
 inline bool write_unnamed(const RunFolder& dir, const std::string& name, const std::string& text) {
@@ -205,11 +212,9 @@ inline bool write_unnamed(const RunFolder& dir, const std::string& name, const s
         ::close(fd);
         throw;
     }
-    const std::string self = "/proc/self/fd/" + std::to_string(fd);
-    const int rc = ::linkat(AT_FDCWD, self.c_str(), dir.fd(), name.c_str(), AT_SYMLINK_FOLLOW);
-    const int err = errno;
+    const int err = link_open_file(fd, dir, name);
     ::close(fd);
-    if (rc == 0) return true;
+    if (err == 0) return true;
     if (err == ENOENT || err == EXDEV) return false;  // no /proc
     throw_errno("cannot publish", dir.path() / name, err);
 }
@@ -238,14 +243,9 @@ inline bool link_from_store(const RunFolder& store, const std::string& key, cons
         }
         same = got == text.size() && std::string_view(bytes.data(), got) == text;
     }
-    int rc = -1, err = 0;
-    if (same) {  // the file just checked, whatever its name holds meanwhile
-        const std::string self = "/proc/self/fd/" + std::to_string(fd);
-        rc = ::linkat(AT_FDCWD, self.c_str(), dir.fd(), name.c_str(), AT_SYMLINK_FOLLOW);
-        err = errno;
-    }
+    const int err = same ? link_open_file(fd, dir, name) : -1;
     ::close(fd);
-    if (rc == 0) return true;
+    if (err == 0) return true;
     if (same && err == EEXIST) throw_errno("cannot publish", dir.path() / name, err);  // never replaced
     if (!same || err == EMLINK) (void)::unlinkat(store.fd(), key.c_str(), 0);          // room for a good one
     return false;  // (or no /proc, or the file left the store meanwhile)

@@ -36,6 +36,19 @@ skc::OpRecord op(const std::string& type, std::int64_t a, std::int64_t b) {
     return r;
 }
 
+/// `r` as a recording hands it over: with its digest, supported, a target when `target`.
+skc::RecordedOp recorded(skc::OpRecord r, bool target) {
+    const skc::Digest d = skc::digest(r);
+    return skc::RecordedOp{d, std::move(r), target, true};
+}
+
+/// `n` distinct MatMulV2 ops (targets), [1, 8] to [n, 8].
+std::vector<skc::RecordedOp> matmuls(std::int64_t n) {
+    std::vector<skc::RecordedOp> ops;
+    for (std::int64_t i = 0; i < n; ++i) ops.push_back(recorded(op("MatMulV2", i + 1, 8), true));
+    return ops;
+}
+
 }  // namespace
 
 TEST_CASE("one recording session per process; a second start says why it fails") {
@@ -421,8 +434,7 @@ TEST_CASE("write_planned_files: a plan of many ops, written by two threads, link
             r.bin_type = 0;
             r.bin_info = skc::Value(std::string("kernel_") + std::to_string(i));
         }
-        const skc::Digest d = skc::digest(r);
-        ops.push_back(skc::RecordedOp{d, std::move(r), i % 3 != 0, true});
+        ops.push_back(recorded(std::move(r), i % 3 != 0));
     }
     const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
     const skc::SessionPlan plan = skc::plan_session(run, shared, skc::SelectOptions{}, skc::CompiledSet{});
@@ -463,13 +475,7 @@ TEST_CASE(
     "write_planned_files: a later run's files of the same content are links to the store's; a changed one is not "
     "used") {
     skc_test::TempDir tmp;
-    std::vector<skc::RecordedOp> ops;
-    for (std::int64_t i = 0; i < 40; ++i) {
-        skc::OpRecord r = op("MatMulV2", i + 1, 8);
-        const skc::Digest d = skc::digest(r);
-        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
-    }
-    const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
+    const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(matmuls(40));
     const skc::RunLayout first(tmp / "run1", 4242), second(tmp / "run2", 4242), third(tmp / "run3", 4242);
     const skc::SessionPlan p1 = skc::plan_session(first, shared, skc::SelectOptions{}, skc::CompiledSet{});
     skc::write_planned_files(p1);
@@ -508,15 +514,9 @@ TEST_CASE(
 TEST_CASE("write_planned_files: a name taken already is never replaced; the error of either thread is thrown") {
     skc_test::TempDir tmp;
     const skc::RunLayout run(tmp / "run", 4242);
-    std::vector<skc::RecordedOp> ops;
-    for (std::int64_t i = 0; i < 600; ++i) {
-        skc::OpRecord r = op("MatMulV2", i + 1, 8);
-        const skc::Digest d = skc::digest(r);
-        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
-    }
     const skc::SessionPlan plan =
-        skc::plan_session(run, std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops)),
-                          skc::SelectOptions{}, skc::CompiledSet{});
+        skc::plan_session(run, std::make_shared<const std::vector<skc::RecordedOp>>(matmuls(600)), skc::SelectOptions{},
+                          skc::CompiledSet{});
     for (const std::size_t taken : {std::size_t{10}, std::size_t{590}}) {  // in the first half, then in the second
         CAPTURE(taken);
         std::filesystem::remove_all(tmp / "run");
@@ -535,12 +535,7 @@ TEST_CASE("write_planned_files: a name taken already is never replaced; the erro
 
 TEST_CASE("sweep_op_info_store: the store's files that no run folder links any more go, the others stay") {
     skc_test::TempDir tmp;
-    std::vector<skc::RecordedOp> ops;
-    for (std::int64_t i = 0; i < 10; ++i) {
-        skc::OpRecord r = op("MatMulV2", i + 1, 8);
-        const skc::Digest d = skc::digest(r);
-        ops.push_back(skc::RecordedOp{d, std::move(r), true, true});
-    }
+    const std::vector<skc::RecordedOp> ops = matmuls(10);
     const auto all = std::make_shared<const std::vector<skc::RecordedOp>>(ops);
     const auto some = std::make_shared<const std::vector<skc::RecordedOp>>(ops.begin(), ops.begin() + 4);
     const skc::RunLayout kept(tmp / "kept", 4242), removed(tmp / "removed", 4242);
@@ -567,8 +562,7 @@ TEST_CASE("FileWriter: threads that wait write chunks of the plan in progress; t
     std::vector<skc::RecordedOp> ops;
     for (std::int64_t i = 0; i < 1500; ++i) {
         skc::OpRecord r = op(i % 2 ? "MatMulV2" : "Mul", i + 1, 16);
-        const skc::Digest d = skc::digest(r);
-        ops.push_back(skc::RecordedOp{d, std::move(r), i % 2 != 0, true});
+        ops.push_back(recorded(std::move(r), i % 2 != 0));
     }
     const auto shared = std::make_shared<const std::vector<skc::RecordedOp>>(std::move(ops));
     skc::FileWriter writer;

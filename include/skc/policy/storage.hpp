@@ -429,20 +429,13 @@ public:
         }
         const bool same = t.id == mark.id && static_cast<std::uint64_t>(st.st_size) >= mark.offset;
         t.from = same ? mark.offset : 0;
-        char buf[1 << 16];
-        for (auto at = static_cast<off_t>(t.from);;) {  // to the end, also what was appended meanwhile
-            const ssize_t n = ::pread(fd, buf, sizeof buf, at);
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) {
-                const int err = errno;
-                ::close(fd);
-                detail::throw_errno("cannot read", path(name), err);
-            }
-            if (n == 0) break;
-            t.data.append(buf, static_cast<std::size_t>(n));
-            at += n;
+        if (::lseek(fd, static_cast<off_t>(t.from), SEEK_SET) < 0) {
+            const int err = errno;
+            ::close(fd);
+            detail::throw_errno("cannot seek", path(name), err);
         }
-        ::close(fd);
+        char buf[1 << 16];  // to the end, also what was appended meanwhile
+        drain(fd, path(name), buf, sizeof buf, [&](std::string_view c) { t.data.append(c); });
         return t;
     }
 
