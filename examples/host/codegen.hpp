@@ -11,15 +11,16 @@
 // What the generator does with the sizes it knows:
 //   - MatMul / BatchMatMul / FusedMatMul: C in register tiles of 8 rows x 2 vectors (16 floats a
 //     vector, 32 registers: AVX-512) or 6 x 2 (8 or 4 floats, 16 registers), each a chain of
-//     fused multiply-adds over all of K with A's element broadcast. Where op(B)'s rows are
-//     contiguous the tiles read B itself; otherwise (a transposed B, a view) blocks of op(B), 4 KiB
-//     each, are first copied into a packed panel on the stack and C is summed block by block.
+//     fused multiply-adds over a block of K with A's element broadcast, added to C block by block
+//     (so the rounding error grows as a BLAS's blocked sums, not with all of K). Where op(B)'s rows
+//     are contiguous the tiles read B itself, 128 rows of it a block; otherwise (a transposed B, a
+//     view) blocks of op(B), 4 KiB each, are first copied into a packed panel on the stack.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
 //     stored (still in L1), out of line.
 //   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
 //     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
-//   - LayerNorm: a row at a time, its two sums in vector lanes.
+//   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes.
 //   - Transpose: a memcpy per run where the last output dims are contiguous in the input too,
 //     else 8 x 8 blocks transposed in vector registers where the sizes allow.
 //   - Add, Mul, Relu: the generic loops with constant counts, which the compiler vectorises for the
@@ -120,13 +121,17 @@ inline bool has_epilogue(const MatMulPlan& p) { return p.bias || p.activation.ha
 /// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max.
 /// exp: x clamped to [-87, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
 /// parts), e^r by its Taylor polynomial to r^7 / 7!, times 2^k built in the exponent bits: within 2
-/// ulp of e^x, and never a subnormal (1.6e-38 at least), whose arithmetic takes a CPU many times
-/// longer. gelu_tanh(v) = 0.5 v (1 + tanh(u)) = v / (1 + e^(-2u)), which keeps its relative
-/// accuracy where 1 + tanh(u) cancels. gelu_erf(v) = 0.5 v (1 + erf(z)), z = v / sqrt(2), with
-/// 1 + erf(z) = erfc(-z) for z < 0 and 2 - erfc(z) otherwise, and erfc(a) = t e^(-a^2 + P(t)),
-/// t = 1 / (1 + a / 2), P a degree-9 least-squares fit of log(erfc(a) / t) + a^2 over a in
-/// [0, 10] (relative error of erfc below 6e-7 there); the exponent is held above -80, so erfc
-/// stays a normal float (erfc(9) is 4e-37; the exact value below that is not kept).
+/// ulp of e^x; below ln(FLT_MIN) = -87.34 it is 0, never a subnormal, whose arithmetic takes a CPU
+/// many times longer (stock torch's exp gives subnormals there, under 1.2e-38: the one difference).
+/// The activations give what stock torch's CPU kernels give, NaN, infinities and signed zeros
+/// included: relu keeps NaN and -0.0 (x < 0 ? 0 : x); gelu_tanh(v) = 0.5 v (1 + tanh(u)) =
+/// v / (1 + e^(-2u)), which keeps its relative accuracy where 1 + tanh(u) cancels, and is
+/// 0.5 v 0 (-0.0, NaN for -inf) where tanh(u) rounds to -1 (u < -8.6643, as torch's tanh has it);
+/// gelu_erf(v) = h + h erf(z), h = v / 2, z = v / sqrt(2), erf(|z|) = 1 - r(t) t e^(-z^2) with
+/// t = 1 / (1 + 0.3275911 |z|) (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7) and
+/// the sign of z: the form of the oneDNN kernel torch runs for a dense GELU of two elements or
+/// more, so the result is exactly +0.0 where torch's is (every v below -5.54, and -0.0). One
+/// element runs torch's scalar formula instead (emit(UnaryPlan)).
 inline std::string vector_prelude(std::int64_t w) {
     const std::string ns = "skc_v" + n(w), guard = "SKC_HOST_VECTORS_" + n(w);
     Src s;
@@ -155,25 +160,22 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("return p * (vf)e;");
     s.close();
     s.open("[[maybe_unused]] inline vf vexp(vf x)");
-    s.line("x = vsel(x < -87.0f, vsplat(-87.0f), x);");
-    s.line("x = vsel(x > 88.0f, vsplat(88.0f), x);");
-    s.line("return vexp_in_range(x);");
+    s.line("const vf y = vexp_in_range(vsel(x > 88.0f, vsplat(88.0f), vsel(x < -87.0f, vsplat(-87.0f), x)));");
+    s.line("return vsel(x < -87.33654475f, vf{}, y);");
     s.close();
-    s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v > 0.0f, v, vf{}); }");
+    s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
     s.open("[[maybe_unused]] inline vf vgelu_tanh(vf v)");
     s.line("const vf u = 0.7978845608f * (v + 0.044715f * v * v * v);");
-    s.line("return v / (1.0f + vexp(-2.0f * u));");
+    s.line("return vsel(u < -8.664339742f, 0.5f * v * vf{}, v / (1.0f + vexp(-2.0f * u)));");
     s.close();
     s.open("[[maybe_unused]] inline vf vgelu_erf(vf v)");
     s.line("const vf z = v * 0.70710678118654752f;");
     s.line("const vf a = (vf)((vi)z & 0x7fffffff);");
-    s.line("const vf t = 1.0f / (1.0f + 0.5f * a);");
-    s.line("const vf t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;");
-    s.line("const vf p = (-1.26548159f + t * 0.999402285f) + t2 * (0.379233003f + t * 0.0740375891f) +");
-    s.line("             t4 * ((-0.126992673f + t * 0.184876978f) + t2 * (-1.04593873f + t * 1.44145226f)) +");
-    s.line("             t8 * (-0.811158717f + t * 0.170569897f);");
-    s.line("const vf c = t * vexp_in_range(vmax(p - a * a, vsplat(-80.0f)));");
-    s.line("return 0.5f * v * vsel(z < 0.0f, c, 2.0f - c);");
+    s.line("const vf t = 1.0f / (0.3275911f * a + 1.0f);");
+    s.line("const vf r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;");
+    s.line("const vf e = 1.0f - r * t * vexp(-(z * z));");
+    s.line("const vf h = 0.5f * v;");
+    s.line("return h + h * (vf)((vi)e | ((vi)z & (vi{} - 0x7fffffff - 1)));");
     s.close();
     // An activation over a tile of C in memory (`cols` a multiple of W), out of line: inlined into
     // a matrix product's tile loop, a function as long as GELU's makes the compiler keep its
@@ -269,8 +271,10 @@ inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 /// One register tile: rows i0 .. i0 + rows, `nv` vectors of columns from j0, summed over the
 /// `kb` rows of op(B) from k0 (`k0` a C++ expression). The rows of op(B) come from `bsrc`
 /// ("direct": B itself, whose rows are contiguous; "packed": the block bp, nr floats a row).
-/// `first`: the sums start from 0, else from C; `last`: the epilogue is applied (a C++ bool
-/// expression each); `cols`: how many of the tile's columns are C's (the others are padding).
+/// The block's products are summed from 0; then, unless `first`, C's partial sums are added (a
+/// blocked sum, as a BLAS's: each block's rounding error is its own, not carried along all of K);
+/// `last`: the epilogue is applied (a C++ bool expression each); `cols`: how many of the tile's
+/// columns are C's (the others are padding).
 inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
                       std::int64_t cols, const std::string& k0, std::int64_t kb, bool packed, const std::string& first,
                       const std::string& last) {
@@ -279,26 +283,12 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
     s.open("");
     s.line("vf acc[" + n(rows * nv) + "];");
     auto at = [&](std::int64_t r, std::int64_t v) { return "acc[" + n(r * nv + v) + "]"; };
-    // Start: zeros, or C's partial sums (padding lanes zero).
-    s.open("if (" + first + ")");
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vf{};");
-    s.close().open("else");
-    for (std::int64_t r = 0; r < rows; ++r) {
-        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
-        if (full) {
-            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vload(" + crow + " + " + n(v * w) + ");");
-        } else {
-            s.line("float t" + n(r) + "[" + n(nv * w) + "] = {};");
-            s.line("std::memcpy(t" + n(r) + ", " + crow + ", " + n(cols) + " * sizeof(float));");
-            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vload(t" + n(r) + " + " + n(v * w) + ");");
-        }
-    }
-    s.close();
     s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
     for (std::int64_t v = 0; v < nv; ++v) {
         const std::string src =
-            packed ? "bp + p * " + n(t.nr()) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
+            packed ? "bp + p * " + n(nv * w) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
         s.line("const vf b" + n(v) + " = vload(" + src + ");");
     }
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -306,6 +296,21 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += a" + n(r) + " * b" + n(v) + ";");
     }
     s.close();
+    // C's partial sums (padding lanes zero), added to the block's.
+    if (first != "true") {
+        s.open("if (!(" + first + "))");
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
+            if (full) {
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + crow + " + " + n(v * w) + ");");
+            } else {
+                s.line("float t" + n(r) + "[" + n(nv * w) + "] = {};");
+                s.line("std::memcpy(t" + n(r) + ", " + crow + ", " + n(cols) + " * sizeof(float));");
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t" + n(r) + " + " + n(v * w) + ");");
+            }
+        }
+        s.close();
+    }
     if (has_epilogue(p)) {
         s.open("if (" + last + ")");
         if (p.bias) {
@@ -363,16 +368,36 @@ inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, std::i
     }
 }
 
+/// Rows of op(B) a tile sums in registers before it adds them to C, where it reads B directly.
+constexpr std::int64_t direct_kb = 128;
+
 /// One panel of `cols` columns at j0, `nv` vectors wide. Direct: op(B)'s rows are contiguous and
 /// the panel is whole vectors; the tiles read B and sum all of K at once. Packed: blocks of kc
 /// rows of op(B) are first copied (through its strides, zero-padded to nv vectors) into bp, 4 KiB
 /// on the stack, and the tiles add each block's products to C.
 inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t nv, std::int64_t cols, bool packed) {
     if (!packed) {
-        emit_panel_rows(s, p, t, nv, cols, "0", p.k, false, "true", "true");
+        // K in blocks of direct_kb rows, each summed from zero in the tile and then added to C: the
+        // rounding error grows with K / direct_kb + direct_kb instead of K (as a BLAS's blocked sums).
+        if (p.k <= direct_kb) {
+            emit_panel_rows(s, p, t, nv, cols, "0", p.k, false, "true", "true");
+            return;
+        }
+        const std::int64_t full_k = p.k - p.k % direct_kb;
+        s.open("for (idx k0 = 0; k0 < " + n(full_k) + "; k0 += " + n(direct_kb) + ")");
+        emit_panel_rows(s, p, t, nv, cols, "k0", direct_kb, false, "k0 == 0",
+                        p.k % direct_kb == 0 ? "k0 == " + n(full_k - direct_kb) : "false");
+        s.close();
+        if (p.k % direct_kb != 0) {
+            s.open("");
+            s.line("constexpr idx k0 = " + n(full_k) + ";");
+            emit_panel_rows(s, p, t, nv, cols, "k0", p.k % direct_kb, false, "false", "true");
+            s.close();
+        }
         return;
     }
-    const std::int64_t kc = t.kc(), nr = t.nr(), full_k = p.k - p.k % kc;
+    // The block's rows are the panel's width (nv vectors) apart: a narrow panel takes more of K a block.
+    const std::int64_t nr = nv * t.w, kc = t.kc() * t.nv / nv, full_k = p.k - p.k % kc;
     auto block = [&](const std::string& k0, std::int64_t kb, const std::string& first, const std::string& last) {
         // The copy runs along op(B)'s contiguous dim, if it has one (a transposed B: along K).
         const std::string copy = "bp[p * " + n(nr) + " + c] = B[(" + k0 + " + p) * SBK + (j0 + c) * SBN];";
@@ -412,8 +437,8 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
 /// C = op(A) op(B) (+ bias, activation) for one batch, in register tiles of t.mr rows by t.nv
 /// vectors. Panels of t.nr() columns, then the rest: whole vectors (direct where op(B)'s rows are
 /// contiguous), then the last columns, fewer than a vector, zero-padded (packed). Each element of
-/// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, so it differs from the
-/// generic kernel's by rounding only.
+/// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, in blocks of K each summed
+/// from zero and then added to C, so it differs from the generic kernel's by rounding only.
 inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
     const bool contiguous = p.b.outer == 1;
@@ -512,6 +537,10 @@ inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std:
 /// constant count (in place it reads y itself, see the binary ops), which the compiler vectorises;
 /// Gelu runs the prelude's vector GELU.
 inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
+    if (p.kind == UnaryKind::gelu_erf && p.n == 1) {  // torch's own scalar path for one element
+        s.line("outputs[0][0] = 0.5f * inputs[0][0] * (1.0f + std::erf(inputs[0][0] * 0.70710678118654752f));");
+        return;
+    }
     if (p.kind != UnaryKind::relu) {
         emit_vector_map(s, p.n, w, vector_act(p.kind));
         return;
@@ -520,9 +549,9 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     s.line("const float* x = inputs[0];");
     s.line("float* y = outputs[0];");
     s.open("if (x == y)");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];");
     s.close().open("else");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];");
     s.close();
 }
 
@@ -639,9 +668,11 @@ inline void emit(Src& s, const SoftmaxPlan& p, std::int64_t w) {
     s.close();
 }
 
-/// LayerNorm, a row at a time, in vectors of W floats: the sum, then the sum of squared deviations
-/// from the mean (each in W lanes, then across them, the last COLS % W columns added one by one),
-/// then y = (x - mean) * rstd * gamma + beta.
+/// LayerNorm, a row at a time, in vectors of W floats. The sums are shifted by the row's first
+/// element x0 (each in W lanes, then across them, the last COLS % W columns one by one): m = the
+/// mean of x - x0, mean = x0 + m, var = the mean of ((x - x0) - m)^2, so a row whose mean is large
+/// against its spread loses nothing to cancellation. Then, as torch's kernel (so that the two agree
+/// to rounding even where the spread is 0): y = (x rstd + (-rstd mean)) gamma + beta.
 inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
     const std::int64_t whole = p.cols - p.cols % w;
     s.line("using namespace skc_v" + n(w) + ";");
@@ -652,34 +683,47 @@ inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
     if (p.mean_out) s.line("float* __restrict mean = outputs[1];");
     if (p.var_out) s.line("float* __restrict var = outputs[2];");
     if (p.rstd_out) s.line("float* __restrict rstd_out = outputs[2];");
+    // The statistics' outputs and the normalisation of row `r` (suffix `r`, "" for the loop).
+    auto finish = [&](const std::string& r, const std::string& row) {
+        s.line("const float rstd" + r + " = 1.0f / std::sqrt(v" + r + " + eps);");
+        // Rounded on its own, as torch's kernel has it: a compiler that fuses multiply-adds would
+        // otherwise fuse this product into y's and round x rstd instead (volatile: once a row).
+        s.line("volatile float nb_" + r + " = -rstd" + r + " * mu" + r + ";");
+        s.line("const float nb" + r + " = nb_" + r + ";");
+        if (p.mean_out) s.line("mean[" + row + "] = mu" + r + ";");
+        if (p.var_out) s.line("var[" + row + "] = v" + r + ";");
+        if (p.rstd_out) s.line("rstd_out[" + row + "] = rstd" + r + ";");
+    };
     if (const RowGroups g = row_groups(p.cols, w); g.vectors > 0) {
         emit_row_groups(s, p.rows, g, [&](std::int64_t rows) {
             for (std::int64_t r = 0; r < rows; ++r) {
-                s.line("const float* __restrict x" + n(r) + " = inputs[0] + (r0 + " + n(r) + ") * COLS;");
+                const std::string x = "x" + n(r);
+                s.line("const float* __restrict " + x + " = inputs[0] + (r0 + " + n(r) + ") * COLS;");
+                s.line("const float f" + n(r) + " = " + x + "[0];");
                 std::string sum;
                 for (std::int64_t v = 0; v < g.vectors; ++v) {
-                    s.line("const vf " + reg("x", r, v) + " = vload(x" + n(r) + " + " + n(v * w) + ");");
+                    s.line("const vf " + reg("x", r, v) + " = vload(" + x + " + " + n(v * w) + ") - f" + n(r) + ";");
                     sum += (v ? " + " : "") + reg("x", r, v);
                 }
-                s.line("const float mu" + n(r) + " = vhsum(" + sum + ") / static_cast<float>(COLS);");
+                s.line("const float m" + n(r) + " = vhsum(" + sum + ") / static_cast<float>(COLS);");
+                s.line("const float mu" + n(r) + " = f" + n(r) + " + m" + n(r) + ";");
             }
             for (std::int64_t r = 0; r < rows; ++r) {
                 std::string sq;
                 for (std::int64_t v = 0; v < g.vectors; ++v) {
-                    s.line("const vf " + reg("d", r, v) + " = " + reg("x", r, v) + " - mu" + n(r) + ";");
+                    s.line("const vf " + reg("d", r, v) + " = " + reg("x", r, v) + " - m" + n(r) + ";");
                     sq += (v ? " + " : "") + reg("d", r, v) + " * " + reg("d", r, v);
                 }
                 s.line("const float v" + n(r) + " = vhsum(" + sq + ") / static_cast<float>(COLS);");
-                s.line("const float rstd" + n(r) + " = 1.0f / std::sqrt(v" + n(r) + " + eps);");
+                finish(n(r), "r0 + " + n(r));
             }
             for (std::int64_t r = 0; r < rows; ++r) {
+                const std::string x = "x" + n(r);
                 s.line("float* __restrict y" + n(r) + " = outputs[0] + (r0 + " + n(r) + ") * COLS;");
                 for (std::int64_t v = 0; v < g.vectors; ++v)
-                    s.line("vstore(y" + n(r) + " + " + n(v * w) + ", " + reg("d", r, v) + " * rstd" + n(r) +
-                           " * vload(gamma + " + n(v * w) + ") + vload(beta + " + n(v * w) + "));");
-                if (p.mean_out) s.line("mean[r0 + " + n(r) + "] = mu" + n(r) + ";");
-                if (p.var_out) s.line("var[r0 + " + n(r) + "] = v" + n(r) + ";");
-                if (p.rstd_out) s.line("rstd_out[r0 + " + n(r) + "] = rstd" + n(r) + ";");
+                    s.line("vstore(y" + n(r) + " + " + n(v * w) + ", (vload(" + x + " + " + n(v * w) + ") * rstd" +
+                           n(r) + " + nb" + n(r) + ") * vload(gamma + " + n(v * w) + ") + vload(beta + " +
+                           n(v * w) + "));");
             }
         });
         return;
@@ -687,6 +731,7 @@ inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
     s.loop("r", "0", "ROWS");
     s.line("const float* __restrict xr = inputs[0] + r * COLS;");
     s.line("float* __restrict yr = outputs[0] + r * COLS;");
+    s.line("const float f = xr[0];");
     // One pass of the row: `vec` on the vector at c (a vf named x), `one` on the float xr[c].
     auto pass = [&](const std::string& acc, const std::string& vec, const std::string& one) {
         s.line("float " + acc + " = 0.0f;");
@@ -702,19 +747,17 @@ inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
         }
         if (whole < p.cols) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) " + acc + " += " + one + ";");
     };
-    pass("sum", "x", "xr[c]");
-    s.line("const float mu = sum / static_cast<float>(COLS);");
-    pass("sq", "(x - mu) * (x - mu)", "(xr[c] - mu) * (xr[c] - mu)");
+    pass("sum", "(x - f)", "(xr[c] - f)");
+    s.line("const float m = sum / static_cast<float>(COLS);");
+    s.line("const float mu = f + m;");
+    pass("sq", "((x - f) - m) * ((x - f) - m)", "((xr[c] - f) - m) * ((xr[c] - f) - m)");
     s.line("const float v = sq / static_cast<float>(COLS);");
-    s.line("const float rstd = 1.0f / std::sqrt(v + eps);");
+    finish("", "r");
     if (whole > 0)
         s.line("for (idx c = 0; c < " + n(whole) +
-               "; c += W) vstore(yr + c, (vload(xr + c) - mu) * rstd * vload(gamma + c) + vload(beta + c));");
+               "; c += W) vstore(yr + c, (vload(xr + c) * rstd + nb) * vload(gamma + c) + vload(beta + c));");
     if (whole < p.cols)
-        s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) yr[c] = (xr[c] - mu) * rstd * gamma[c] + beta[c];");
-    if (p.mean_out) s.line("mean[r] = mu;");
-    if (p.var_out) s.line("var[r] = v;");
-    if (p.rstd_out) s.line("rstd_out[r] = rstd;");
+        s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) yr[c] = (xr[c] * rstd + nb) * gamma[c] + beta[c];");
     s.close();
 }
 
@@ -922,7 +965,9 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
     if (vectors) s.raw(detail::vector_prelude(w));
     const auto* tp = std::get_if<TransposePlan>(&*a.plan);
     const auto* mp = std::get_if<MatMulPlan>(&*a.plan);
-    if ((tp && detail::transpose_shape(*tp).tiled < tp->perm.size()) || (mp && mp->b.k == 1 && mp->b.outer != 1))
+    // Every product whose op(B) has unit stride along K may copy blocks with tr8 (a packed panel:
+    // B strided, or only the last columns, fewer than a vector, when B's rows are contiguous too).
+    if ((tp && detail::transpose_shape(*tp).tiled < tp->perm.size()) || (mp && mp->b.k == 1))
         s.raw(detail::transpose_prelude());
     s.open("extern \"C\" void " + std::string(symbol) + "(const float* const* inputs, float* const* outputs)");
     if (!std::holds_alternative<TransposePlan>(*a.plan)) s.line("using idx [[maybe_unused]] = std::ptrdiff_t;");

@@ -25,7 +25,7 @@ using idx = std::ptrdiff_t;
 
 /// The per-element activations (plan.hpp's UnaryKind), shared by the unary kernels and the
 /// matmul epilogues.
-inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }
+inline float relu1(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0.0 stay, as torch's relu
 inline float gelu_tanh1(float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
 inline float gelu_erf1(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
 inline float identity1(float v) { return v; }
@@ -159,26 +159,30 @@ inline void softmax(const float* x, float* y, idx rows, idx cols) {
     }
 }
 
-/// LayerNorm over the last axis of [rows, cols], two passes: mean = sum / cols, var = sum of
-/// squared deviations / cols (biased), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * gamma +
-/// beta. mean, var and rstd (one value per row) are written when not null.
+/// LayerNorm over the last axis of [rows, cols], two passes over x - x0 (x0 the row's first
+/// element): m = their sum / cols, mean = x0 + m, var = the sum of ((x - x0) - m)^2 / cols
+/// (biased), rstd = 1 / sqrt(var + eps), y = (x * rstd + (-rstd * mean)) * gamma + beta (torch's
+/// order). mean, var and rstd (one value per row) are written when not null.
 inline void layer_norm(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
                        float* __restrict y, float* __restrict mean, float* __restrict var, float* __restrict rstd_out,
                        idx rows, idx cols, float eps) {
     for (idx r = 0; r < rows; ++r) {
         const float* __restrict xr = x + r * cols;
         float* __restrict yr = y + r * cols;
+        const float f = xr[0];  // the sums are shifted by the first element: no cancellation
         float s = 0.0f;
-        for (idx c = 0; c < cols; ++c) s += xr[c];
-        const float mu = s / static_cast<float>(cols);
+        for (idx c = 0; c < cols; ++c) s += xr[c] - f;
+        const float m = s / static_cast<float>(cols);
+        const float mu = f + m;
         float s2 = 0.0f;
         for (idx c = 0; c < cols; ++c) {
-            const float d = xr[c] - mu;
+            const float d = (xr[c] - f) - m;
             s2 += d * d;
         }
         const float v = s2 / static_cast<float>(cols);
         const float rstd = 1.0f / std::sqrt(v + eps);
-        for (idx c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rstd * gamma[c] + beta[c];
+        const float nb = -rstd * mu;
+        for (idx c = 0; c < cols; ++c) yr[c] = (xr[c] * rstd + nb) * gamma[c] + beta[c];
         if (mean != nullptr) mean[r] = mu;
         if (var != nullptr) var[r] = v;
         if (rstd_out != nullptr) rstd_out[r] = rstd;
