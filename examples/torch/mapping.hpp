@@ -257,6 +257,8 @@ inline skc::OpRecord matmul(const Call& c) {
     std::vector<skc::Attr> attrs{attr("transpose_x1", "bool", 0, x1.transposed),
                                  attr("transpose_x2", "bool", 1, x2.transposed)};
     if (c.aten == Aten::addmm_activation) {
+        if (c.i0 != 0 && m * n == 1)  // torch's GELU of one element takes another path (its scalar formula)
+            unsupported("a GELU epilogue of one element");
         attrs.push_back(attr("fused_op_type", "str", 2, c.i0 != 0 ? "gelu_erf" : "relu"));
         return op("FusedMatMul", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
     }

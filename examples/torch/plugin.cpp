@@ -67,6 +67,7 @@
 #include <skc/recorder.hpp>
 
 #include "host/loader.hpp"
+#include "host/plan.hpp"
 #include "host/toolchain.hpp"
 #include "mapping.hpp"
 
@@ -173,8 +174,14 @@ struct Instance {
         if (d.record) {
             try {
                 skc::validate(*d.record);
-                digest = skc::digest(*d.record);
-                c->record = std::move(*d.record);
+                // Only what the host kernels compile is recorded: an op they reject would only
+                // fail the compile (and with it every other op's kernel).
+                if (skc_host::Analysis a = skc_host::analyze(*d.record); !a.plan) {
+                    c->reason = std::move(a.reason);  // names the op type
+                } else {
+                    digest = skc::digest(*d.record);
+                    c->record = std::move(*d.record);
+                }
             } catch (const skc::Error& e) {
                 c->reason = std::string(name(type)) + ": " + e.what();
             }
@@ -291,6 +298,9 @@ public:
         }
         if (!inst->supported()) {
             counters.unsupported.fetch_add(1, std::memory_order_relaxed);
+            const std::uint64_t session = session_.load(std::memory_order_acquire);
+            if (session != 0 && inst->recorded_in.exchange(session, std::memory_order_relaxed) != session)
+                not_recorded(*inst);
             return d;
         }
         d.counters = &counters;
@@ -353,6 +363,15 @@ public:
         s.op_library = c.op_library.empty() ? base / "op_library" : c.op_library;
         s.backend = "host";
         if (s.op_library.is_relative()) s.op_library = fs::absolute(s.op_library);
+        // The in-process rule (ops compiled before are not compiled again) holds only while the
+        // kernel table can still load those ops: the same op library, device and toolchain. In
+        // another, they must be compiled (or found in the cache) again.
+        const std::string where = s.op_library.string() + '\n' + s.device + '\n' + s.toolchain_version;
+        if (where != compiled_for_) {
+            compiled_.clear();
+            compiled_for_ = where;
+        }
+        s.compiled = &compiled_;
         std::unique_ptr<AnyCompiler> compiler;
         const TableReselect hook{&table_};
         if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env())
@@ -364,6 +383,10 @@ public:
         if (ec)
             throw skc::Error(skc::Errc::io_error, "cannot create the op library: " + ec.message(),
                              skc::ErrorContext{s.op_library.string(), {}, "op_library"});
+        {
+            std::lock_guard said(said_mu_);
+            not_recorded_.clear();
+        }
         recorder_ = std::make_unique<Recorder>();
         live_.store(recorder_.get(), std::memory_order_release);
         pending_ = std::move(compiler);
@@ -392,7 +415,17 @@ public:
         }
         retire(std::move(rec));
         compilers_.push_back(std::move(compiler));  // its installs last as long as it does
-        return skc::dump_json(report.to_value());
+        // Why the ops the session saw but did not record have no static kernel (with nothing
+        // recorded, the outcome is `skipped` and this says why).
+        skc::Value out = report.to_value();
+        skc::Array why;
+        {
+            std::lock_guard said(said_mu_);
+            for (std::string& r : not_recorded_) why.emplace_back(std::move(r));
+            not_recorded_.clear();
+        }
+        out.as_object().push_back({"not_recorded", skc::Value(std::move(why))});
+        return skc::dump_json(out);
     }
 
     /// Finishes the op info folders of every compile() (at exit); a failure is a warning.
@@ -488,6 +521,14 @@ private:
         }
     }
 
+    /// Notes, once per session and op instance, why a call seen while recording is not recorded.
+    void not_recorded(const Instance& inst) {
+        std::lock_guard lock(said_mu_);
+        if (not_recorded_.size() < 100 &&
+            std::find(not_recorded_.begin(), not_recorded_.end(), inst.reason()) == not_recorded_.end())
+            not_recorded_.push_back(inst.reason());
+    }
+
     /// Keeps a finished session's recorder alive: calls that loaded its address may still use it.
     void retire(std::unique_ptr<Recorder> rec) {
         live_.store(nullptr, std::memory_order_release);
@@ -504,6 +545,7 @@ private:
         pending_.reset();
         table_.reload({});
         compilers_.clear();  // their installs are released (other processes may still hold them)
+        compiled_.clear();   // so the table has none of the ops compiled so far: a later session compiles them again
     }
 
     std::atomic<bool> on_{false};
@@ -514,14 +556,17 @@ private:
     skc::CallMap<Instance> instances_;
     skc::KernelTable<KernelFn> table_;
 
-    std::mutex said_mu_;  // SKC_TORCH_VERBOSE's lines said once
+    std::mutex said_mu_;  // SKC_TORCH_VERBOSE's lines said once; the session's not_recorded_
     std::set<std::string> said_;
+    std::vector<std::string> not_recorded_;  // distinct reasons, this session, at most 100
     std::mutex mu_;  // enable, compile, disable
     std::uint64_t sessions_ = 0;
     bool off_by_config_ = false;
     std::unique_ptr<Recorder> recorder_;
     std::unique_ptr<AnyCompiler> pending_;  // made by enable() (checks the config), run by compile()
     std::vector<std::unique_ptr<AnyCompiler>> compilers_;
+    skc::CompiledSet compiled_;  // the ops whose kernels the table has (the compilers' in-process rule)
+    std::string compiled_for_;   // the op library, device and toolchain compiled_ is for
     std::vector<std::unique_ptr<Recorder>> retired_;
 };
 
@@ -547,8 +592,11 @@ struct KernelScope {
 /// Whether the plugin looks at this call at all.
 bool intercept() noexcept { return !in_kernel && Plugin::get().on(); }
 
+/// A plain float32 tensor: strided, no lazy negation or conjugation, no dimension names (stock
+/// torch propagates names and checks that they match; the static kernels know nothing of them).
 bool f32(const at::Tensor& t) noexcept {
-    return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && !t.is_neg() && !t.is_conj();
+    return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && !t.is_neg() && !t.is_conj() &&
+           !t.has_names();
 }
 
 TensorArg arg(const at::Tensor& t) noexcept {
@@ -690,7 +738,9 @@ Other other_operand(const at::Tensor& other) {
     } else if (other.defined() && other.unsafeGetTensorImpl()->is_wrapped_number() && other.dim() == 0 &&
                (other.scalar_type() == at::kDouble || other.scalar_type() == at::kLong)) {
         o.ok = o.number = true;
-        o.value = static_cast<float>(other.item<double>());
+        // Rounded once to float, as torch casts the number: an integer through double would round twice.
+        o.value = other.scalar_type() == at::kLong ? static_cast<float>(other.item<std::int64_t>())
+                                                   : static_cast<float>(other.item<double>());
         o.arg = TensorArg{Dims{}, Dims{}, true};
     }
     return o;
@@ -826,8 +876,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
         return stock(d, stock_fn);
     }
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
+    // normalized_shape must be the input's last k dims, or stock raises; the key holds only k.
+    bool trailing = k <= input.dim();
+    for (std::int64_t i = 0; trailing && i < k; ++i)
+        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
     const Call c{Aten::native_layer_norm, {arg(input), arg(*weight), arg(*bias)}, 3, k, eps};
-    const Decision d = Plugin::get().decide(f32(input) && f32(*weight) && f32(*bias), c);
+    const Decision d =
+        Plugin::get().decide(trailing && f32(input) && f32(*weight) && f32(*bias), c,
+                             "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims");
     if (d.kernel != nullptr) {
         std::vector<std::int64_t> stat(input.sizes().begin(), input.sizes().end());
         for (std::size_t i = stat.size() - static_cast<std::size_t>(k); i < stat.size(); ++i) stat[i] = 1;

@@ -82,6 +82,11 @@ struct CompilerSettings {
     /// Told how far each compile() is (CompileProgress); empty: nothing is reported. Called from
     /// the thread that runs compile(); what it throws is caught, logged at debug level and ignored.
     std::function<void(const CompileProgress&)> progress;
+    /// The ops this host has compiled: selection skips them, and a compile that succeeds adds its
+    /// ops. Null: the process's own set (process_compiled()). A host whose runtime can forget
+    /// kernels (a plugin that unloads them, or moves to another op library) keeps a set of its own
+    /// and clears it then, or ops it still needs would be skipped for ever.
+    CompiledSet* compiled = nullptr;
 };
 
 namespace detail {
@@ -453,7 +458,7 @@ private:
         try {
             plan = std::make_shared<const SessionPlan>(
                 plan_session(run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()},
-                             process_compiled(), support_));
+                             compiled(), support_));
             writer_.submit(plan);
         } catch (...) {
             if (!many) throw;
@@ -507,8 +512,12 @@ private:
         writer_.start();  // past the critical path: now the op info folders
         if (select_error) std::rethrow_exception(select_error);
         // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
-        process_compiled().mark(plan->selected);
+        compiled().mark(plan->selected);
         log(LogLevel::info, rep.summary());
+    }
+
+    [[nodiscard]] CompiledSet& compiled() const noexcept {
+        return settings_.compiled != nullptr ? *settings_.compiled : process_compiled();
     }
 
     /// What keeps a cache hit's package from being evicted while it is being installed.

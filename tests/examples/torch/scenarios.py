@@ -173,11 +173,172 @@ def scenario_hit(base):
     return {"report": report, "counters": counters(), "static_run": compare(static, stock)}
 
 
+def static_calls():
+    return sum(c["static"] for c in counters().values())
+
+
+def same_as_stock(got, want):
+    """What a static kernel owes stock torch: shape, strides, values within rtol 1e-4 and atol 1e-5,
+    NaN and infinities in the same places, and zeros where stock has zeros, with their sign."""
+    if got.shape != want.shape or got.stride() != want.stride() or got.dtype != want.dtype:
+        return f"shape {tuple(got.shape)} strides {got.stride()} against {tuple(want.shape)} {want.stride()}"
+    if not torch.equal(torch.isnan(got), torch.isnan(want)):
+        return "NaN in other places"
+    for sign in (1, -1):
+        if not torch.equal(torch.isinf(got) & (got * sign > 0), torch.isinf(want) & (want * sign > 0)):
+            return "infinities in other places"
+    finite = torch.isfinite(want)
+    if not torch.allclose(got[finite], want[finite], rtol=1e-4, atol=1e-5):
+        return f"values differ by up to {(got[finite] - want[finite]).abs().max().item():.3g}"
+    zero = want == 0
+    if not (torch.equal(got[zero], want[zero]) and torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero]))):
+        return "zeros differ (value or sign)"
+    return None
+
+
+def scenario_special_values(base):
+    """Calls whose answers stock torch defines off the finite path, or rejects: each is run stock,
+    recorded, compiled with the rest, and run again; what differs from stock is reported."""
+    import torch.nn.functional as F
+    torch.manual_seed(3)
+    inf, nan = float("inf"), float("nan")
+    x = torch.randn(4, 16)
+    x[0, :4] = torch.tensor([nan, -0.0, -inf, inf])
+    g = torch.randn(4, 16) * 8
+    g[0, :6] = torch.tensor([nan, -inf, inf, -0.0, -100.0, -1e30])
+    finite = x.nan_to_num(0.0, 0.0, 0.0)
+    mask = torch.zeros(4, 16)
+    mask[:, 8:] = -inf
+    mask[1, 4:8] = -1e9
+    w, b = torch.randn(16, 24), torch.randn(24)
+    a5 = torch.randn(5, 16)
+    calls = {
+        "relu NaN and -0.0": lambda: torch.relu(x),
+        "relu_ NaN and -0.0": lambda: torch.relu_(x.clone()),
+        "gelu tanh at -inf, -100, -1e30": lambda: F.gelu(g, approximate="tanh"),
+        "gelu erf at -inf, -100, -1e30": lambda: F.gelu(g),
+        "gelu erf of one element": lambda: F.gelu(torch.tensor([-100.0])),
+        "softmax under a -inf and -1e9 mask": lambda: torch.softmax(finite + mask, -1),
+        "fused relu epilogue keeps NaN": lambda: torch._addmm_activation(b, x, w),
+        "fused gelu epilogue": lambda: torch._addmm_activation(b, g.nan_to_num(0.0, 0.0, 0.0), w, use_gelu=True),
+        "times an integer above 2**53": lambda: finite * (2**60 + 2**36 + 1),
+        "plus an integer above 2**53": lambda: finite + (2**60 + 2**36 + 1),
+        # x2 an unfold view: strides (1, 1), N % 16 == 8, K % 8 == 0.
+        "mm by an unfold view": lambda: torch.mm(a5, torch.arange(39.0).unfold(0, 24, 1)),
+    }
+    errors = {
+        "layer_norm with a normalized_shape that is not the input's":
+            lambda: F.layer_norm(torch.ones(6, 16), (3,), torch.ones(16), torch.zeros(16)),
+        "add of mismatched names":
+            lambda: torch.ones(2, 3, names=("N", "C")) + torch.ones(2, 3, names=("N", "D")),
+    }
+    names = lambda: (torch.ones(2, 3, names=("N", "C")) * 2).names  # noqa: E731
+
+    def outcome(fn):
+        try:
+            return ("value", fn())
+        except Exception as e:  # noqa: BLE001
+            return ("error", type(e).__name__)
+
+    stock = {k: outcome(f) for k, f in {**calls, **errors}.items()}
+    torch.ops.skc.enable(json.dumps({"base_dir": base, "jobs": 2}))
+    for f in {**calls, **errors}.values():
+        outcome(f)
+    names()
+    report = json.loads(torch.ops.skc.compile())
+    result = {}
+    for k, f in {**calls, **errors}.items():
+        before = static_calls()
+        got = outcome(f)
+        want = stock[k]
+        if want[0] == "error" or got[0] == "error":
+            diff = None if got == want else f"stock: {want}, static: {got[0]} {got[1] if got[0] == 'error' else ''}"
+        else:
+            diff = same_as_stock(got[1], want[1])
+        result[k] = {"static": static_calls() > before, "differs": diff}
+    return {"report": report, "calls": result, "names": list(names())}
+
+
+def scenario_sessions(base, other_base):
+    """Sessions after the first: after disable(), in another base, with a compiler that fails, and
+    with nothing the host kernels can compile."""
+    x = torch.randn(8, 16)
+
+    def session(cfg, fn):
+        torch.ops.skc.enable(json.dumps(cfg))
+        fn()
+        try:
+            report = json.loads(torch.ops.skc.compile())
+        except RuntimeError as e:
+            return {"error": str(e)}
+        before = static_calls()
+        fn()
+        return {"outcome": report["outcome"], "already_compiled": report["counts"]["already_compiled"],
+                "not_recorded": report["not_recorded"], "static": static_calls() > before}
+
+    out = {"first": session({"base_dir": base}, lambda: torch.relu(x))}
+    torch.ops.skc.disable()
+    out["after disable"] = session({"base_dir": base}, lambda: torch.relu(x))
+    out["another base"] = session({"base_dir": other_base}, lambda: torch.relu(x))
+    out["same base again"] = session({"base_dir": other_base}, lambda: torch.relu(x))
+    torch.ops.skc.disable()
+    out["failing compiler"] = session({"base_dir": base, "compiler": "/bin/false"}, lambda: torch.relu(x))
+    torch.ops.skc.disable()
+
+    def unsupported():  # softmax over the first of two dims; a broadcast of both operands
+        return torch.softmax(x, 0), x[:, :1].contiguous() + x[:1, :].contiguous()
+
+    want = unsupported()
+    out["nothing compilable"] = session({"base_dir": base}, unsupported)
+    out["nothing compilable"]["equal"] = all(torch.equal(a, b) for a, b in zip(unsupported(), want))
+    return out
+
+
+def scenario_accuracy(base):
+    """Each static kernel's largest error against a float64 reference, beside stock torch's on the
+    same input: matrix products with K from 1,024 to 16,384, LayerNorm and Softmax rows up to
+    16,384 wide with large means."""
+    import torch.nn.functional as F
+    torch.manual_seed(11)
+    cases = {}
+    for k in (1024, 4096, 16384):
+        for kind, make in (("randn", torch.randn), ("rand", torch.rand)):
+            a, b = make(16, k), make(k, 48)
+            cases[f"mm K={k} {kind}"] = (torch.mm, (a, b))
+        w, bias = torch.randn(40, k), torch.randn(40)
+        cases[f"linear K={k}"] = (F.linear, (torch.rand(8, k), w, bias))
+        cases[f"bmm K={k}"] = (torch.bmm, (torch.rand(2, 8, k), torch.rand(2, k, 24)))
+    for width in (1024, 4096, 16384):
+        for mean, std in ((1000.0, 0.01), (0.0, 1.0), (-300.0, 3.0)):
+            x = mean + std * torch.randn(4, width)
+            w, b = torch.randn(width), torch.randn(width)
+            cases[f"layer_norm {width} mean {mean:g} std {std:g}"] = (
+                lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x, w, b))
+            cases[f"softmax {width} mean {mean:g} std {std:g}"] = (lambda x: torch.softmax(x, -1), (x,))
+    stock = {k: f(*a) for k, (f, a) in cases.items()}
+    torch.ops.skc.enable(json.dumps({"base_dir": base, "jobs": 2}))
+    for f, a in cases.values():
+        f(*a)
+    report = json.loads(torch.ops.skc.compile())
+    out = {}
+    for k, (f, a) in cases.items():
+        before = static_calls()
+        got = f(*a)
+        ran = static_calls() > before
+        ref = f(*[t.double() for t in a])
+        scale = ref.abs().max().item()
+        out[k] = {"static": ran, "static_err": (got.double() - ref).abs().max().item(),
+                  "stock_err": (stock[k].double() - ref).abs().max().item(), "scale": scale}
+    return {"report": report, "cases": out}
+
+
 def main():
     name, args = sys.argv[1], sys.argv[2:]
     if name != "bad_configs":
         torch.ops.load_library(PLUGIN)
-    result = {"model": scenario_model, "bad_configs": scenario_bad_configs, "hit": scenario_hit}[name](*args)
+    result = {"model": scenario_model, "bad_configs": scenario_bad_configs, "hit": scenario_hit,
+              "special_values": scenario_special_values, "sessions": scenario_sessions,
+              "accuracy": scenario_accuracy}[name](*args)
     print(json.dumps(result))
 
 

@@ -131,6 +131,67 @@ class Configs(TempBase):
                          f"skc: {ro}: option 'base_dir': not writable by this user (write permission missing)")
 
 
+class Stock(TempBase):
+    """Where the static kernels must answer as stock torch does, off the happy path."""
+
+    def test_special_values_and_bad_arguments_as_stock(self):
+        r = scenario("special_values", self.base)
+        self.assertEqual(r["report"]["outcome"], "compiled")
+        for call, c in r["calls"].items():
+            self.assertIsNone(c["differs"], f"{call}: {c['differs']}")
+        ran = {call for call, c in r["calls"].items() if c["static"]}
+        # Each value case ran its static kernel (a fallback would prove nothing); the bad arguments
+        # run stock.
+        for call in r["calls"]:
+            stock_only = call.startswith(("layer_norm", "add of mismatched"))
+            self.assertEqual(call in ran, not stock_only, f"{call}: static {call in ran}")
+        self.assertEqual(r["names"], ["N", "C"])
+
+    def test_later_sessions_run_what_they_compile(self):
+        other = os.path.join(self.base, "other")
+        os.mkdir(other)
+        r = scenario("sessions", self.base, other)
+        self.assertEqual(r["first"]["outcome"], "compiled")
+        self.assertTrue(r["first"]["static"])
+        # After disable() the op is not "already compiled": the cache has it, and it runs static.
+        self.assertEqual(r["after disable"]["outcome"], "hit", r)
+        self.assertEqual(r["after disable"]["already_compiled"], 0, r)
+        self.assertTrue(r["after disable"]["static"], r)
+        self.assertEqual(r["another base"]["outcome"], "compiled", r)
+        self.assertTrue(r["another base"]["static"], r)
+        # The same op library still has the kernel: the in-process rule skips it, and it runs static.
+        self.assertEqual(r["same base again"]["outcome"], "skipped", r)
+        self.assertEqual(r["same base again"]["already_compiled"], 1, r)
+        self.assertTrue(r["same base again"]["static"], r)
+        self.assertIn("error", r["failing compiler"], r)
+        self.assertTrue(r["failing compiler"]["error"].startswith("skc: "), r)
+        # Nothing the host kernels compile: no error, nothing compiled, and the reasons said.
+        n = r["nothing compilable"]
+        self.assertEqual(n["outcome"], "skipped", r)
+        self.assertFalse(n["static"])
+        self.assertTrue(n["equal"])
+        self.assertIn("SoftmaxV2: attr axes must name only the last axis", n["not_recorded"])
+        self.assertIn("Add: shapes [8,1] and [1,16] -> [8,16]: only equal shapes, a scalar, or trailing-dim broadcast "
+                      "are supported", n["not_recorded"])
+
+
+class Accuracy(TempBase):
+    def test_static_kernels_no_less_accurate_than_stock(self):
+        r = scenario("accuracy", self.base)
+        self.assertEqual(r["report"]["outcome"], "compiled")
+        lines, worse = [], []
+        for case, c in r["cases"].items():
+            self.assertTrue(c["static"], f"{case}: did not run its static kernel")
+            # Within 2x of stock's error; errors under 1e-7 of the result's scale count as equal.
+            floor = 1e-7 * c["scale"]
+            ratio = (c["static_err"] + floor) / (c["stock_err"] + floor)
+            lines.append(f"{case:36s} stock {c['stock_err']:9.3g}  static {c['static_err']:9.3g}  ratio {ratio:.2f}")
+            if ratio > 2.0:
+                worse.append(lines[-1])
+        print("\n" + "\n".join(lines))
+        self.assertEqual(worse, [], "more than 2x stock's error")
+
+
 class Cache(TempBase):
     def test_second_process_hits_the_cache(self):
         first = scenario("hit", self.base)
