@@ -39,9 +39,10 @@
 namespace skc_host {
 
 /// The activations of Relu, Gelu and FusedMatMul, applied per element in float:
-///   relu       v > 0 ? v : 0
+///   relu       v < 0 ? 0 : v   (NaN and -0.0 stay, as torch's)
 ///   gelu_tanh  0.5 v (1 + tanh(0.7978845608 (v + 0.044715 v^3)))   (Gelu's default)
 ///   gelu_erf   0.5 v (1 + erf(v * 0.70710678118654752))            (Gelu approximate "none")
+/// (the generated kernels compute the GELUs in torch's own forms: codegen.hpp, vector_prelude()).
 enum class UnaryKind { relu, gelu_tanh, gelu_erf };
 
 /// How a matmul operand is read: element strides along its batch, its outer dim (M for the first
