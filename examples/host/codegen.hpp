@@ -23,12 +23,18 @@
 //   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes.
 //   - Transpose: a memcpy per run where the last output dims are contiguous in the input too,
 //     else 8 x 8 blocks transposed in vector registers where the sizes allow.
-//   - Add, Mul, Relu: the generic loops with constant counts, which the compiler vectorises for the
-//     target.
-// Add, Mul, Relu, Gelu and SoftmaxV2 take no __restrict pointers: like their generic twins they
+//   - Tanh and Swish: vectors too, with the prelude's exp.
+//   - Add, Sub, Mul, RealDiv: a loop of constant count per dim of the broadcast (the output's dims
+//     merged where the operands allow), the last one a run the compiler vectorises for the target,
+//     a broadcast operand read once a run.
+//   - Relu, Neg, Rsqrt, Power: the generic loops with constant counts, which the compiler
+//     vectorises for the target.
+// The elementwise ops and SoftmaxV2 take no __restrict pointers: like their generic twins they
 // may run in place (plan.hpp), each element read before the same index is written.
 // Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
-// exp and erf, sums in vector lanes. generated_tolerance() is the bound the tests
+// exp and erf (and Cephes' tanh), sums in vector lanes. Add, Sub, Mul, RealDiv, Neg, Rsqrt and
+// Power round the same correctly rounded operations as the generic kernels (and torch's), in the
+// same order, and agree with them bit for bit. generated_tolerance() is the bound the tests
 // (tests/examples/host_kernels_test.cpp, also against a double-precision reference) and the
 // benchmark (benchmarks/host_kernels_bench.cpp) hold them to. The source compiles warning-free
 // with kernel_flags() and `-Wall -Wextra -Wpedantic`, uses at most 6 KiB of stack, and several
@@ -163,7 +169,27 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf y = vexp_in_range(vsel(x > 88.0f, vsplat(88.0f), vsel(x < -87.0f, vsplat(-87.0f), x)));");
     s.line("return vsel(x < -87.33654475f, vf{}, y);");
     s.close();
+    // e^x as the C library's off the range too: for x up to ln(FLT_MAX) (e^(x - 1) e, whose 2^k is
+    // still a float), infinity above it (so that x / (1 + e^(-x)) is -0.0 where torch's is).
+    s.open("[[maybe_unused]] inline vf vexp_wide(vf x)");
+    s.line("const vf hi = vexp_in_range(vsel(x > 88.72283172607422f, vsplat(87.0f), x) - 1.0f) * 2.71828182845904524f;");
+    s.line("return vsel(x > 88.72283172607422f, vsplat(__builtin_inff()), vsel(x > 88.0f, hi, vexp(x)));");
+    s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
+    // tanh as Cephes' tanhf: 1 - 2 / (e^(2|x|) + 1) with x's sign from |x| = 0.625 on (exactly 1
+    // above 8.664339742, as torch's Sleef tanh has it), else x (1 + x^2 P(x^2)), which keeps -0.0
+    // and subnormals; NaN stays NaN (the second branch).
+    s.open("[[maybe_unused]] inline vf vtanh(vf x)");
+    s.line("const vf a = (vf)((vi)x & 0x7fffffff);");
+    s.line("const vf big = vsel(a > 8.664339742f, vsplat(1.0f), 1.0f - 2.0f / (vexp(a + a) + 1.0f));");
+    s.line("const vf z = x * x;");
+    s.line("const vf p = (((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z - 3.33332819422e-1f;");
+    s.line("const vf small = x * (1.0f + z * p);");
+    s.line("return vsel(a >= 0.625f, (vf)((vi)big | ((vi)x & (vi{} - 0x7fffffff - 1))), small);");
+    s.close();
+    // silu (Swish, scale 1): torch's formula x / (1 + e^(-x)): NaN at -inf (-inf / inf), -0.0 where
+    // e^(-x) overflows.
+    s.line("[[maybe_unused]] inline vf vsilu(vf x) { return x / (1.0f + vexp_wide(-x)); }");;
     s.open("[[maybe_unused]] inline vf vgelu_tanh(vf v)");
     s.line("const vf u = 0.7978845608f * (v + 0.044715f * v * v * v);");
     s.line("return vsel(u < -8.664339742f, 0.5f * v * vf{}, v / (1.0f + vexp(-2.0f * u)));");
@@ -234,14 +260,38 @@ inline std::string vector_prelude(std::int64_t w) {
     return s.str();
 }
 
-/// The vector activation of UnaryKind `k` (a function of the prelude).
+/// The vector function of UnaryKind `k` (a function of the prelude), or nullptr for the kinds the
+/// generated code computes with scalar_fn() in a loop the compiler vectorises.
 inline const char* vector_act(UnaryKind k) {
     switch (k) {
     case UnaryKind::relu: return "vrelu";
     case UnaryKind::gelu_tanh: return "vgelu_tanh";
     case UnaryKind::gelu_erf: return "vgelu_erf";
+    case UnaryKind::tanh: return "vtanh";
+    case UnaryKind::silu: return "vsilu";
+    default: return nullptr;
     }
-    return "vrelu";
+}
+
+/// Whether the unary op of kind `k` runs a vector function of the prelude (else scalar_fn()).
+inline bool vector_unary(UnaryKind k) { return k != UnaryKind::relu && vector_act(k) != nullptr; }
+
+/// UnaryKind `k` of the float `v` (a C++ expression) as a C++ expression, for the kinds without a
+/// vector function: the formulas of kernels.hpp, as torch's kernels compute them.
+inline std::string scalar_fn(UnaryKind k, const std::string& v) {
+    switch (k) {
+    case UnaryKind::relu: return v + " < 0.0f ? 0.0f : " + v;
+    case UnaryKind::neg: return "-" + v;
+    case UnaryKind::rsqrt: return "1.0f / std::sqrt(" + v + ")";
+    case UnaryKind::square: return v + " * " + v;
+    case UnaryKind::cube: return v + " * " + v + " * " + v;
+    case UnaryKind::sqrt: return "std::sqrt(" + v + ")";
+    case UnaryKind::reciprocal: return "1.0f / " + v;
+    case UnaryKind::inv_square: return "1.0f / (" + v + " * " + v + ")";
+    case UnaryKind::copy: return v;
+    case UnaryKind::one: return "1.0f";
+    default: throw std::logic_error("scalar_fn: a kind with a vector function");
+    }
 }
 
 /// The operand strides as constants (the ones `names` lists: SAM, SAK, SBK, SBN).
@@ -487,31 +537,55 @@ inline void emit(Src& s, const MatMulPlan& p, std::int64_t w) {
     s.close();
 }
 
-/// Add / Mul; y may be full or rep (in place), hence no __restrict. In place (y == full) the loop
-/// reads y itself, as kernels::broadcast_binary does, so that it vectorises without an overlap check.
+/// Add / Sub / Mul / RealDiv: a loop of constant count over each dim of the plan, the last
+/// innermost, with constant strides; an operand broadcast along the last dim is read once a run.
+/// y may be x1 or x2 where that operand has y's shape (in place), hence no __restrict; such an
+/// operand is then read through y (one copy of the loops per operand that may be y), as
+/// kernels::binary_run does, so that the run vectorises without an overlap check.
 inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
-    const char* op = p.kind == BinaryKind::add ? " + " : " * ";
-    s.line("const float* full = inputs[" + n(static_cast<std::int64_t>(p.full)) + "];");
-    s.line("const float* rep = inputs[" + n(static_cast<std::int64_t>(p.rep)) + "];");
+    const char* op = p.kind == BinaryKind::add ? " + " : p.kind == BinaryKind::sub ? " - " : p.kind == BinaryKind::mul ? " * " : " / ";
+    const std::size_t r = p.dims.size();
+    std::vector<std::int64_t> ys(r);  // y's dense strides
+    std::int64_t acc = 1;
+    for (std::size_t d = r; d-- > 0;) ys[d] = acc, acc *= p.dims[d];
+    s.line("const float* x1 = inputs[0];");
+    s.line("const float* x2 = inputs[1];");
     s.line("float* y = outputs[0];");
-    if (p.inner == 1) {
-        s.line("constexpr idx NUM = " + n(p.outer) + ";");
-        s.line("const float s = rep[0];");
-        s.open("if (full == y)");
-        s.line(std::string("for (idx i = 0; i < NUM; ++i) y[i] = y[i]") + op + "s;");
-        s.close().open("else");
-        s.line(std::string("for (idx i = 0; i < NUM; ++i) y[i] = full[i]") + op + "s;");
+    // The loops reading x1 through `a` and x2 through `b`.
+    auto loops = [&](const std::string& a, const std::string& b) {
+        std::string yi, ai, bi;
+        auto term = [&](std::string& e, const std::string& v, std::int64_t stride) {
+            if (stride != 0) e += (e.empty() ? "" : " + ") + v + " * " + n(stride);
+        };
+        for (std::size_t d = 0; d + 1 < r; ++d) {
+            const std::string v = "i" + n(static_cast<std::int64_t>(d));
+            s.loop(v, "0", n(p.dims[d]));
+            term(yi, v, ys[d]), term(ai, v, p.a[d]), term(bi, v, p.b[d]);
+        }
+        auto at = [](const std::string& e) { return e.empty() ? std::string("0") : e; };
+        auto plus_i = [](const std::string& e) { return e.empty() ? std::string("i") : e + " + i"; };
+        const bool a_run = p.a[r - 1] == 1, b_run = p.b[r - 1] == 1;
+        if (!a_run) s.line("const float sa = " + a + "[" + at(ai) + "];");
+        if (!b_run) s.line("const float sb = " + b + "[" + at(bi) + "];");
+        s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) + "] = " +
+               (a_run ? a + "[" + plus_i(ai) + "]" : std::string("sa")) + op +
+               (b_run ? b + "[" + plus_i(bi) + "]" : std::string("sb")) + ";");
+        for (std::size_t d = 0; d + 1 < r; ++d) s.close();
+    };
+    struct Variant {
+        std::string cond, a, b;
+    };
+    std::vector<Variant> in_place;
+    if (p.a == ys) in_place.push_back({"x1 == y", "y", "x2"});
+    if (p.b == ys) in_place.push_back({"x2 == y", "x1", "y"});
+    for (std::size_t v = 0; v < in_place.size(); ++v) {
+        s.open((v == 0 ? "if (" : "else if (") + in_place[v].cond + ")");
+        loops(in_place[v].a, in_place[v].b);
         s.close();
-        return;
     }
-    s.line("constexpr idx OUTER = " + n(p.outer) + ", INNER = " + n(p.inner) + ";");
-    for (const char* in : {"y", "full"}) {
-        s.open(std::string(in) == "y" ? "if (full == y)" : "else");
-        s.loop("o", "0", "OUTER");
-        s.line(std::string("for (idx i = 0; i < INNER; ++i) y[o * INNER + i] = ") + in + "[o * INNER + i]" + op +
-               "rep[i];");
-        s.close().close();
-    }
+    if (!in_place.empty()) s.open("else");
+    loops("x1", "x2");
+    if (!in_place.empty()) s.close();
 }
 
 /// `y[i] = f(x[i])` for NUM floats, f a vector function of the prelude: whole vectors, then the
@@ -533,15 +607,16 @@ inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std:
     }
 }
 
-/// Relu / Gelu; y may be x (in place), hence no __restrict. Relu is the generic loop with a
-/// constant count (in place it reads y itself, see the binary ops), which the compiler vectorises;
-/// Gelu runs the prelude's vector GELU.
+/// The unary ops; y may be x (in place), hence no __restrict. Gelu, Tanh and Swish run the
+/// prelude's vector functions; the others (Relu, Neg, Rsqrt, Power) the generic loop with a
+/// constant count (in place it reads y itself, see the binary ops), which the compiler vectorises
+/// (a square root only where the compiler has it without errno).
 inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     if (p.kind == UnaryKind::gelu_erf && p.n == 1) {  // torch's own scalar path for one element
         s.line("outputs[0][0] = 0.5f * inputs[0][0] * (1.0f + std::erf(inputs[0][0] * 0.70710678118654752f));");
         return;
     }
-    if (p.kind != UnaryKind::relu) {
+    if (vector_unary(p.kind)) {
         emit_vector_map(s, p.n, w, vector_act(p.kind));
         return;
     }
@@ -549,9 +624,9 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     s.line("const float* x = inputs[0];");
     s.line("float* y = outputs[0];");
     s.open("if (x == y)");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "y[i]") + ";");
     s.close().open("else");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];");
+    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "x[i]") + ";");
     s.close();
 }
 
@@ -956,7 +1031,7 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
     const bool vectors = std::visit(
         [](const auto& p) {
             using P = std::decay_t<decltype(p)>;
-            if constexpr (std::is_same_v<P, UnaryPlan>) return p.kind != UnaryKind::relu;
+            if constexpr (std::is_same_v<P, UnaryPlan>) return detail::vector_unary(p.kind);
             else
                 return std::is_same_v<P, MatMulPlan> || std::is_same_v<P, SoftmaxPlan> ||
                        std::is_same_v<P, LayerNormPlan>;

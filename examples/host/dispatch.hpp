@@ -37,6 +37,37 @@ inline void run_matmul(const MatMulPlan& p, const float* const* inputs, float* c
         run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_tanh1>{bias});
         return;
     case UnaryKind::gelu_erf: run_matmul(p, inputs[0], inputs[1], outputs[0], k::Epilogue<k::gelu_erf1>{bias}); return;
+    default: throw std::logic_error("a matmul epilogue is relu, gelu_tanh or gelu_erf");  // plan.hpp's fused_op_type
+    }
+}
+
+inline void run_binary(const BinaryPlan& p, const float* a, const float* b, float* y) {
+    namespace k = kernels;
+    switch (p.kind) {
+    case BinaryKind::add: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u + v; }); return;
+    case BinaryKind::sub: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u - v; }); return;
+    case BinaryKind::mul: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u * v; }); return;
+    case BinaryKind::div: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u / v; }); return;
+    }
+}
+
+inline void run_unary(const UnaryPlan& p, const float* x, float* y) {
+    namespace k = kernels;
+    switch (p.kind) {
+    case UnaryKind::relu: k::relu(x, y, p.n); return;
+    case UnaryKind::gelu_tanh: k::gelu_tanh(x, y, p.n); return;
+    case UnaryKind::gelu_erf: k::gelu_erf(x, y, p.n); return;
+    case UnaryKind::neg: k::unary<k::neg1>(x, y, p.n); return;
+    case UnaryKind::tanh: k::unary<k::tanh1>(x, y, p.n); return;
+    case UnaryKind::rsqrt: k::unary<k::rsqrt1>(x, y, p.n); return;
+    case UnaryKind::silu: k::unary<k::silu1>(x, y, p.n); return;
+    case UnaryKind::square: k::unary<k::square1>(x, y, p.n); return;
+    case UnaryKind::cube: k::unary<k::cube1>(x, y, p.n); return;
+    case UnaryKind::sqrt: k::unary<k::sqrt1>(x, y, p.n); return;
+    case UnaryKind::reciprocal: k::unary<k::reciprocal1>(x, y, p.n); return;
+    case UnaryKind::inv_square: k::unary<k::inv_square1>(x, y, p.n); return;
+    case UnaryKind::copy: k::unary<k::identity1>(x, y, p.n); return;
+    case UnaryKind::one: k::unary<k::one1>(x, y, p.n); return;
     }
 }
 
@@ -51,14 +82,9 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
             if constexpr (std::is_same_v<P, MatMulPlan>) {
                 detail::run_matmul(p, inputs, outputs);
             } else if constexpr (std::is_same_v<P, BinaryPlan>) {
-                if (p.kind == BinaryKind::add) k::add(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
-                else k::mul(inputs[p.full], inputs[p.rep], outputs[0], p.outer, p.inner);
+                detail::run_binary(p, inputs[0], inputs[1], outputs[0]);
             } else if constexpr (std::is_same_v<P, UnaryPlan>) {
-                switch (p.kind) {
-                case UnaryKind::relu: k::relu(inputs[0], outputs[0], p.n); break;
-                case UnaryKind::gelu_tanh: k::gelu_tanh(inputs[0], outputs[0], p.n); break;
-                case UnaryKind::gelu_erf: k::gelu_erf(inputs[0], outputs[0], p.n); break;
-                }
+                detail::run_unary(p, inputs[0], outputs[0]);
             } else if constexpr (std::is_same_v<P, SoftmaxPlan>) {
                 k::softmax(inputs[0], outputs[0], p.rows, p.cols);
             } else if constexpr (std::is_same_v<P, LayerNormPlan>) {

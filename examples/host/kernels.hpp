@@ -8,9 +8,9 @@
 // generator with it.
 //
 // Arrays are dense and row-major, except the matmul operands, read through element strides.
-// Outputs do not overlap inputs (__restrict), except in add, mul, relu, gelu_tanh, gelu_erf and
-// softmax, whose output may be exactly an input of the same size (in place; see plan.hpp): they
-// read every element before they write the same index, and take no __restrict pointers.
+// Outputs do not overlap inputs (__restrict), except in the elementwise kernels (binary, unary)
+// and softmax, whose output may be exactly an input of the same size (in place; see plan.hpp):
+// they read every element before they write the same index, and take no __restrict pointers.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +29,18 @@ inline float relu1(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0.0 sta
 inline float gelu_tanh1(float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
 inline float gelu_erf1(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
 inline float identity1(float v) { return v; }
+inline float neg1(float v) { return -v; }
+inline float tanh1(float v) {  // +-1 above 8.664339742, as torch's (Sleef's) tanh
+    return std::abs(v) > 8.664339742f ? std::copysign(1.0f, v) : std::tanh(v);
+}
+inline float rsqrt1(float v) { return 1.0f / std::sqrt(v); }                // as torch's: exact
+inline float silu1(float v) { return v / (1.0f + std::exp(-v)); }           // torch's formula
+inline float square1(float v) { return v * v; }                             // pow(v, 2), as torch's
+inline float cube1(float v) { return v * v * v; }                           // pow(v, 3)
+inline float sqrt1(float v) { return std::sqrt(v); }                        // pow(v, 0.5)
+inline float reciprocal1(float v) { return 1.0f / v; }                      // pow(v, -1)
+inline float inv_square1(float v) { return 1.0f / (v * v); }                // pow(v, -2)
+inline float one1(float) { return 1.0f; }                                   // pow(v, 0)
 
 /// What a matmul does with an element of c once its sum is complete: nothing.
 struct NoEpilogue {
@@ -91,45 +103,72 @@ inline void batch_matmul(const float* __restrict a, const float* __restrict b, f
     for (idx t = 0; t < batch; ++t) matmul(a + t * sab, b + t * sbb, c + t * m * n, m, k, n, sam, sak, sbk, sbn, epi);
 }
 
-/// y[o * inner + i] = op(full[o * inner + i], rep[i]); y may be full, or rep when rep has y's
-/// size. In place (y == full) the loop reads y itself: an exact alias then needs no run-time
-/// overlap check to vectorise (Clang's check fails for it and runs the scalar loop).
+/// One run of a broadcast binary op: y[i] = op(a[i * ia], b[i * ib]) for n elements, ia and ib 0
+/// or 1. Where a (or b) is y itself (in place), the loop reads y: an exact alias then needs no
+/// run-time overlap check to vectorise (Clang's check fails for it and runs the scalar loop).
 template <class Op>
-inline void broadcast_binary(const float* full, const float* rep, float* y, idx outer, idx inner, Op op) {
-    if (inner == 1) {
-        const float s = rep[0];
-        if (full == y)
-            for (idx i = 0; i < outer; ++i) y[i] = op(y[i], s);
+inline void binary_run(const float* a, idx ia, const float* b, idx ib, float* y, idx n, Op op) {
+    if (ia == 1 && ib == 1) {
+        if (a == y)
+            for (idx i = 0; i < n; ++i) y[i] = op(y[i], b[i]);
+        else if (b == y)
+            for (idx i = 0; i < n; ++i) y[i] = op(a[i], y[i]);
         else
-            for (idx i = 0; i < outer; ++i) y[i] = op(full[i], s);
-        return;
-    }
-    if (full == y) {
-        for (idx o = 0; o < outer; ++o)
-            for (idx i = 0; i < inner; ++i) y[o * inner + i] = op(y[o * inner + i], rep[i]);
+            for (idx i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
+    } else if (ia == 1) {
+        const float s = b[0];
+        if (a == y)
+            for (idx i = 0; i < n; ++i) y[i] = op(y[i], s);
+        else
+            for (idx i = 0; i < n; ++i) y[i] = op(a[i], s);
+    } else if (ib == 1) {
+        const float s = a[0];
+        if (b == y)
+            for (idx i = 0; i < n; ++i) y[i] = op(s, y[i]);
+        else
+            for (idx i = 0; i < n; ++i) y[i] = op(s, b[i]);
     } else {
-        for (idx o = 0; o < outer; ++o)
-            for (idx i = 0; i < inner; ++i) y[o * inner + i] = op(full[o * inner + i], rep[i]);
+        const float v = op(a[0], b[0]);
+        for (idx i = 0; i < n; ++i) y[i] = v;
     }
 }
 
-/// y[o * inner + i] = full[o * inner + i] + rep[i] (see broadcast_binary).
-inline void add(const float* full, const float* rep, float* y, idx outer, idx inner) {
-    broadcast_binary(full, rep, y, outer, inner, [](float u, float v) { return u + v; });
+/// y = op(a, b) broadcast (plan.hpp's BinaryPlan): y dense of dims `dims`, a and b read with the
+/// element strides sa and sb along them (0: broadcast; the last 0 or 1). The outer dims are walked
+/// in order, the last one a run at a time. y may be a or b where that operand has y's shape.
+template <class Op>
+inline void broadcast_binary(const float* a, const float* b, float* y, const std::vector<std::int64_t>& dims,
+                             const std::vector<std::int64_t>& sa, const std::vector<std::int64_t>& sb, Op op) {
+    const std::size_t r = dims.size();
+    const idx inner = dims[r - 1];
+    std::vector<idx> pos(r, 0);
+    idx oa = 0, ob = 0;  // offsets of the current run in a and b
+    for (float* out = y;;) {
+        binary_run(a + oa, sa[r - 1], b + ob, sb[r - 1], out, inner, op);
+        out += inner;
+        std::size_t d = r - 1;  // odometer over the outer dims
+        for (;;) {
+            if (d == 0) return;
+            --d;
+            oa += sa[d], ob += sb[d];
+            if (++pos[d] < dims[d]) break;
+            oa -= sa[d] * dims[d], ob -= sb[d] * dims[d];
+            pos[d] = 0;
+        }
+    }
 }
 
-/// y[o * inner + i] = full[o * inner + i] * rep[i] (see broadcast_binary).
-inline void mul(const float* full, const float* rep, float* y, idx outer, idx inner) {
-    broadcast_binary(full, rep, y, outer, inner, [](float u, float v) { return u * v; });
-}
-
-/// y[i] = relu1(x[i]); y may be x (then read through y, as in broadcast_binary).
-inline void relu(const float* x, float* y, idx n) {
+/// y[i] = f(x[i]); y may be x (then read through y, as in binary_run).
+template <float (*F)(float)>
+inline void unary(const float* x, float* y, idx n) {
     if (x == y)
-        for (idx i = 0; i < n; ++i) y[i] = relu1(y[i]);
+        for (idx i = 0; i < n; ++i) y[i] = F(y[i]);
     else
-        for (idx i = 0; i < n; ++i) y[i] = relu1(x[i]);
+        for (idx i = 0; i < n; ++i) y[i] = F(x[i]);
 }
+
+/// y[i] = relu1(x[i]); y may be x.
+inline void relu(const float* x, float* y, idx n) { unary<relu1>(x, y, n); }
 
 /// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float; y may be x.
 inline void gelu_tanh(const float* x, float* y, idx n) {

@@ -12,10 +12,11 @@
 // `offset`): their pointer is the address of the view's first element, and element (i0, i1, ..)
 // is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs are always dense.
 //
-// No output overlaps an input, with one exception: Add, Mul, Relu, Gelu and SoftmaxV2 may run in
-// place, an output pointer equal to an input pointer whose tensor has the output's shape (torch's
-// add_, mul_, relu_, `_softmax.out(x, out=x)`); their kernels read each element before writing
-// the same index, so the result is the out-of-place one. A partial overlap is never allowed.
+// No output overlaps an input, with one exception: the elementwise ops (Add, Sub, Mul, RealDiv,
+// Relu, Gelu, Neg, Tanh, Rsqrt, Swish, Power) and SoftmaxV2 may run in place, an output pointer
+// equal to an input pointer whose tensor has the output's shape (torch's add_, mul_, relu_,
+// `_softmax.out(x, out=x)`); their kernels read each element before writing the same index, so the
+// result is the out-of-place one. A partial overlap is never allowed.
 // Absent (null) slots and value-dependent inputs whose values are baked into the kernel
 // (Transpose's perm) are not read: their pointer may be null.
 #pragma once
@@ -38,12 +39,36 @@
 
 namespace skc_host {
 
-/// The activations of Relu, Gelu and FusedMatMul, applied per element in float:
+/// The per-element functions of the unary ops, applied in float. The activations of Relu, Gelu
+/// and FusedMatMul (FusedMatMul has only these three):
 ///   relu       v < 0 ? 0 : v   (NaN and -0.0 stay, as torch's)
 ///   gelu_tanh  0.5 v (1 + tanh(0.7978845608 (v + 0.044715 v^3)))   (Gelu's default)
 ///   gelu_erf   0.5 v (1 + erf(v * 0.70710678118654752))            (Gelu approximate "none")
-/// (the generated kernels compute the GELUs in torch's own forms: codegen.hpp, vector_prelude()).
-enum class UnaryKind { relu, gelu_tanh, gelu_erf };
+/// (the generated kernels compute the GELUs in torch's own forms: codegen.hpp, vector_prelude());
+/// Neg, Tanh, Rsqrt and Swish (scale 1, torch's silu):
+///   neg        -v
+///   tanh       tanh(v)              (+-1 above 8.664339742, as torch's Sleef tanh)
+///   rsqrt      1 / sqrt(v)          (two correctly rounded steps, as torch's: exact)
+///   silu       v / (1 + e^(-v))     (torch's formula: -0.0 below -88.72, NaN at -inf)
+/// and Power with scale 1, shift 0 and one of the exponents torch computes without pow():
+///   square v v (2), cube v v v (3), sqrt (0.5), rsqrt (-0.5), reciprocal 1 / v (-1),
+///   inv_square 1 / (v v) (-2), copy v (1), one 1 (0: 1 even for NaN, as torch fills it).
+enum class UnaryKind {
+    relu,
+    gelu_tanh,
+    gelu_erf,
+    neg,
+    tanh,
+    rsqrt,
+    silu,
+    square,
+    cube,
+    sqrt,
+    reciprocal,
+    inv_square,
+    copy,
+    one
+};
 
 /// How a matmul operand is read: element strides along its batch, its outer dim (M for the first
 /// operand, N for the second) and K, after the transpose attr is applied. A dense [M, K] has
@@ -67,18 +92,23 @@ struct MatMulPlan {
     std::optional<UnaryKind> activation;
 };
 
-enum class BinaryKind { add, mul };
+/// Add x1 + x2, Sub x1 - x2, Mul x1 * x2, RealDiv x1 / x2 (in float; the operands in this order).
+enum class BinaryKind { add, sub, mul, div };
 
-/// Add / Mul: y[o * inner + i] = full[o * inner + i] (op) rep[i]. `full` is the input with the
-/// output's shape, `rep` the other one (same shape: inner = all; a scalar: inner = 1; trailing dims
-/// of the full one: inner = their product).
+/// Add / Sub / Mul / RealDiv of two dense operands under NumPy broadcasting. y (dense, the
+/// broadcast shape) is seen as the dims `dims` (the output's dims with those of size 1 dropped and
+/// neighbours merged where both operands step through them alike), and the operands through their
+/// element strides along them, `a` for x1 and `b` for x2: 0 where the operand is broadcast, else
+/// its dense stride. y[i0, i1, ..] = x1[i0 * a0 + i1 * a1 + ..] (op) x2[i0 * b0 + i1 * b1 + ..].
+/// The innermost strides are 0 or 1. Equal shapes are one dim of every element, strides 1 and 1;
+/// a scalar x2 is strides 1 and 0.
 struct BinaryPlan {
     BinaryKind kind = BinaryKind::add;
-    std::int64_t outer = 1, inner = 1;
-    std::size_t full = 0, rep = 1;  // input slots
+    std::vector<std::int64_t> dims;  // at least one; the product is y's element count
+    std::vector<std::int64_t> a, b;  // element strides of x1 and x2 along dims
 };
 
-/// Relu / Gelu: y[i] = act(x[i]) for n elements.
+/// The unary ops: y[i] = f(x[i]) for n elements, f of UnaryKind.
 struct UnaryPlan {
     UnaryKind kind = UnaryKind::relu;
     std::int64_t n = 0;
@@ -340,35 +370,52 @@ inline MatMulPlan plan_matmul(const skc::OpRecord& op, MatMulOp kind) {
     return p;
 }
 
-/// `small` repeats in `big` when, without its leading 1s, it equals the trailing dims of `big`.
-inline bool repeats_in(const skc::RuntimeShape& small, const skc::RuntimeShape& big) {
-    std::size_t first = 0;
-    while (first < small.rank() && small[first] == 1) ++first;
-    const std::size_t r = small.rank() - first;
-    if (r > big.rank()) return false;
-    for (std::size_t i = 0; i < r; ++i)
-        if (small[first + i] != big[big.rank() - r + i]) return false;
-    return true;
+/// The element strides of a dense `t` along the dims of `y` (t's dims aligned to y's last ones):
+/// 0 where t has no such dim or a 1 for y's larger size.
+inline std::vector<std::int64_t> broadcast_strides(const skc::RuntimeShape& t, const skc::RuntimeShape& y) {
+    std::vector<std::int64_t> st(y.rank(), 0);
+    std::int64_t acc = 1;
+    for (std::size_t k = 0; k < t.rank(); ++k) {
+        const std::size_t dt = t.rank() - 1 - k, dy = y.rank() - 1 - k;
+        if (t[dt] != 1) st[dy] = acc;
+        acc *= t[dt];
+    }
+    return st;
 }
 
 inline BinaryPlan plan_binary(const skc::OpRecord& op, BinaryKind kind) {
-    const skc::TensorDesc& a = in(op, 0);
-    const skc::TensorDesc& b = in(op, 1);
+    const skc::TensorDesc& x1 = in(op, 0);
+    const skc::TensorDesc& x2 = in(op, 1);
     no_more(op.inputs, 2, "inputs", "only two inputs are supported");
     no_more(op.outputs, 1, "outputs", "only one output is supported");
-    const skc::TensorDesc& y = out(op, 0);
+    // The broadcast shape: x1's and x2's dims aligned to the last, each pair equal or one of them 1.
+    const std::size_t r = std::max(x1.shape.rank(), x2.shape.rank());
+    skc::RuntimeShape want;
+    for (std::size_t d = 0; d < r; ++d) {
+        const std::int64_t u = d + x1.shape.rank() < r ? 1 : x1.shape[d + x1.shape.rank() - r];
+        const std::int64_t v = d + x2.shape.rank() < r ? 1 : x2.shape[d + x2.shape.rank() - r];
+        if (u != v && u != 1 && v != 1)
+            unsupported("shapes " + dims_str(x1.shape) + " and " + dims_str(x2.shape) + " do not broadcast");
+        want.push_back(u == 1 ? v : u);
+    }
+    expect_shape(op, 0, want);
+    const std::vector<std::int64_t> sa = broadcast_strides(x1.shape, want), sb = broadcast_strides(x2.shape, want);
     BinaryPlan p;
     p.kind = kind;
-    if (y.shape == a.shape && repeats_in(b.shape, a.shape)) {
-        p.full = 0, p.rep = 1;
-    } else if (y.shape == b.shape && repeats_in(a.shape, b.shape)) {
-        p.full = 1, p.rep = 0;  // both ops commute exactly
-    } else {
-        unsupported("shapes " + dims_str(a.shape) + " and " + dims_str(b.shape) + " -> " + dims_str(y.shape) +
-                    ": only equal shapes, a scalar, or trailing-dim broadcast are supported");
+    // Dims of size 1 dropped; a dim merged into the one before it where both operands step from
+    // one into the other as through a single dim (a stride = the next one's stride times its size).
+    for (std::size_t d = 0; d < r; ++d) {
+        if (want[d] == 1) continue;
+        if (!p.dims.empty() && p.a.back() == sa[d] * want[d] && p.b.back() == sb[d] * want[d]) {
+            p.dims.back() *= want[d];
+            p.a.back() = sa[d], p.b.back() = sb[d];
+            continue;
+        }
+        p.dims.push_back(want[d]);
+        p.a.push_back(sa[d]);
+        p.b.push_back(sb[d]);
     }
-    p.inner = count(p.rep == 1 ? b.shape : a.shape);
-    p.outer = count(y.shape) / p.inner;
+    if (p.dims.empty()) p.dims = {1}, p.a = {0}, p.b = {0};  // one element
     return p;
 }
 
@@ -386,6 +433,38 @@ inline UnaryKind gelu_kind(const skc::OpRecord& op) {
     if (!a || *a == "tanh") return UnaryKind::gelu_tanh;
     if (*a == "none") return UnaryKind::gelu_erf;
     unsupported("attr approximate " + skc::detail::quote(*a, 64) + " is not supported (none or tanh)");
+}
+
+/// Float attr `name`, or `dflt` when absent.
+inline double float_attr(const skc::OpRecord& op, std::string_view name, double dflt) {
+    const skc::Attr* a = find_attr(op, name);
+    if (a == nullptr || a->value.is_null()) return dflt;
+    if (!a->value.is_number()) unsupported("attr " + std::string(name) + " is not a number");
+    return a->value.as_double();
+}
+
+/// Swish: y = x / (1 + e^(-scale x)); only scale 1 (SiLU) is supported.
+inline UnaryKind swish_kind(const skc::OpRecord& op) {
+    if (const double scale = float_attr(op, "scale", 1.0); scale != 1.0)
+        unsupported("attr scale " + std::to_string(scale) + " is not supported (only 1)");
+    return UnaryKind::silu;
+}
+
+/// Power: y = (scale x + shift)^power; only scale 1, shift 0 and the powers torch computes
+/// without pow() (2, 3, 0.5, -0.5, -1, -2, 1, 0: UnaryKind) are supported.
+inline UnaryKind power_kind(const skc::OpRecord& op) {
+    if (float_attr(op, "scale", 1.0) != 1.0 || float_attr(op, "shift", 0.0) != 0.0)
+        unsupported("attrs scale and shift must be 1 and 0");
+    const double e = float_attr(op, "power", 1.0);
+    if (e == 2.0) return UnaryKind::square;
+    if (e == 3.0) return UnaryKind::cube;
+    if (e == 0.5) return UnaryKind::sqrt;
+    if (e == -0.5) return UnaryKind::rsqrt;
+    if (e == -1.0) return UnaryKind::reciprocal;
+    if (e == -2.0) return UnaryKind::inv_square;
+    if (e == 1.0) return UnaryKind::copy;
+    if (e == 0.0) return UnaryKind::one;
+    unsupported("attr power " + std::to_string(e) + " is not supported (2, 3, 0.5, -0.5, -1, -2, 1 or 0)");
 }
 
 /// The normalised axis list of attr `name` must be exactly {rank - 1} (absent means `dflt`).
@@ -504,7 +583,8 @@ inline TransposePlan plan_transpose(const skc::OpRecord& op) {
 
 /// The op types analyze() supports, as its reason for any other type lists them.
 inline constexpr std::string_view supported_op_types =
-    "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, Relu, Gelu, SoftmaxV2, LayerNorm, LayerNormV3, Transpose";
+    "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Sub, Mul, RealDiv, Relu, Gelu, Neg, Tanh, Rsqrt, Swish, "
+    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose";
 
 /// The plan of `op`, or why the host kernels do not support it.
 inline Analysis analyze(const skc::OpRecord& op) {
@@ -515,8 +595,15 @@ inline Analysis analyze(const skc::OpRecord& op) {
         else if (t == "BatchMatMulV2") p = detail::plan_matmul(op, detail::MatMulOp::batch_matmul);
         else if (t == "FusedMatMul") p = detail::plan_matmul(op, detail::MatMulOp::fused_matmul);
         else if (t == "Add") p = detail::plan_binary(op, BinaryKind::add);
+        else if (t == "Sub") p = detail::plan_binary(op, BinaryKind::sub);
         else if (t == "Mul") p = detail::plan_binary(op, BinaryKind::mul);
+        else if (t == "RealDiv") p = detail::plan_binary(op, BinaryKind::div);
         else if (t == "Relu") p = detail::plan_unary(op, UnaryKind::relu);
+        else if (t == "Neg") p = detail::plan_unary(op, UnaryKind::neg);
+        else if (t == "Tanh") p = detail::plan_unary(op, UnaryKind::tanh);
+        else if (t == "Rsqrt") p = detail::plan_unary(op, UnaryKind::rsqrt);
+        else if (t == "Swish") p = detail::plan_unary(op, detail::swish_kind(op));
+        else if (t == "Power") p = detail::plan_unary(op, detail::power_kind(op));
         else if (t == "Gelu") p = detail::plan_unary(op, detail::gelu_kind(op));
         else if (t == "SoftmaxV2") p = detail::plan_softmax(op);
         else if (t == "LayerNorm") p = detail::plan_layer_norm(op, false);
