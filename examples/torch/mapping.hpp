@@ -44,14 +44,21 @@ enum class OpType : std::uint8_t {
     Gelu,
     SoftmaxV2,
     LayerNormV3,
-    Transpose
+    Transpose,
+    Sub,
+    RealDiv,
+    Neg,
+    Tanh,
+    Rsqrt,
+    Swish,
+    Power
 };
-inline constexpr std::size_t op_type_count = 10;
+inline constexpr std::size_t op_type_count = 17;
 
 constexpr std::string_view name(OpType t) noexcept {
     constexpr std::array<std::string_view, op_type_count> names{
-        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add",         "Mul",
-        "Relu",     "Gelu",        "SoftmaxV2",     "LayerNormV3", "Transpose"};
+        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add",         "Mul",       "Relu", "Gelu",  "SoftmaxV2", "LayerNormV3",
+        "Transpose", "Sub",        "RealDiv",       "Neg",         "Tanh",      "Rsqrt", "Swish", "Power"};
     return names[static_cast<std::size_t>(t)];
 }
 
@@ -67,7 +74,14 @@ enum class Aten : std::uint8_t {
     gelu,
     softmax,
     native_layer_norm,
-    clone
+    clone,
+    sub,
+    div,
+    neg,
+    tanh,
+    rsqrt,
+    silu,
+    pow
 };
 
 constexpr OpType op_type_of(Aten a) noexcept {
@@ -83,6 +97,13 @@ constexpr OpType op_type_of(Aten a) noexcept {
     case Aten::softmax: return OpType::SoftmaxV2;
     case Aten::native_layer_norm: return OpType::LayerNormV3;
     case Aten::clone: return OpType::Transpose;
+    case Aten::sub: return OpType::Sub;
+    case Aten::div: return OpType::RealDiv;
+    case Aten::neg: return OpType::Neg;
+    case Aten::tanh: return OpType::Tanh;
+    case Aten::rsqrt: return OpType::Rsqrt;
+    case Aten::silu: return OpType::Swish;
+    case Aten::pow: return OpType::Power;
     }
     return OpType::MatMulV2;
 }
@@ -106,7 +127,7 @@ struct Call {
     std::size_t n = 0;             // how many of t are used
     std::int64_t i0 = 0;           // softmax: dim; layer norm: number of normalized dims;
                                    // gelu: 1 for tanh; addmm_activation: 1 for gelu
-    double f0 = 0;                 // layer norm: eps
+    double f0 = 0;                 // layer norm: eps; pow: the exponent
 };
 
 /// Dense row-major (torch's is_contiguous: strides of size-1 dims do not matter; no elements is dense).
@@ -126,7 +147,7 @@ inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.s
 constexpr bool uses_i0(Aten a) noexcept {
     return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm;
 }
-constexpr bool uses_f0(Aten a) noexcept { return a == Aten::native_layer_norm; }
+constexpr bool uses_f0(Aten a) noexcept { return a == Aten::native_layer_norm || a == Aten::pow; }
 
 /// The call's raw arguments as a key: the op, every tensor's sizes and strides (none for a tensor
 /// marked dense: an empty list, which no non-dense tensor has), the attributes the op's records
@@ -294,22 +315,29 @@ inline std::optional<std::vector<std::int64_t>> broadcast(Dims a, Dims b) {
     return out;
 }
 
-/// add(self, other), add_, mul(self, other), mul_.
+/// add(self, other), add_, sub, sub_, mul, mul_, div, div_ (true division): x1 = self, x2 = other,
+/// any broadcast of the two.
 inline skc::OpRecord binary(const Call& c) {
     const TensorArg& a = dense_input(c, 0, "self");
     const TensorArg& b = dense_input(c, 1, "other");
     const auto y = broadcast(a.sizes, b.sizes);
     if (!y) unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not broadcast");
-    return op(c.aten == Aten::add ? "Add" : "Mul", {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)},
+    return op(std::string(name(op_type_of(c.aten))), {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)},
               {dense("y", 0, *y)}, {});
 }
 
-/// relu(self), relu_, gelu(self, approximate).
+/// relu(self), relu_, gelu(self, approximate), neg, neg_, tanh, tanh_, rsqrt, rsqrt_, silu, silu_
+/// (Swish with scale 1, as the original's Swish has it), pow(self, exponent) with a number (Power
+/// with power = the exponent, scale 1, shift 0).
 inline skc::OpRecord unary(const Call& c) {
     const TensorArg& x = dense_input(c, 0, "self");
-    if (c.aten == Aten::relu) return op("Relu", {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)}, {});
-    return op("Gelu", {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)},
-              {attr("approximate", "str", 0, c.i0 != 0 ? "tanh" : "none")});
+    std::vector<skc::Attr> attrs;
+    if (c.aten == Aten::gelu) attrs.push_back(attr("approximate", "str", 0, c.i0 != 0 ? "tanh" : "none"));
+    if (c.aten == Aten::silu) attrs.push_back(attr("scale", "float", 0, 1.0));
+    if (c.aten == Aten::pow)
+        attrs = {attr("power", "float", 0, c.f0), attr("scale", "float", 1, 1.0), attr("shift", "float", 2, 0.0)};
+    return op(std::string(name(op_type_of(c.aten))), {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)},
+              std::move(attrs));
 }
 
 /// _softmax(self, dim, half_to_float=false) and _softmax.out; dim already wrapped to [0, rank).
@@ -392,9 +420,16 @@ inline Description describe(const Call& c) {
         case Aten::addmm_activation: d.record = detail::matmul(c); break;
         case Aten::bmm: d.record = detail::batch_matmul(c); break;
         case Aten::add:
-        case Aten::mul: d.record = detail::binary(c); break;
+        case Aten::sub:
+        case Aten::mul:
+        case Aten::div: d.record = detail::binary(c); break;
         case Aten::relu:
-        case Aten::gelu: d.record = detail::unary(c); break;
+        case Aten::gelu:
+        case Aten::neg:
+        case Aten::tanh:
+        case Aten::rsqrt:
+        case Aten::silu:
+        case Aten::pow: d.record = detail::unary(c); break;
         case Aten::softmax: d.record = detail::softmax(c); break;
         case Aten::native_layer_norm: d.record = detail::layer_norm(c); break;
         case Aten::clone: d.record = detail::transpose(c); break;

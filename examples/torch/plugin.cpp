@@ -8,8 +8,9 @@
 //   torch.ops.skc.counters() -> str     per op type: static, stock, recorded, unsupported calls
 //   torch.ops.skc.disable()             stock kernels again, nothing recorded
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
-// add_, mul, mul_, relu, relu_, gelu, _softmax (and its out=), native_layer_norm and clone, as CPU
-// extensions that replace aten kernels do. While the plugin is off, each override calls the stock
+// add_, sub, sub_, mul, mul_, div, div_ (true division), relu, relu_, gelu, neg, neg_, tanh, tanh_,
+// rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and pow_, _softmax (and its out=),
+// native_layer_norm and clone, as CPU extensions that replace aten kernels do. While the plugin is off, each override calls the stock
 // kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
 // its raw arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the
 // op as an skc::OpRecord once and remembers its digest (skc::CallMap). While recording, a new op
@@ -25,11 +26,18 @@
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/bmm_cpu_dispatch.h>
 #include <ATen/ops/clone_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_cpu_dispatch.h>
+#include <ATen/ops/neg_cpu_dispatch.h>
+#include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/relu_cpu_dispatch.h>
+#include <ATen/ops/rsqrt_cpu_dispatch.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
+#include <ATen/ops/tanh_cpu_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -715,11 +723,12 @@ at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& 
     return stock(d, [&]() -> at::Tensor& { return at::cpu::bmm_outf(self, mat2, result); });
 }
 
-// Elementwise ops: add and mul, out of place and in place.
+// Elementwise ops: add, sub, mul and div, out of place and in place.
 
-constexpr const char* binary_why = "a tensor is not a plain float32 tensor, or alpha is not 1";
+constexpr const char* binary_why =
+    "a tensor is not a plain float32 tensor, or alpha is not 1, or a rounding mode is given";
 
-/// The second operand of add and mul: a float32 tensor, or a Python number (a wrapped 0-dim
+/// The second operand of add, sub, mul and div: a float32 tensor, or a Python number (a wrapped 0-dim
 /// tensor, which torch casts to self's float32): then described as a 0-dim float tensor, and the
 /// kernel reads the number as a float.
 struct Other {
@@ -780,11 +789,32 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& al
     return binary_<Aten::add>(self, other, is_one(alpha),
                               [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); });
 }
+at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    return binary<Aten::sub>(self, other, is_one(alpha), [&] { return at::cpu::sub(self, other, alpha); });
+}
+at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    return binary_<Aten::sub>(self, other, is_one(alpha),
+                              [&]() -> at::Tensor& { return at::cpu::sub_(self, other, alpha); });
+}
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
     return binary<Aten::mul>(self, other, true, [&] { return at::cpu::mul(self, other); });
 }
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
     return binary_<Aten::mul>(self, other, true, [&]() -> at::Tensor& { return at::cpu::mul_(self, other); });
+}
+at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
+    return binary<Aten::div>(self, other, true, [&] { return at::cpu::div(self, other); });
+}
+at::Tensor& div_(at::Tensor& self, const at::Tensor& other) {
+    return binary_<Aten::div>(self, other, true, [&]() -> at::Tensor& { return at::cpu::div_(self, other); });
+}
+/// div with rounding_mode: true division (RealDiv) only without one.
+at::Tensor div_mode(const at::Tensor& self, const at::Tensor& other, c10::optional<c10::string_view> mode) {
+    return binary<Aten::div>(self, other, !mode.has_value(), [&] { return at::cpu::div(self, other, mode); });
+}
+at::Tensor& div_mode_(at::Tensor& self, const at::Tensor& other, c10::optional<c10::string_view> mode) {
+    return binary_<Aten::div>(self, other, !mode.has_value(),
+                              [&]() -> at::Tensor& { return at::cpu::div_(self, other, mode); });
 }
 
 // Activations and rows.
@@ -810,6 +840,75 @@ at::Tensor& relu_(at::Tensor& self) {
         return self;
     }
     return stock(d, [&]() -> at::Tensor& { return at::cpu::relu_(self); });
+}
+
+/// y = f(self), dense: neg, tanh, rsqrt, silu, and pow by a number (`f0` the exponent).
+template <Aten A, class Stock>
+at::Tensor unary(const at::Tensor& self, Stock&& stock_fn, bool describable = true, double f0 = 0,
+                 const char* why_not = "self is not a plain float32 tensor") {
+    if (!intercept()) return stock_fn();
+    const Call c{A, {arg(self)}, 1, 0, f0};
+    const Decision d = Plugin::get().decide(describable && f32(self), c, why_not);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(self.sizes());
+        run(d, {in(self)}, {out(y)});
+        return y;
+    }
+    return stock(d, stock_fn);
+}
+
+/// self = f(self), in place.
+template <Aten A, class Stock>
+at::Tensor& unary_(at::Tensor& self, Stock&& stock_fn, bool describable = true, double f0 = 0,
+                   const char* why_not = "self is not a plain float32 tensor") {
+    if (!intercept()) return stock_fn();
+    const Call c{A, {arg(self)}, 1, 0, f0};
+    const Decision d = Plugin::get().decide(describable && f32(self), c, why_not);
+    if (d.kernel != nullptr) {  // the kernel needs a dense self, so it is one
+        run(d, {in(self)}, {out(self)});
+        return self;
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor neg(const at::Tensor& self) {
+    return unary<Aten::neg>(self, [&] { return at::cpu::neg(self); });
+}
+at::Tensor& neg_(at::Tensor& self) {
+    return unary_<Aten::neg>(self, [&]() -> at::Tensor& { return at::cpu::neg_(self); });
+}
+at::Tensor tanh(const at::Tensor& self) {
+    return unary<Aten::tanh>(self, [&] { return at::cpu::tanh(self); });
+}
+at::Tensor& tanh_(at::Tensor& self) {
+    return unary_<Aten::tanh>(self, [&]() -> at::Tensor& { return at::cpu::tanh_(self); });
+}
+at::Tensor rsqrt(const at::Tensor& self) {
+    return unary<Aten::rsqrt>(self, [&] { return at::cpu::rsqrt(self); });
+}
+at::Tensor& rsqrt_(at::Tensor& self) {
+    return unary_<Aten::rsqrt>(self, [&]() -> at::Tensor& { return at::cpu::rsqrt_(self); });
+}
+at::Tensor silu(const at::Tensor& self) {
+    return unary<Aten::silu>(self, [&] { return at::cpu::silu(self); });
+}
+at::Tensor& silu_(at::Tensor& self) {
+    return unary_<Aten::silu>(self, [&]() -> at::Tensor& { return at::cpu::silu_(self); });
+}
+
+/// pow's exponent as a double when it is a real number (an integer is exact up to 2^53; only
+/// small ones are supported: host plan.hpp's Power).
+constexpr const char* pow_why = "self is not a plain float32 tensor, or the exponent is not a real number";
+bool real_exponent(const at::Scalar& e) { return e.isFloatingPoint() || e.isIntegral(false); }
+double exponent_of(const at::Scalar& e) { return real_exponent(e) ? e.toDouble() : 0.0; }
+
+at::Tensor pow(const at::Tensor& self, const at::Scalar& exponent) {
+    return unary<Aten::pow>(self, [&] { return at::cpu::pow(self, exponent); }, real_exponent(exponent),
+                            exponent_of(exponent), pow_why);
+}
+at::Tensor& pow_(at::Tensor& self, const at::Scalar& exponent) {
+    return unary_<Aten::pow>(self, [&]() -> at::Tensor& { return at::cpu::pow_(self, exponent); },
+                             real_exponent(exponent), exponent_of(exponent), pow_why);
 }
 
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
@@ -971,11 +1070,27 @@ TORCH_LIBRARY_IMPL(aten, CPU, m) {
     m.impl("bmm.out", &skc_torch::bmm_out);
     m.impl("add.Tensor", &skc_torch::add);
     m.impl("add_.Tensor", &skc_torch::add_);
+    m.impl("sub.Tensor", &skc_torch::sub);
+    m.impl("sub_.Tensor", &skc_torch::sub_);
     m.impl("mul.Tensor", &skc_torch::mul);
     m.impl("mul_.Tensor", &skc_torch::mul_);
+    m.impl("div.Tensor", &skc_torch::div);
+    m.impl("div_.Tensor", &skc_torch::div_);
+    m.impl("div.Tensor_mode", &skc_torch::div_mode);
+    m.impl("div_.Tensor_mode", &skc_torch::div_mode_);
     m.impl("relu", &skc_torch::relu);
     m.impl("relu_", &skc_torch::relu_);
     m.impl("gelu", &skc_torch::gelu);
+    m.impl("neg", &skc_torch::neg);
+    m.impl("neg_", &skc_torch::neg_);
+    m.impl("tanh", &skc_torch::tanh);
+    m.impl("tanh_", &skc_torch::tanh_);
+    m.impl("rsqrt", &skc_torch::rsqrt);
+    m.impl("rsqrt_", &skc_torch::rsqrt_);
+    m.impl("silu", &skc_torch::silu);
+    m.impl("silu_", &skc_torch::silu_);
+    m.impl("pow.Tensor_Scalar", &skc_torch::pow);
+    m.impl("pow_.Scalar", &skc_torch::pow_);
     m.impl("_softmax", &skc_torch::softmax);
     m.impl("_softmax.out", &skc_torch::softmax_out);
     m.impl("native_layer_norm", &skc_torch::native_layer_norm);

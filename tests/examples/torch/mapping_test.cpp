@@ -198,30 +198,37 @@ Vec random_sizes(std::size_t rank, std::int64_t hi, std::int64_t lo = 1) {
     return s;
 }
 
+/// A random broadcast of `full`: leading dims dropped, others made 1, or `full` itself.
+Vec broadcast_of(const Vec& full) {
+    if (pick(0, 2) == 0) return full;
+    Vec s(full.begin() + pick(0, static_cast<std::int64_t>(full.size())), full.end());
+    for (auto& v : s)
+        if (pick(0, 1) == 1) v = 1;
+    return s;
+}
+
 Case binary_case(Aten a) {
     Case c;
     c.call.aten = a;
-    const Vec full = random_sizes(static_cast<std::size_t>(pick(1, 3)), 7);
-    Vec other = full;
-    switch (pick(0, 3)) {
-    case 0: break;
-    case 1: other = Vec(full.end() - 1, full.end()); break;  // trailing broadcast
-    case 2: other = {}; break;                               // a 0-dim tensor
-    default: other = Vec(full.size(), 1); other.back() = full.back();
-    }
-    const bool swap = pick(0, 1) == 1;  // the broadcast one first
-    Strided x = dense(swap ? other : full), y = dense(swap ? full : other);
+    // Any NumPy broadcast: each operand a broadcast of the output's shape (equal, a 0-dim tensor,
+    // trailing dims, [B, T, 1] against [B, T, D], [8, 1] against [1, 16], ...), either first.
+    const Vec full = random_sizes(static_cast<std::size_t>(pick(1, 4)), 6);
+    const bool swap = pick(0, 1) == 1;
+    Vec xs = broadcast_of(full), ys = broadcast_of(full);
+    if (swap) std::swap(xs, ys);
+    Strided x = dense(xs), y = dense(ys);
     c.in = {x, y};
     finish(c);
+    const Vec f = skc_torch::detail::broadcast(xs, ys).value();
     std::vector<double> out;
-    const Vec& f = full;
     for_each_index(f, [&](const Vec& i) {
         auto read = [&](const Strided& t) {
             Vec j(t.sizes.size());
             for (std::size_t d = 0; d < j.size(); ++d) j[d] = t.sizes[d] == 1 ? 0 : i[i.size() - j.size() + d];
             return t.at(j);
         };
-        out.push_back(a == Aten::add ? read(x) + read(y) : read(x) * read(y));
+        const double u = read(x), v = read(y);
+        out.push_back(a == Aten::add ? u + v : a == Aten::sub ? u - v : a == Aten::mul ? u * v : u / v);
     });
     c.out_sizes = {f};
     c.want = {out};
@@ -229,16 +236,33 @@ Case binary_case(Aten a) {
     return c;
 }
 
+/// pow's exponents the host computes (plan.hpp's Power), and the function of each.
+constexpr double exponents[] = {2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 1.0, 0.0};
+
 Case unary_case(Aten a) {
     Case c;
     c.call.aten = a;
     if (a == Aten::gelu) c.call.i0 = pick(0, 1);
+    if (a == Aten::pow) c.call.f0 = exponents[pick(0, 7)];
     Strided x = dense(random_sizes(static_cast<std::size_t>(pick(1, 3)), 9));
+    const bool roots = a == Aten::rsqrt || (a == Aten::pow && (c.call.f0 == 0.5 || c.call.f0 == -0.5));
+    if (roots)
+        for (float& v : x.data) v = std::abs(v);
     c.in = {x};
     finish(c);
     std::vector<double> y;
-    for (float v : x.data)
-        y.push_back(a == Aten::relu ? std::max<double>(v, 0) : c.call.i0 ? gelu_tanh(v) : gelu_erf(v));
+    for (float f : x.data) {
+        const double v = f;
+        switch (a) {
+        case Aten::relu: y.push_back(std::max(v, 0.0)); break;
+        case Aten::gelu: y.push_back(c.call.i0 ? gelu_tanh(v) : gelu_erf(v)); break;
+        case Aten::neg: y.push_back(-v); break;
+        case Aten::tanh: y.push_back(std::tanh(v)); break;
+        case Aten::rsqrt: y.push_back(1 / std::sqrt(v)); break;
+        case Aten::silu: y.push_back(v / (1 + std::exp(-v))); break;
+        default: y.push_back(std::pow(v, c.call.f0));
+        }
+    }
     c.out_sizes = {x.sizes};
     c.want = {y};
     c.slot_of = {0};
@@ -330,9 +354,16 @@ Case random_case(Aten a) {
     case Aten::addmm_activation: return matmul_case(a);
     case Aten::bmm: return bmm_case();
     case Aten::add:
-    case Aten::mul: return binary_case(a);
+    case Aten::sub:
+    case Aten::mul:
+    case Aten::div: return binary_case(a);
     case Aten::relu:
-    case Aten::gelu: return unary_case(a);
+    case Aten::gelu:
+    case Aten::neg:
+    case Aten::tanh:
+    case Aten::rsqrt:
+    case Aten::silu:
+    case Aten::pow: return unary_case(a);
     case Aten::softmax: return softmax_case();
     case Aten::native_layer_norm: return layer_norm_case();
     case Aten::clone: return transpose_case();
@@ -347,8 +378,9 @@ std::int64_t numel(const Vec& v) {
 }
 
 constexpr Aten all_ops[] = {
-    Aten::mm,   Aten::addmm,   Aten::addmm_activation,  Aten::bmm,  Aten::add, Aten::mul, Aten::relu,
-    Aten::gelu, Aten::softmax, Aten::native_layer_norm, Aten::clone};
+    Aten::mm,    Aten::addmm, Aten::addmm_activation, Aten::bmm,  Aten::add,   Aten::mul,  Aten::relu,
+    Aten::gelu,  Aten::softmax, Aten::native_layer_norm, Aten::clone, Aten::sub, Aten::div, Aten::neg,
+    Aten::tanh,  Aten::rsqrt, Aten::silu, Aten::pow};
 
 }  // namespace
 
@@ -460,6 +492,21 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
              "Relu: self is not contiguous (sizes [2,3], strides [1,3])");
     CHECK_EQ(describe(Call{Aten::add, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
              "Add: shapes [2,3] and [3,4] do not broadcast");
+    CHECK_EQ(describe(Call{Aten::div, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
+             "RealDiv: shapes [2,3] and [3,4] do not broadcast");
+    CHECK_EQ(describe(Call{Aten::sub, {TensorArg{s23, st13}, TensorArg{s23, st31}}, 2}),
+             "Sub: self is not contiguous (sizes [2,3], strides [1,3])");
+    CHECK_EQ(describe(Call{Aten::tanh, {TensorArg{s03, st31}}, 1}), "Tanh: self has no elements");
+    CHECK_EQ(describe(Call{Aten::silu, {TensorArg{s23, st13}}, 1}),
+             "Swish: self is not contiguous (sizes [2,3], strides [1,3])");
+    // A broadcast of x1 and x2 ([2,1] and [1,4]: neither has the output's shape) is described and
+    // compiled; an exponent the host does not compute is described, and the host says why not.
+    const Vec s21{2, 1}, s14b{1, 4}, st11{1, 1}, st44{4, 1};
+    CHECK(describe(Call{Aten::mul, {TensorArg{s21, st11}, TensorArg{s14b, st44}}, 2}).empty());
+    const Description pow15 = skc_torch::describe(Call{Aten::pow, {TensorArg{s23, st31}}, 1, 0, 1.5});
+    REQUIRE(pow15.record.has_value());
+    CHECK_EQ(skc_host::analyze(*pow15.record).reason,
+             "Power: attr power 1.500000 is not supported (2, 3, 0.5, -0.5, -1, -2, 1 or 0)");
     const Vec st62{6, 2};
     CHECK_EQ(describe(Call{Aten::clone, {TensorArg{s23, st62}}, 1}),
              "Transpose: self (sizes [2,3], strides [6,2]) is not a permutation of a dense tensor");
