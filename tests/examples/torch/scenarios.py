@@ -212,6 +212,14 @@ def scenario_special_values(base):
     mask[1, 4:8] = -1e9
     w, b = torch.randn(16, 24), torch.randn(24)
     a5 = torch.randn(5, 16)
+    # NaN, infinities, signed zeros, large, subnormal, where silu's e^-x overflows, around tanh's
+    # formulas' boundaries (0.625, 8.66).
+    sv = torch.tensor([nan, -inf, inf, -0.0, 0.0, 1.0, -1.0, 100.0, -100.0, 1e30, -1e30, 1e-40, -1e-40, 0.5,
+                       -2.0, 88.0, -88.0, -88.7, -89.0, 20.0, -20.0, 9.0, -9.0, 8.6, 1e-20, 0.625, -0.625])
+    za = torch.tensor([-0.0, 0.0, -0.0, 0.0, inf, inf, -inf, 1.0, -1.0, 0.0, nan, 1e-40, 3.0, 1e30, -1e30])
+    zb = torch.tensor([0.0, 0.0, -0.0, -0.0, inf, -inf, 2.0, 0.0, 0.0, -1.0, 1.0, 3.0, 1e-40, 1e-10, 1e10])
+    h, h4 = torch.randn(2, 5, 16), torch.randn(2, 3, 5, 16)  # [B, T, D], [B, H, T, D]
+    c8, r16 = torch.randn(8, 1), torch.randn(1, 16)
     calls = {
         "relu NaN and -0.0": lambda: torch.relu(x),
         "relu_ NaN and -0.0": lambda: torch.relu_(x.clone()),
@@ -225,12 +233,43 @@ def scenario_special_values(base):
         "plus an integer above 2**53": lambda: finite + (2**60 + 2**36 + 1),
         # x2 an unfold view: strides (1, 1), N % 16 == 8, K % 8 == 0.
         "mm by an unfold view": lambda: torch.mm(a5, torch.arange(39.0).unfold(0, 24, 1)),
+        "neg of special values": lambda: torch.neg(sv),
+        "neg_ of special values": lambda: sv.clone().neg_(),
+        "tanh of special values": lambda: torch.tanh(sv),
+        "tanh_ of special values": lambda: sv.clone().tanh_(),
+        "rsqrt of special values": lambda: torch.rsqrt(sv),
+        "rsqrt_ of special values": lambda: sv.clone().rsqrt_(),
+        "silu at -inf, -100, -89, -0.0": lambda: F.silu(sv),
+        "silu_ at -inf, -100, -89, -0.0": lambda: F.silu(sv.clone(), inplace=True),
+        "silu of one element": lambda: F.silu(torch.tensor([-inf])),
+        **{f"pow {e} of special values": (lambda e=e: torch.pow(sv, e)) for e in (2, 3, 0.5, -0.5, -1, -2.0, 1, 0)},
+        "pow_ 3 of special values": lambda: sv.clone().pow_(3),
+        "sub of signed zeros and infinities": lambda: za - zb,
+        "sub_ of signed zeros and infinities": lambda: za.clone().sub_(zb),
+        "div of signed zeros and infinities": lambda: za / zb,
+        "div_ of signed zeros and infinities": lambda: za.clone().div_(zb),
+        "div with rounding_mode None": lambda: torch.div(za, zb, rounding_mode=None),
+        "minus a number": lambda: za - 2,
+        "divided by a number": lambda: za / 3,
+        "divided by an integer above 2**53": lambda: finite / (2**60 + 2**36 + 1),
+        "[B,T,1] * [B,T,D]": lambda: h[..., :1].contiguous() * h,
+        "[B,T,D] / [B,T,1]": lambda: h / h[..., :1].contiguous(),
+        "[T,D] - [B,H,T,D]": lambda: h[0] - h4,
+        "[8,1] + [1,16]": lambda: c8 + r16,
+        "[1,16] - [8,1]": lambda: r16 - c8,
+        "[B,T,D] *= [B,1,D]": lambda: h.clone().mul_(h[:, :1].contiguous()),
     }
     errors = {
         "layer_norm with a normalized_shape that is not the input's":
             lambda: F.layer_norm(torch.ones(6, 16), (3,), torch.ones(16), torch.zeros(16)),
         "add of mismatched names":
             lambda: torch.ones(2, 3, names=("N", "C")) + torch.ones(2, 3, names=("N", "D")),
+        "bad: sub of shapes that do not broadcast": lambda: torch.ones(2, 3) - torch.ones(3, 2),
+        "bad: div_ of a self smaller than the broadcast": lambda: torch.ones(1, 3).div_(torch.ones(2, 3)),
+        "bad: sub with a bool tensor": lambda: torch.ones(3) - torch.ones(3, dtype=torch.bool),
+        "bad: div with rounding_mode 'half'": lambda: torch.div(za, zb, rounding_mode="half"),
+        "bad: pow of an integer tensor to -1": lambda: torch.pow(torch.arange(1, 4), -1),
+        "bad: silu_ of an integer tensor": lambda: F.silu(torch.arange(3), inplace=True),
     }
     names = lambda: (torch.ones(2, 3, names=("N", "C")) * 2).names  # noqa: E731
 
@@ -285,8 +324,8 @@ def scenario_sessions(base, other_base):
     out["failing compiler"] = session({"base_dir": base, "compiler": "/bin/false"}, lambda: torch.relu(x))
     torch.ops.skc.disable()
 
-    def unsupported():  # softmax over the first of two dims; a broadcast of both operands
-        return torch.softmax(x, 0), x[:, :1].contiguous() + x[:1, :].contiguous()
+    def unsupported():  # softmax over the first of two dims; pow by an exponent the host does not compute
+        return torch.softmax(x, 0), torch.pow(x[:, :1].contiguous().abs(), 1.5)
 
     want = unsupported()
     out["nothing compilable"] = session({"base_dir": base}, unsupported)
