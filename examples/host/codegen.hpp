@@ -23,12 +23,13 @@
 //   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes.
 //   - Transpose: a memcpy per run where the last output dims are contiguous in the input too,
 //     else 8 x 8 blocks transposed in vector registers where the sizes allow.
-//   - Tanh and Swish: vectors too, with the prelude's exp.
+//   - Tanh, Swish, Rsqrt and Power's square roots: vectors too, with the prelude's exp and the
+//     square root instruction.
 //   - Add, Sub, Mul, RealDiv: a loop of constant count per dim of the broadcast (the output's dims
 //     merged where the operands allow), the last one a run the compiler vectorises for the target,
 //     a broadcast operand read once a run.
-//   - Relu, Neg, Rsqrt, Power: the generic loops with constant counts, which the compiler
-//     vectorises for the target.
+//   - Relu, Neg, Power's other exponents: the generic loops with constant counts, which the
+//     compiler vectorises for the target.
 // The elementwise ops and SoftmaxV2 take no __restrict pointers: like their generic twins they
 // may run in place (plan.hpp), each element read before the same index is written.
 // Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
@@ -176,6 +177,24 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("return vsel(x > 88.72283172607422f, vsplat(__builtin_inff()), vsel(x > 88.0f, hi, vexp(x)));");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
+    // The square root as the instruction (correctly rounded, as std::sqrt): a loop of std::sqrt
+    // does not vectorise, since the C library's sets errno for a negative argument.
+    s.open("[[maybe_unused]] inline vf vsqrt(vf v)");
+    const char* builtin = w == 16 ? "defined(__AVX512F__)" : w == 8 ? "defined(__AVX__)" : "defined(__SSE__)";
+    s.line(std::string("#if ") + builtin + (w == 16 ? " && defined(__clang__)" : ""));
+    s.line(w == 16 ? "return __builtin_ia32_sqrtps512(v, 4);"
+                   : w == 8 ? "return __builtin_ia32_sqrtps256(v);" : "return __builtin_ia32_sqrtps(v);");
+    if (w == 16) {
+        s.line("#elif defined(__AVX512F__)");
+        s.line("return __builtin_ia32_sqrtps512_mask(v, v, static_cast<unsigned short>(0xffff), 4);");
+    }
+    s.line("#else");
+    s.line("vf r;");
+    s.line("for (std::ptrdiff_t i = 0; i < W; ++i) r[i] = std::sqrt(v[i]);");
+    s.line("return r;");
+    s.line("#endif");
+    s.close();
+    s.line("[[maybe_unused]] inline vf vrsqrt(vf v) { return 1.0f / vsqrt(v); }");
     // tanh as Cephes' tanhf: 1 - 2 / (e^(2|x|) + 1) with x's sign from |x| = 0.625 on (exactly 1
     // above 8.664339742, as torch's Sleef tanh has it), else x (1 + x^2 P(x^2)), which keeps -0.0
     // and subnormals; NaN stays NaN (the second branch).
@@ -269,6 +288,8 @@ inline const char* vector_act(UnaryKind k) {
     case UnaryKind::gelu_erf: return "vgelu_erf";
     case UnaryKind::tanh: return "vtanh";
     case UnaryKind::silu: return "vsilu";
+    case UnaryKind::rsqrt: return "vrsqrt";
+    case UnaryKind::sqrt: return "vsqrt";
     default: return nullptr;
     }
 }
@@ -282,10 +303,8 @@ inline std::string scalar_fn(UnaryKind k, const std::string& v) {
     switch (k) {
     case UnaryKind::relu: return v + " < 0.0f ? 0.0f : " + v;
     case UnaryKind::neg: return "-" + v;
-    case UnaryKind::rsqrt: return "1.0f / std::sqrt(" + v + ")";
     case UnaryKind::square: return v + " * " + v;
     case UnaryKind::cube: return v + " * " + v + " * " + v;
-    case UnaryKind::sqrt: return "std::sqrt(" + v + ")";
     case UnaryKind::reciprocal: return "1.0f / " + v;
     case UnaryKind::inv_square: return "1.0f / (" + v + " * " + v + ")";
     case UnaryKind::copy: return v;
@@ -607,10 +626,10 @@ inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std:
     }
 }
 
-/// The unary ops; y may be x (in place), hence no __restrict. Gelu, Tanh and Swish run the
-/// prelude's vector functions; the others (Relu, Neg, Rsqrt, Power) the generic loop with a
-/// constant count (in place it reads y itself, see the binary ops), which the compiler vectorises
-/// (a square root only where the compiler has it without errno).
+/// The unary ops; y may be x (in place), hence no __restrict. Gelu, Tanh, Swish, Rsqrt and the
+/// square roots of Power run the prelude's vector functions; the others (Relu, Neg, Power) the
+/// generic loop with a constant count (in place it reads y itself, see the binary ops), which the
+/// compiler vectorises.
 inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     if (p.kind == UnaryKind::gelu_erf && p.n == 1) {  // torch's own scalar path for one element
         s.line("outputs[0][0] = 0.5f * inputs[0][0] * (1.0f + std::erf(inputs[0][0] * 0.70710678118654752f));");
