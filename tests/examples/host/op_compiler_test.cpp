@@ -171,9 +171,8 @@ TEST_CASE(
 
     // What it printed: every unsupported file skipped with its reason, the duplicate, progress, summary.
     const std::string supported_list =
-        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Mul, "
-        "Relu, "
-        "Gelu, SoftmaxV2, LayerNorm, LayerNormV3, Transpose)\n";
+        " is not supported by the host kernels (supported: MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Sub, "
+        "Mul, RealDiv, Relu, Gelu, Neg, Tanh, Rsqrt, Swish, Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose)\n";
     CHECK(r.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
                           ": 11 kernels to compile, 3 unsupported, 1 duplicate\n",
                       0) == 0);
