@@ -574,7 +574,7 @@ inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
     auto loops = [&](const std::string& a, const std::string& b) {
         std::string yi, ai, bi;
         auto term = [&](std::string& e, const std::string& v, std::int64_t stride) {
-            if (stride != 0) e += (e.empty() ? "" : " + ") + v + " * " + n(stride);
+            if (stride != 0) e += (e.empty() ? "" : " + ") + v + (stride == 1 ? "" : " * " + n(stride));
         };
         for (std::size_t d = 0; d + 1 < r; ++d) {
             const std::string v = "i" + n(static_cast<std::int64_t>(d));

@@ -1347,8 +1347,20 @@ TEST_CASE("generated source: constants, not run-time shape arithmetic") {
     const std::string bm = skc_host::generate_kernel(bmm_views, "bmm").value();
     CHECK(bm.find("inputs[0] + t * 4;") != std::string::npos);
     CHECK(bm.find("const float* __restrict B = inputs[1];") != std::string::npos);  // batch 1: broadcast
+    // A broadcast: one loop of constant count per merged dim, the broadcast operand read once a
+    // run, the operands in their order (x1 - x2), and a copy of the loops reading x2 through y.
+    const std::string sub = skc_host::generate_kernel(binary("Sub", {2, 5, 1}, {2, 5, 37}, {2, 5, 37}), "sub").value();
+    CHECK(sub.find("for (idx i0 = 0; i0 < 10; ++i0)") != std::string::npos);
+    CHECK(sub.find("const float sa = x1[i0];") != std::string::npos);
+    CHECK(sub.find("for (idx i = 0; i < 37; ++i) y[i0 * 37 + i] = sa - x2[i0 * 37 + i];") != std::string::npos);
+    CHECK(sub.find("if (x2 == y)") != std::string::npos);
+    CHECK(sub.find("x1 == y") == std::string::npos);  // x1 is not of y's shape: never y
+    const std::string outer = skc_host::generate_kernel(binary("Add", {8, 1}, {1, 16}, {8, 16}), "outer").value();
+    CHECK(outer.find("y[i0 * 16 + i] = sa + x2[i];") != std::string::npos);
+    CHECK(outer.find("== y") == std::string::npos);  // neither operand has y's shape
     // The kernels that may run in place promise no __restrict.
     for (const OpRecord& op : {binary("Add", {4, 5}, {5}, {4, 5}), binary("Mul", {4, 5}, {}, {4, 5}),
-                               unary("Relu", {4}), gelu({4}, "none"), softmax({2, 40})})
+                               binary("RealDiv", {4, 1}, {4, 5}, {4, 5}), unary("Relu", {4}), unary("Tanh", {4}),
+                               unary("Rsqrt", {4}), power({4}, 2.0), gelu({4}, "none"), softmax({2, 40})})
         CHECK(skc_host::generate_kernel(op, "k").value().find("__restrict") == std::string::npos);
 }
