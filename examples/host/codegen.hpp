@@ -57,6 +57,7 @@
 #include <variant>
 #include <vector>
 
+#include "kernels.hpp"
 #include "plan.hpp"
 #include "target.hpp"
 
@@ -173,7 +174,8 @@ inline std::string vector_prelude(std::int64_t w) {
     // e^x as the C library's off the range too: for x up to ln(FLT_MAX) (e^(x - 1) e, whose 2^k is
     // still a float), infinity above it (so that x / (1 + e^(-x)) is -0.0 where torch's is).
     s.open("[[maybe_unused]] inline vf vexp_wide(vf x)");
-    s.line("const vf hi = vexp_in_range(vsel(x > 88.72283172607422f, vsplat(87.0f), x) - 1.0f) * 2.71828182845904524f;");
+    s.line(
+        "const vf hi = vexp_in_range(vsel(x > 88.72283172607422f, vsplat(87.0f), x) - 1.0f) * 2.71828182845904524f;");
     s.line("return vsel(x > 88.72283172607422f, vsplat(__builtin_inff()), vsel(x > 88.0f, hi, vexp(x)));");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
@@ -182,8 +184,9 @@ inline std::string vector_prelude(std::int64_t w) {
     s.open("[[maybe_unused]] inline vf vsqrt(vf v)");
     const char* builtin = w == 16 ? "defined(__AVX512F__)" : w == 8 ? "defined(__AVX__)" : "defined(__SSE__)";
     s.line(std::string("#if ") + builtin + (w == 16 ? " && defined(__clang__)" : ""));
-    s.line(w == 16 ? "return __builtin_ia32_sqrtps512(v, 4);"
-                   : w == 8 ? "return __builtin_ia32_sqrtps256(v);" : "return __builtin_ia32_sqrtps(v);");
+    s.line(w == 16  ? "return __builtin_ia32_sqrtps512(v, 4);"
+           : w == 8 ? "return __builtin_ia32_sqrtps256(v);"
+                    : "return __builtin_ia32_sqrtps(v);");
     if (w == 16) {
         s.line("#elif defined(__AVX512F__)");
         s.line("return __builtin_ia32_sqrtps512_mask(v, v, static_cast<unsigned short>(0xffff), 4);");
@@ -202,13 +205,16 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf a = (vf)((vi)x & 0x7fffffff);");
     s.line("const vf big = vsel(a > 8.664339742f, vsplat(1.0f), 1.0f - 2.0f / (vexp(a + a) + 1.0f));");
     s.line("const vf z = x * x;");
-    s.line("const vf p = (((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z - 3.33332819422e-1f;");
+    s.line(
+        "const vf p = (((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) "
+        "* z - 3.33332819422e-1f;");
     s.line("const vf small = x * (1.0f + z * p);");
     s.line("return vsel(a >= 0.625f, (vf)((vi)big | ((vi)x & (vi{} - 0x7fffffff - 1))), small);");
     s.close();
     // silu (Swish, scale 1): torch's formula x / (1 + e^(-x)): NaN at -inf (-inf / inf), -0.0 where
     // e^(-x) overflows.
-    s.line("[[maybe_unused]] inline vf vsilu(vf x) { return x / (1.0f + vexp_wide(-x)); }");;
+    s.line("[[maybe_unused]] inline vf vsilu(vf x) { return x / (1.0f + vexp_wide(-x)); }");
+    ;
     s.open("[[maybe_unused]] inline vf vgelu_tanh(vf v)");
     s.line("const vf u = 0.7978845608f * (v + 0.044715f * v * v * v);");
     s.line("return vsel(u < -8.664339742f, 0.5f * v * vf{}, v / (1.0f + vexp(-2.0f * u)));");
@@ -217,7 +223,8 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf z = v * 0.70710678118654752f;");
     s.line("const vf a = (vf)((vi)z & 0x7fffffff);");
     s.line("const vf t = 1.0f / (0.3275911f * a + 1.0f);");
-    s.line("const vf r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;");
+    s.line(
+        "const vf r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;");
     s.line("const vf e = 1.0f - r * t * vexp(-(z * z));");
     s.line("const vf h = 0.5f * v;");
     s.line("return h + h * (vf)((vi)e | ((vi)z & (vi{} - 0x7fffffff - 1)));");
@@ -437,8 +444,9 @@ inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, std::i
     }
 }
 
-/// Rows of op(B) a tile sums in registers before it adds them to C, where it reads B directly.
-constexpr std::int64_t direct_kb = 128;
+/// Rows of op(B) a tile sums in registers before it adds them to C, where it reads B directly:
+/// the generic kernel's block, so the two round alike.
+constexpr std::int64_t direct_kb = kernels::matmul_kb;
 
 /// One panel of `cols` columns at j0, `nv` vectors wide. Direct: op(B)'s rows are contiguous and
 /// the panel is whole vectors; the tiles read B and sum all of K at once. Packed: blocks of kc
@@ -562,7 +570,10 @@ inline void emit(Src& s, const MatMulPlan& p, std::int64_t w) {
 /// operand is then read through y (one copy of the loops per operand that may be y), as
 /// kernels::binary_run does, so that the run vectorises without an overlap check.
 inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
-    const char* op = p.kind == BinaryKind::add ? " + " : p.kind == BinaryKind::sub ? " - " : p.kind == BinaryKind::mul ? " * " : " / ";
+    const char* op = p.kind == BinaryKind::add   ? " + "
+                     : p.kind == BinaryKind::sub ? " - "
+                     : p.kind == BinaryKind::mul ? " * "
+                                                 : " / ";
     const std::size_t r = p.dims.size();
     std::vector<std::int64_t> ys(r);  // y's dense strides
     std::int64_t acc = 1;
@@ -586,8 +597,8 @@ inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
         const bool a_run = p.a[r - 1] == 1, b_run = p.b[r - 1] == 1;
         if (!a_run) s.line("const float sa = " + a + "[" + at(ai) + "];");
         if (!b_run) s.line("const float sb = " + b + "[" + at(bi) + "];");
-        s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) + "] = " +
-               (a_run ? a + "[" + plus_i(ai) + "]" : std::string("sa")) + op +
+        s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) +
+               "] = " + (a_run ? a + "[" + plus_i(ai) + "]" : std::string("sa")) + op +
                (b_run ? b + "[" + plus_i(bi) + "]" : std::string("sb")) + ";");
         for (std::size_t d = 0; d + 1 < r; ++d) s.close();
     };
@@ -816,8 +827,8 @@ inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
                 s.line("float* __restrict y" + n(r) + " = outputs[0] + (r0 + " + n(r) + ") * COLS;");
                 for (std::int64_t v = 0; v < g.vectors; ++v)
                     s.line("vstore(y" + n(r) + " + " + n(v * w) + ", (vload(" + x + " + " + n(v * w) + ") * rstd" +
-                           n(r) + " + nb" + n(r) + ") * vload(gamma + " + n(v * w) + ") + vload(beta + " +
-                           n(v * w) + "));");
+                           n(r) + " + nb" + n(r) + ") * vload(gamma + " + n(v * w) + ") + vload(beta + " + n(v * w) +
+                           "));");
             }
         });
         return;

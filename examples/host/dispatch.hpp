@@ -44,10 +44,18 @@ inline void run_matmul(const MatMulPlan& p, const float* const* inputs, float* c
 inline void run_binary(const BinaryPlan& p, const float* a, const float* b, float* y) {
     namespace k = kernels;
     switch (p.kind) {
-    case BinaryKind::add: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u + v; }); return;
-    case BinaryKind::sub: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u - v; }); return;
-    case BinaryKind::mul: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u * v; }); return;
-    case BinaryKind::div: k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u / v; }); return;
+    case BinaryKind::add:
+        k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u + v; });
+        return;
+    case BinaryKind::sub:
+        k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u - v; });
+        return;
+    case BinaryKind::mul:
+        k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u * v; });
+        return;
+    case BinaryKind::div:
+        k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u / v; });
+        return;
     }
 }
 

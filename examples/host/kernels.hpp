@@ -33,14 +33,14 @@ inline float neg1(float v) { return -v; }
 inline float tanh1(float v) {  // +-1 above 8.664339742, as torch's (Sleef's) tanh
     return std::abs(v) > 8.664339742f ? std::copysign(1.0f, v) : std::tanh(v);
 }
-inline float rsqrt1(float v) { return 1.0f / std::sqrt(v); }                // as torch's: exact
-inline float silu1(float v) { return v / (1.0f + std::exp(-v)); }           // torch's formula
-inline float square1(float v) { return v * v; }                             // pow(v, 2), as torch's
-inline float cube1(float v) { return v * v * v; }                           // pow(v, 3)
-inline float sqrt1(float v) { return std::sqrt(v); }                        // pow(v, 0.5)
-inline float reciprocal1(float v) { return 1.0f / v; }                      // pow(v, -1)
-inline float inv_square1(float v) { return 1.0f / (v * v); }                // pow(v, -2)
-inline float one1(float) { return 1.0f; }                                   // pow(v, 0)
+inline float rsqrt1(float v) { return 1.0f / std::sqrt(v); }       // as torch's: exact
+inline float silu1(float v) { return v / (1.0f + std::exp(-v)); }  // torch's formula
+inline float square1(float v) { return v * v; }                    // pow(v, 2), as torch's
+inline float cube1(float v) { return v * v * v; }                  // pow(v, 3)
+inline float sqrt1(float v) { return std::sqrt(v); }               // pow(v, 0.5)
+inline float reciprocal1(float v) { return 1.0f / v; }             // pow(v, -1)
+inline float inv_square1(float v) { return 1.0f / (v * v); }       // pow(v, -2)
+inline float one1(float) { return 1.0f; }                          // pow(v, 0)
 
 /// What a matmul does with an element of c once its sum is complete: nothing.
 struct NoEpilogue {
@@ -59,21 +59,32 @@ struct Epilogue {
     }
 };
 
+/// Rows of op(b) summed from zero before their sum is added to c (as the generated kernels read B
+/// directly, codegen.hpp): the rounding error grows with k / matmul_kb + matmul_kb, not with k.
+constexpr idx matmul_kb = 128;
+
 /// c[m, n] = epi(op(a) * op(b)), c dense, op(a)[i, p] = a[i * sam + p * sak] and
 /// op(b)[p, j] = b[p * sbk + j * sbn]. When the rows of op(b) are contiguous (sbn == 1) the loop
 /// order is i-k-j (the inner loop runs along rows of b and c), otherwise i-j-k (a dot product).
-/// Each c element sums over k ascending from 0, then gets its epilogue.
+/// Each c element sums over k ascending from 0, in blocks of matmul_kb each summed from zero and
+/// then added, then gets its epilogue.
 template <class Epi = NoEpilogue>
 inline void matmul(const float* __restrict a, const float* __restrict b, float* __restrict c, idx m, idx k, idx n,
                    idx sam, idx sak, idx sbk, idx sbn, Epi epi = {}) {
     if (sbn == 1) {
+        std::vector<float> block(static_cast<std::size_t>(n));
+        float* __restrict acc = block.data();
         for (idx i = 0; i < m; ++i) {
             float* __restrict crow = c + i * n;
             for (idx j = 0; j < n; ++j) crow[j] = 0.0f;
-            for (idx p = 0; p < k; ++p) {
-                const float av = a[i * sam + p * sak];
-                const float* __restrict brow = b + p * sbk;
-                for (idx j = 0; j < n; ++j) crow[j] += av * brow[j];
+            for (idx k0 = 0; k0 < k; k0 += matmul_kb) {
+                for (idx j = 0; j < n; ++j) acc[j] = 0.0f;
+                for (idx p = k0; p < std::min(k, k0 + matmul_kb); ++p) {
+                    const float av = a[i * sam + p * sak];
+                    const float* __restrict brow = b + p * sbk;
+                    for (idx j = 0; j < n; ++j) acc[j] += av * brow[j];
+                }
+                for (idx j = 0; j < n; ++j) crow[j] += acc[j];
             }
             if constexpr (Epi::active)
                 for (idx j = 0; j < n; ++j) crow[j] = epi(crow[j], j);
@@ -83,11 +94,16 @@ inline void matmul(const float* __restrict a, const float* __restrict b, float* 
             for (idx j = 0; j < n; ++j) {
                 const float* __restrict bcol = b + j * sbn;
                 float s = 0.0f;
-                if (sak == 1 && sbk == 1) {
-                    const float* __restrict arow = a + i * sam;
-                    for (idx p = 0; p < k; ++p) s += arow[p] * bcol[p];
-                } else {
-                    for (idx p = 0; p < k; ++p) s += a[i * sam + p * sak] * bcol[p * sbk];
+                for (idx k0 = 0; k0 < k; k0 += matmul_kb) {
+                    const idx end = std::min(k, k0 + matmul_kb);
+                    float t = 0.0f;
+                    if (sak == 1 && sbk == 1) {
+                        const float* __restrict arow = a + i * sam;
+                        for (idx p = k0; p < end; ++p) t += arow[p] * bcol[p];
+                    } else {
+                        for (idx p = k0; p < end; ++p) t += a[i * sam + p * sak] * bcol[p * sbk];
+                    }
+                    s += t;
                 }
                 c[i * n + j] = epi(s, j);
             }

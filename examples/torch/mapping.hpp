@@ -57,8 +57,8 @@ inline constexpr std::size_t op_type_count = 17;
 
 constexpr std::string_view name(OpType t) noexcept {
     constexpr std::array<std::string_view, op_type_count> names{
-        "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add",         "Mul",       "Relu", "Gelu",  "SoftmaxV2", "LayerNormV3",
-        "Transpose", "Sub",        "RealDiv",       "Neg",         "Tanh",      "Rsqrt", "Swish", "Power"};
+        "MatMulV2",  "FusedMatMul", "BatchMatMulV2", "Add", "Mul",  "Relu",  "Gelu",  "SoftmaxV2", "LayerNormV3",
+        "Transpose", "Sub",         "RealDiv",       "Neg", "Tanh", "Rsqrt", "Swish", "Power"};
     return names[static_cast<std::size_t>(t)];
 }
 

@@ -10,12 +10,12 @@
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
 // add_, sub, sub_, mul, mul_, div, div_ (true division), relu, relu_, gelu, neg, neg_, tanh, tanh_,
 // rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and pow_, _softmax (and its out=),
-// native_layer_norm and clone, as CPU extensions that replace aten kernels do. While the plugin is off, each override calls the stock
-// kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
-// its raw arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the
-// op as an skc::OpRecord once and remembers its digest (skc::CallMap). While recording, a new op
-// goes to the session (skc::OpRecorder); after compile(), a call whose op has a static kernel in
-// the skc::KernelTable runs it, every other call runs the stock kernel.
+// native_layer_norm and clone, as CPU extensions that replace aten kernels do. While the plugin is off, each override
+// calls the stock kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by its raw
+// arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the op as an skc::OpRecord once
+// and remembers its digest (skc::CallMap). While recording, a new op goes to the session (skc::OpRecorder); after
+// compile(), a call whose op has a static kernel in the skc::KernelTable runs it, every other call runs the stock
+// kernel.
 //
 // Build with -DNDEBUG and -D_GLIBCXX_USE_CXX11_ABI=1, as libtorch was (examples/torch/meson.build).
 #include <ATen/ATen.h>
@@ -567,7 +567,7 @@ private:
     std::mutex said_mu_;  // SKC_TORCH_VERBOSE's lines said once; the session's not_recorded_
     std::set<std::string> said_;
     std::vector<std::string> not_recorded_;  // distinct reasons, this session, at most 100
-    std::mutex mu_;  // enable, compile, disable
+    std::mutex mu_;                          // enable, compile, disable
     std::uint64_t sessions_ = 0;
     bool off_by_config_ = false;
     std::unique_ptr<Recorder> recorder_;
@@ -903,12 +903,13 @@ bool real_exponent(const at::Scalar& e) { return e.isFloatingPoint() || e.isInte
 double exponent_of(const at::Scalar& e) { return real_exponent(e) ? e.toDouble() : 0.0; }
 
 at::Tensor pow(const at::Tensor& self, const at::Scalar& exponent) {
-    return unary<Aten::pow>(self, [&] { return at::cpu::pow(self, exponent); }, real_exponent(exponent),
-                            exponent_of(exponent), pow_why);
+    return unary<Aten::pow>(
+        self, [&] { return at::cpu::pow(self, exponent); }, real_exponent(exponent), exponent_of(exponent), pow_why);
 }
 at::Tensor& pow_(at::Tensor& self, const at::Scalar& exponent) {
-    return unary_<Aten::pow>(self, [&]() -> at::Tensor& { return at::cpu::pow_(self, exponent); },
-                             real_exponent(exponent), exponent_of(exponent), pow_why);
+    return unary_<Aten::pow>(
+        self, [&]() -> at::Tensor& { return at::cpu::pow_(self, exponent); }, real_exponent(exponent),
+        exponent_of(exponent), pow_why);
 }
 
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
@@ -980,9 +981,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     for (std::int64_t i = 0; trailing && i < k; ++i)
         trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
     const Call c{Aten::native_layer_norm, {arg(input), arg(*weight), arg(*bias)}, 3, k, eps};
-    const Decision d =
-        Plugin::get().decide(trailing && f32(input) && f32(*weight) && f32(*bias), c,
-                             "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims");
+    const Decision d = Plugin::get().decide(
+        trailing && f32(input) && f32(*weight) && f32(*bias), c,
+        "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims");
     if (d.kernel != nullptr) {
         std::vector<std::int64_t> stat(input.sizes().begin(), input.sizes().end());
         for (std::size_t i = stat.size() - static_cast<std::size_t>(k); i < stat.size(); ++i) stat[i] = 1;

@@ -456,9 +456,8 @@ private:
         std::shared_ptr<const SessionPlan> plan;
         std::exception_ptr select_error;
         try {
-            plan = std::make_shared<const SessionPlan>(
-                plan_session(run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()},
-                             compiled(), support_));
+            plan = std::make_shared<const SessionPlan>(plan_session(
+                run, ops, SelectOptions{options_.op_blacklist, options_.use_model_cache_dir()}, compiled(), support_));
             writer_.submit(plan);
         } catch (...) {
             if (!many) throw;

@@ -778,9 +778,9 @@ TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN
     // (0.5 x (1 + tanh)); a one-element GELU with erf takes torch's scalar formula, -0.0.
     const std::vector<float> special{nan, -inf, inf, -0.0f, 0.0f, 1.0f, -100.0f, 1e30f, -1e30f};
     const std::int64_t ns = static_cast<std::int64_t>(special.size());
-    const std::vector<OpRecord> ops{gelu({n}, "none"), gelu({n}, "tanh"), softmax({1, n}),
-                                    unary("Relu", {ns}),  gelu({ns}, "none"), gelu({ns}, "tanh"),
-                                    gelu({1}, "none"),    softmax({3, 16}),   softmax({2, 5})};
+    const std::vector<OpRecord> ops{gelu({n}, "none"),   gelu({n}, "tanh"),  softmax({1, n}),
+                                    unary("Relu", {ns}), gelu({ns}, "none"), gelu({ns}, "tanh"),
+                                    gelu({1}, "none"),   softmax({3, 16}),   softmax({2, 5})};
     skc_test::TempDir dir;
     std::string src;
     for (std::size_t i = 0; i < ops.size(); ++i)
@@ -834,16 +834,17 @@ TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN
         MESSAGE(what << ": max error " << worst << " over [-9, 9], " << zeros << " exact zeros");
     }
     const std::vector<std::vector<float>> want{
-        {nan, 0.0f, inf, -0.0f, 0.0f, 1.0f, 0.0f, 1e30f, 0.0f},             // relu
-        {nan, nan, inf, 0.0f, 0.0f, 0.8413447f, 0.0f, 1e30f, 0.0f},         // gelu erf
-        {nan, nan, inf, -0.0f, 0.0f, 0.8411920f, -0.0f, 1e30f, -0.0f}};     // gelu tanh
+        {nan, 0.0f, inf, -0.0f, 0.0f, 1.0f, 0.0f, 1e30f, 0.0f},          // relu
+        {nan, nan, inf, 0.0f, 0.0f, 0.8413447f, 0.0f, 1e30f, 0.0f},      // gelu erf
+        {nan, nan, inf, -0.0f, 0.0f, 0.8411920f, -0.0f, 1e30f, -0.0f}};  // gelu tanh
     for (std::size_t i = 3; i < 6; ++i) {
         const std::vector<float> y = run(i, special);
         for (std::size_t e = 0; e < special.size(); ++e) {
             CAPTURE(i);
             CAPTURE(special[e]);
             const float w = want[i - 3][e];
-            if (w == 1e30f || std::abs(w) == 0.8413447f || std::abs(w) == 0.8411920f) CHECK(std::abs(y[e] - w) <= 1e-6f * std::abs(w));
+            if (w == 1e30f || std::abs(w) == 0.8413447f || std::abs(w) == 0.8411920f)
+                CHECK(std::abs(y[e] - w) <= 1e-6f * std::abs(w));
             else CHECK_MESSAGE(same(y[e], w), "got " << y[e] << ", torch gives " << w);
         }
     }
@@ -875,27 +876,229 @@ TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what t
     // NaN, infinities, signed zeros, large, subnormal, where silu's e^(-x) overflows (below
     // -88.72), and both sides of tanh's two formulas (|x| = 0.625); the outputs are what stock
     // torch 1.13 gives for these float32 inputs (dense, CPU), probed value by value.
-    const std::vector<float> x{{nan, -inf, inf, -0.0f, 0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 1.00000002e30f, -1.00000002e30f, 9.9999461e-41f, -9.9999461e-41f, 0.5f, -2.0f, 88.0f, -88.0f, -88.6999969f, -89.0f, 20.0f, -20.0f, 9.0f, -9.0f, 9.99999968e-21f, 0.625f, -0.625f, 0.600000024f}};
+    const std::vector<float> x{{nan,
+                                -inf,
+                                inf,
+                                -0.0f,
+                                0.0f,
+                                1.0f,
+                                -1.0f,
+                                100.0f,
+                                -100.0f,
+                                1.00000002e30f,
+                                -1.00000002e30f,
+                                9.9999461e-41f,
+                                -9.9999461e-41f,
+                                0.5f,
+                                -2.0f,
+                                88.0f,
+                                -88.0f,
+                                -88.6999969f,
+                                -89.0f,
+                                20.0f,
+                                -20.0f,
+                                9.0f,
+                                -9.0f,
+                                9.99999968e-21f,
+                                0.625f,
+                                -0.625f,
+                                0.600000024f}};
     const std::vector<std::vector<float>> want{
-        {{nan, inf, -inf, 0.0f, -0.0f, -1.0f, 1.0f, -100.0f, 100.0f, -1.00000002e30f, 1.00000002e30f, -9.9999461e-41f, 9.9999461e-41f, -0.5f, 2.0f, -88.0f, 88.0f, 88.6999969f, 89.0f, -20.0f, 20.0f, -9.0f, 9.0f, -9.99999968e-21f, -0.625f, 0.625f, -0.600000024f}},  // neg
-        {{nan, -1.0f, 1.0f, -0.0f, 0.0f, 0.761594176f, -0.761594176f, 1.0f, -1.0f, 1.0f, -1.0f, 9.9999461e-41f, -9.9999461e-41f, 0.462117165f, -0.964027584f, 1.0f, -1.0f, -1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 9.99999968e-21f, 0.554599702f, -0.554599702f, 0.537049592f}},  // tanh
-        {{nan, nan, 0.0f, -inf, inf, 1.0f, nan, 0.100000001f, nan, 1e-15f, nan, 1.00000266e20f, nan, 1.41421354f, nan, 0.106600359f, nan, nan, nan, 0.223606795f, nan, 0.333333343f, nan, 1e10f, 1.26491106f, nan, 1.29099441f}},  // rsqrt
-        {{nan, nan, inf, -0.0f, 0.0f, 0.731058598f, -0.268941432f, 100.0f, -0.0f, 1.00000002e30f, -0.0f, 4.99997305e-41f, -4.99997305e-41f, 0.311229676f, -0.238405839f, 88.0f, -5.32804976e-37f, -2.66688554e-37f, -0.0f, 20.0f, -4.12230747e-08f, 8.99888992f, -0.00111055118f, 4.99999984e-21f, 0.407096803f, -0.217903197f, 0.387393802f}},  // silu
-        {{nan, inf, inf, 0.0f, 0.0f, 1.0f, 1.0f, 10000.0f, 10000.0f, inf, inf, 0.0f, 0.0f, 0.25f, 4.0f, 7744.0f, 7744.0f, 7867.68945f, 7921.0f, 400.0f, 400.0f, 81.0f, 81.0f, 9.9999461e-41f, 0.390625f, 0.390625f, 0.360000014f}},  // pow 2
-        {{nan, -inf, inf, -0.0f, 0.0f, 1.0f, -1.0f, 1000000.0f, -1000000.0f, inf, -inf, 0.0f, -0.0f, 0.125f, -8.0f, 681472.0f, -681472.0f, -697864.0f, -704969.0f, 8000.0f, -8000.0f, 729.0f, -729.0f, 0.0f, 0.244140625f, -0.244140625f, 0.216000021f}},  // pow 3
-        {{nan, nan, inf, -0.0f, 0.0f, 1.0f, nan, 10.0f, nan, 9.99999987e14f, nan, 9.99997303e-21f, nan, 0.707106769f, nan, 9.38083172f, nan, nan, nan, 4.47213602f, nan, 3.0f, nan, 1.00000001e-10f, 0.790569425f, nan, 0.774596691f}},  // pow 0.5
-        {{nan, nan, 0.0f, -inf, inf, 1.0f, nan, 0.100000001f, nan, 1e-15f, nan, 1.00000266e20f, nan, 1.41421354f, nan, 0.106600359f, nan, nan, nan, 0.223606795f, nan, 0.333333343f, nan, 1e10f, 1.26491106f, nan, 1.29099441f}},  // pow -0.5
-        {{nan, -0.0f, 0.0f, -inf, inf, 1.0f, -1.0f, 0.00999999978f, -0.00999999978f, 1e-30f, -1e-30f, inf, -inf, 2.0f, -0.5f, 0.0113636367f, -0.0113636367f, -0.0112739578f, -0.0112359552f, 0.0500000007f, -0.0500000007f, 0.111111112f, -0.111111112f, 1.00000002e20f, 1.60000002f, -1.60000002f, 1.66666663f}},  // pow -1
-        {{nan, 0.0f, 0.0f, inf, inf, 1.0f, 1.0f, 9.99999975e-05f, 9.99999975e-05f, 0.0f, 0.0f, inf, inf, 4.0f, 0.25f, 0.000129132226f, 0.000129132226f, 0.000127102117f, 0.000126246683f, 0.00249999994f, 0.00249999994f, 0.0123456791f, 0.0123456791f, inf, 2.55999994f, 2.55999994f, 2.77777767f}},  // pow -2
-        {{nan, -inf, inf, -0.0f, 0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 1.00000002e30f, -1.00000002e30f, 9.9999461e-41f, -9.9999461e-41f, 0.5f, -2.0f, 88.0f, -88.0f, -88.6999969f, -89.0f, 20.0f, -20.0f, 9.0f, -9.0f, 9.99999968e-21f, 0.625f, -0.625f, 0.600000024f}},  // pow 1
-        {{1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}}};  // pow 0
-    const std::vector<float> a{{-0.0f, 0.0f, -0.0f, 0.0f, inf, inf, -inf, 1.0f, -1.0f, 0.0f, nan, 9.9999461e-41f, 3.0f, 1.00000002e30f, -1.00000002e30f}};
-    const std::vector<float> b{{0.0f, 0.0f, -0.0f, -0.0f, inf, -inf, 2.0f, 0.0f, 0.0f, -1.0f, 1.0f, 3.0f, 9.9999461e-41f, 1.00000001e-10f, 1e10f}};
-    const std::vector<std::vector<float>> want2{
-        {{-0.0f, 0.0f, 0.0f, 0.0f, nan, inf, -inf, 1.0f, -1.0f, 1.0f, nan, -3.0f, 3.0f, 1.00000002e30f, -1.00000002e30f}},  // a - b
-        {{nan, nan, nan, nan, nan, nan, -inf, inf, -inf, -0.0f, nan, 3.33326866e-41f, inf, inf, -1.00000002e20f}},  // a / b
-        {{inf, inf, -inf, -inf, 0.0f, -0.0f, 0.5f, inf, inf, -1.0f, 1.0f, 0.333333343f, inf, 1e10f, 1.00000001e-10f}},  // 1 / b
-        {{-2.0f, -2.0f, -2.0f, -2.0f, inf, inf, -inf, -1.0f, -3.0f, -2.0f, nan, -2.0f, 1.0f, 1.00000002e30f, -1.00000002e30f}}};  // a - 2
+        {{nan,
+          inf,
+          -inf,
+          0.0f,
+          -0.0f,
+          -1.0f,
+          1.0f,
+          -100.0f,
+          100.0f,
+          -1.00000002e30f,
+          1.00000002e30f,
+          -9.9999461e-41f,
+          9.9999461e-41f,
+          -0.5f,
+          2.0f,
+          -88.0f,
+          88.0f,
+          88.6999969f,
+          89.0f,
+          -20.0f,
+          20.0f,
+          -9.0f,
+          9.0f,
+          -9.99999968e-21f,
+          -0.625f,
+          0.625f,
+          -0.600000024f}},  // neg
+        {{nan,
+          -1.0f,
+          1.0f,
+          -0.0f,
+          0.0f,
+          0.761594176f,
+          -0.761594176f,
+          1.0f,
+          -1.0f,
+          1.0f,
+          -1.0f,
+          9.9999461e-41f,
+          -9.9999461e-41f,
+          0.462117165f,
+          -0.964027584f,
+          1.0f,
+          -1.0f,
+          -1.0f,
+          -1.0f,
+          1.0f,
+          -1.0f,
+          1.0f,
+          -1.0f,
+          9.99999968e-21f,
+          0.554599702f,
+          -0.554599702f,
+          0.537049592f}},  // tanh
+        {{nan,         nan,    0.0f,       -inf,           inf, 1.0f,         nan, 0.100000001f,
+          nan,         1e-15f, nan,        1.00000266e20f, nan, 1.41421354f,  nan, 0.106600359f,
+          nan,         nan,    nan,        0.223606795f,   nan, 0.333333343f, nan, 1e10f,
+          1.26491106f, nan,    1.29099441f}},  // rsqrt
+        {{nan,
+          nan,
+          inf,
+          -0.0f,
+          0.0f,
+          0.731058598f,
+          -0.268941432f,
+          100.0f,
+          -0.0f,
+          1.00000002e30f,
+          -0.0f,
+          4.99997305e-41f,
+          -4.99997305e-41f,
+          0.311229676f,
+          -0.238405839f,
+          88.0f,
+          -5.32804976e-37f,
+          -2.66688554e-37f,
+          -0.0f,
+          20.0f,
+          -4.12230747e-08f,
+          8.99888992f,
+          -0.00111055118f,
+          4.99999984e-21f,
+          0.407096803f,
+          -0.217903197f,
+          0.387393802f}},  // silu
+        {{nan,     inf,    inf,    0.0f,  0.0f,  1.0f,           1.0f,      10000.0f,  10000.0f,
+          inf,     inf,    0.0f,   0.0f,  0.25f, 4.0f,           7744.0f,   7744.0f,   7867.68945f,
+          7921.0f, 400.0f, 400.0f, 81.0f, 81.0f, 9.9999461e-41f, 0.390625f, 0.390625f, 0.360000014f}},  // pow 2
+        {{nan,        -inf,    inf,      -0.0f,  0.0f,    1.0f,  -1.0f,        1000000.0f,    -1000000.0f,
+          inf,        -inf,    0.0f,     -0.0f,  0.125f,  -8.0f, 681472.0f,    -681472.0f,    -697864.0f,
+          -704969.0f, 8000.0f, -8000.0f, 729.0f, -729.0f, 0.0f,  0.244140625f, -0.244140625f, 0.216000021f}},  // pow 3
+        {{nan,          nan,          inf,         -0.0f,          0.0f, 1.0f,
+          nan,          10.0f,        nan,         9.99999987e14f, nan,  9.99997303e-21f,
+          nan,          0.707106769f, nan,         9.38083172f,    nan,  nan,
+          nan,          4.47213602f,  nan,         3.0f,           nan,  1.00000001e-10f,
+          0.790569425f, nan,          0.774596691f}},  // pow 0.5
+        {{nan,         nan,    0.0f,       -inf,           inf, 1.0f,         nan, 0.100000001f,
+          nan,         1e-15f, nan,        1.00000266e20f, nan, 1.41421354f,  nan, 0.106600359f,
+          nan,         nan,    nan,        0.223606795f,   nan, 0.333333343f, nan, 1e10f,
+          1.26491106f, nan,    1.29099441f}},  // pow -0.5
+        {{nan,
+          -0.0f,
+          0.0f,
+          -inf,
+          inf,
+          1.0f,
+          -1.0f,
+          0.00999999978f,
+          -0.00999999978f,
+          1e-30f,
+          -1e-30f,
+          inf,
+          -inf,
+          2.0f,
+          -0.5f,
+          0.0113636367f,
+          -0.0113636367f,
+          -0.0112739578f,
+          -0.0112359552f,
+          0.0500000007f,
+          -0.0500000007f,
+          0.111111112f,
+          -0.111111112f,
+          1.00000002e20f,
+          1.60000002f,
+          -1.60000002f,
+          1.66666663f}},  // pow -1
+        {{nan,
+          0.0f,
+          0.0f,
+          inf,
+          inf,
+          1.0f,
+          1.0f,
+          9.99999975e-05f,
+          9.99999975e-05f,
+          0.0f,
+          0.0f,
+          inf,
+          inf,
+          4.0f,
+          0.25f,
+          0.000129132226f,
+          0.000129132226f,
+          0.000127102117f,
+          0.000126246683f,
+          0.00249999994f,
+          0.00249999994f,
+          0.0123456791f,
+          0.0123456791f,
+          inf,
+          2.55999994f,
+          2.55999994f,
+          2.77777767f}},  // pow -2
+        {{nan,
+          -inf,
+          inf,
+          -0.0f,
+          0.0f,
+          1.0f,
+          -1.0f,
+          100.0f,
+          -100.0f,
+          1.00000002e30f,
+          -1.00000002e30f,
+          9.9999461e-41f,
+          -9.9999461e-41f,
+          0.5f,
+          -2.0f,
+          88.0f,
+          -88.0f,
+          -88.6999969f,
+          -89.0f,
+          20.0f,
+          -20.0f,
+          9.0f,
+          -9.0f,
+          9.99999968e-21f,
+          0.625f,
+          -0.625f,
+          0.600000024f}},  // pow 1
+        {{1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f,
+          1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}}};  // pow 0
+    const std::vector<float> a{{-0.0f, 0.0f, -0.0f, 0.0f, inf, inf, -inf, 1.0f, -1.0f, 0.0f, nan, 9.9999461e-41f, 3.0f,
+                                1.00000002e30f, -1.00000002e30f}};
+    const std::vector<float> b{{0.0f, 0.0f, -0.0f, -0.0f, inf, -inf, 2.0f, 0.0f, 0.0f, -1.0f, 1.0f, 3.0f,
+                                9.9999461e-41f, 1.00000001e-10f, 1e10f}};
+    const std::vector<std::vector<float>> want2{{{-0.0f, 0.0f, 0.0f, 0.0f, nan, inf, -inf, 1.0f, -1.0f, 1.0f, nan,
+                                                  -3.0f, 3.0f, 1.00000002e30f, -1.00000002e30f}},  // a - b
+                                                {{nan, nan, nan, nan, nan, nan, -inf, inf, -inf, -0.0f, nan,
+                                                  3.33326866e-41f, inf, inf, -1.00000002e20f}},  // a / b
+                                                {{inf, inf, -inf, -inf, 0.0f, -0.0f, 0.5f, inf, inf, -1.0f, 1.0f,
+                                                  0.333333343f, inf, 1e10f, 1.00000001e-10f}},  // 1 / b
+                                                {{-2.0f, -2.0f, -2.0f, -2.0f, inf, inf, -inf, -1.0f, -3.0f, -2.0f, nan,
+                                                  -2.0f, 1.0f, 1.00000002e30f, -1.00000002e30f}}};  // a - 2
     const auto nx = static_cast<std::int64_t>(x.size()), nb = static_cast<std::int64_t>(b.size());
     std::vector<OpRecord> ops{unary("Neg", {nx}), unary("Tanh", {nx}), unary("Rsqrt", {nx}), unary("Swish", {nx})};
     for (double e : {2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 1.0, 0.0}) ops.push_back(power({nx}, e));
@@ -1241,7 +1444,8 @@ TEST_CASE("unsupported ops give nullopt and a clear reason") {
     OpRecord shifted = power({4}, 2.0);
     (*shifted.attrs)[2].value = 1.0;
     exact(shifted, "Power: attrs scale and shift must be 1 and 0");
-    exact(make("Neg", {tensor({4}), tensor({4})}, {tensor({4})}), "Neg: inputs[1] is present: only one input is supported");
+    exact(make("Neg", {tensor({4}), tensor({4})}, {tensor({4})}),
+          "Neg: inputs[1] is present: only one input is supported");
     const TensorDesc q = view({3, 5, 4}, {4, 12, 1});
     exact(mm("MatMulV2", view({4, 5}, {10, 1}, 3), tensor({5, 6}), false, false),
           "MatMulV2: inputs[0] is a view with offset 3: the kernel takes the address of the view's first element, so "

@@ -377,10 +377,24 @@ std::int64_t numel(const Vec& v) {
     return n;
 }
 
-constexpr Aten all_ops[] = {
-    Aten::mm,    Aten::addmm, Aten::addmm_activation, Aten::bmm,  Aten::add,   Aten::mul,  Aten::relu,
-    Aten::gelu,  Aten::softmax, Aten::native_layer_norm, Aten::clone, Aten::sub, Aten::div, Aten::neg,
-    Aten::tanh,  Aten::rsqrt, Aten::silu, Aten::pow};
+constexpr Aten all_ops[] = {Aten::mm,
+                            Aten::addmm,
+                            Aten::addmm_activation,
+                            Aten::bmm,
+                            Aten::add,
+                            Aten::mul,
+                            Aten::relu,
+                            Aten::gelu,
+                            Aten::softmax,
+                            Aten::native_layer_norm,
+                            Aten::clone,
+                            Aten::sub,
+                            Aten::div,
+                            Aten::neg,
+                            Aten::tanh,
+                            Aten::rsqrt,
+                            Aten::silu,
+                            Aten::pow};
 
 }  // namespace
 
