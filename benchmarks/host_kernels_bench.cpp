@@ -39,8 +39,8 @@
 // static one must agree within |a - b| <= bound * max(|b|, 1) per element, bound the op's
 // skc_host::generated_tolerance() (1e-4 for the matrix products, 1e-5 for the rest: the bound of
 // tests/examples/host_kernels_test.cpp; the counter max_rel_err shows the error), OpenBLAS and
-// LIBXSMM within 1e-4 (they sum in another order). A case that fails is reported as an error, not
-// timed.
+// LIBXSMM within 2e-4 (they sum in another order and block K otherwise: two sums each within 1e-4
+// of the exact one). A case that fails is reported as an error, not timed.
 //
 // At the end a summary table gives, per op and size, the median (or single) CPU time of each
 // kernel, the speedup generic / static, the ratios OpenBLAS / static and LIBXSMM / static (above 1:
@@ -88,7 +88,7 @@ namespace {
 
 using skc_bench::HostCase;
 
-constexpr double blas_tolerance = 1e-4;
+constexpr double blas_tolerance = 2e-4;
 
 /// The buffers of one case, inputs random in [-3, 3] (fixed seed), in one arena shared by every
 /// kernel kind of the case (see data()): each buffer starts on a 64-byte boundary, 4 KiB-rounded

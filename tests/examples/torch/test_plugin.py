@@ -221,6 +221,32 @@ class Cache(TempBase):
         self.assertTrue(all(r["ok"] for r in reports))
 
 
+class Examples(TempBase):
+    """examples/torch/llama.py and bert.py, small: inference and a training step agree with stock
+    torch (outputs, loss, gradients, updated parameters) and run static kernels."""
+
+    def check(self, script, *sizes):
+        path = os.path.join(os.path.dirname(os.environ["SKC_TORCH_EXAMPLE"]), script)
+        p = run([PYTHON, path, "--base", self.base, "--iters", "1", "--warmup", "0", "--profile-runs", "1",
+                 "--seq", "16", *sizes, "--json"])
+        self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
+        summary = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertTrue(summary["ok"])
+        self.assertEqual(summary["outcome"], "compiled")
+        for phase in ("inference", "training"):
+            s = summary["phases"][phase]
+            self.assertTrue(s["agree"], f"{script} {phase}: {s['differ']}")
+            self.assertGreater(sum(r["static"] for r in s["per_op"]), 0, f"{script} {phase}")
+            self.assertGreater(s["static_share"], 0.0, f"{script} {phase}")
+        return summary
+
+    def test_llama(self):
+        self.check("llama.py", "--hidden", "64", "--ffn", "160")
+
+    def test_bert(self):
+        self.check("bert.py", "--hidden", "64", "--ffn", "128")
+
+
 class RedisServer:
     """A redis-server of the test's own on a free port of 127.0.0.1, stopped at the end."""
 
