@@ -265,4 +265,43 @@ inline void transpose(const float* __restrict x, float* __restrict y, const std:
     }
 }
 
+/// The activations' gradients (plan.hpp's GradKind): dx from dy and x, in torch's forms.
+inline float relu_grad1(float dy, float x) { return x <= 0.0f ? 0.0f : dy; }  // NaN x passes dy
+inline float gelu_erf_grad1(float dy, float x) {  // oneDNN's (0.5 + t) + 0.5 erf(r)
+    const float r = x * 0.70710678118654752f;
+    const float t = r * 0.56418958354775628f * std::exp(-(r * r));
+    return dy * ((0.5f + t) + 0.5f * std::erf(r));
+}
+inline float gelu_tanh_grad1(float dy, float x) {  // torch's left and right derivatives
+    constexpr float k = 0.7978845608f, c = 0.044715f;
+    const float x_sq = x * x;
+    const float th = tanh1(k * (x + c * (x_sq * x)));
+    const float left = 0.5f * x;
+    const float right_derivative = left * (1.0f - th * th) * (k * (1.0f + 3.0f * c * x_sq));
+    return dy * (0.5f * (1.0f + th) + right_derivative);
+}
+inline float silu_grad1(float dy, float x) {
+    const float s = 1.0f / (1.0f + std::exp(-x));
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+
+/// dx[i] = G(dy[i], x[i]) for n elements.
+template <float (*G)(float, float)>
+inline void grad(const float* __restrict dy, const float* __restrict x, float* __restrict dx, idx n) {
+    for (idx i = 0; i < n; ++i) dx[i] = G(dy[i], x[i]);
+}
+
+/// Softmax's gradient over the last axis of [rows, cols], from its output y: per row the
+/// sequential sum s of dy * y, then dx = (dy - s) * y (torch's order).
+inline void softmax_grad(const float* __restrict y, const float* __restrict dy, float* __restrict dx, idx rows,
+                         idx cols) {
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict yr = y + r * cols;
+        const float* __restrict dyr = dy + r * cols;
+        float s = 0.0f;
+        for (idx c = 0; c < cols; ++c) s += dyr[c] * yr[c];
+        for (idx c = 0; c < cols; ++c) dx[r * cols + c] = (dyr[c] - s) * yr[c];
+    }
+}
+
 }  // namespace skc_host::kernels
