@@ -32,7 +32,8 @@
 //     compiler vectorises for the target.
 //   - ReluGrad likewise; GeluGrad (both forms) and SiluGrad: the prelude's vector functions of dy
 //     and x, the tail through zero-padded vectors; SoftmaxGrad: a row at a time, sum(dy * y) in
-//     vector lanes, then (dy - sum) * y.
+//     vector lanes, then (dy - sum) * y; LayerNormGradV3 likewise, its two row sums in lanes,
+//     dgamma and dbeta added a row at a time.
 // The elementwise ops and SoftmaxV2 take no __restrict pointers: like their generic twins they
 // may run in place (plan.hpp), each element read before the same index is written.
 // Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
@@ -739,6 +740,67 @@ inline void emit(Src& s, const SoftmaxGradPlan& p, std::int64_t w) {
     s.close();
 }
 
+/// LayerNormGradV3, a row at a time in vectors of W floats (the last COLS % W columns one by one):
+/// ds = sum(dy x gamma) and db = sum(dy gamma) in W lanes, then across them; then, as torch,
+/// dx = rstd dy gamma + b x + c, and dgamma += dy (rstd x + (-rstd mean)), dbeta += dy for the row.
+inline void emit(Src& s, const LayerNormGradPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.line("const float* __restrict dy = inputs[0];");
+    s.line("const float* __restrict x = inputs[1];");
+    s.line("const float* __restrict rstd = inputs[2];");
+    s.line("const float* __restrict mean = inputs[3];");
+    s.line("const float* __restrict gamma = inputs[4];");
+    s.line("float* __restrict dx = outputs[0];");
+    s.line("float* __restrict dgamma = outputs[1];");
+    s.line("float* __restrict dbeta = outputs[2];");
+    s.line("constexpr float SCALE = 1.0f / static_cast<float>(COLS);");
+    s.line("for (idx c = 0; c < COLS; ++c) dgamma[c] = 0.0f, dbeta[c] = 0.0f;");
+    s.loop("r", "0", "ROWS");
+    s.line("const float* __restrict dyr = dy + r * COLS;");
+    s.line("const float* __restrict xr = x + r * COLS;");
+    s.line("float* __restrict dxr = dx + r * COLS;");
+    s.line("float ds = 0.0f, db = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf vds = vf{}, vdb = vf{};");
+        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
+        s.line("const vf t = vload(dyr + c) * vload(gamma + c);");
+        s.line("vds += t * vload(xr + c);");
+        s.line("vdb += t;");
+        s.close();
+        s.line("ds = vhsum(vds), db = vhsum(vdb);");
+        s.close();
+    }
+    if (whole < p.cols)
+        s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) ds += dyr[c] * xr[c] * gamma[c], db += dyr[c] * gamma[c];");
+    s.line("const float a = rstd[r], m = mean[r];");
+    s.line("const float b = (db * m - ds) * a * a * a * SCALE;");
+    s.line("const float cc = -b * m - db * a * SCALE;");
+    // dgamma as torch's kernel: dy (rstd x + (-rstd mean)), -rstd mean rounded first (volatile, as
+    // LayerNorm's), rstd x + it a fused multiply-add, as torch's compiled Vectorized code has it:
+    // where x is the mean (a row of one element) its rounding error, not 0, as stock's.
+    s.line("volatile float nb_ = -a * m;");
+    s.line("const float nb = nb_;");
+    if (whole > 0) {
+        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
+        s.line("const vf d = vload(dyr + c), xv = vload(xr + c);");
+        s.line("vstore(dxr + c, a * d * vload(gamma + c) + b * xv + cc);");
+        s.line("vstore(dgamma + c, vload(dgamma + c) + d * (a * xv + nb));");
+        s.line("vstore(dbeta + c, vload(dbeta + c) + d);");
+        s.close();
+    }
+    if (whole < p.cols) {
+        s.open("for (idx c = " + n(whole) + "; c < COLS; ++c)");
+        s.line("dxr[c] = a * dyr[c] * gamma[c] + b * xr[c] + cc;");
+        s.line("dgamma[c] += dyr[c] * (a * xr[c] + nb);");
+        s.line("dbeta[c] += dyr[c];");
+        s.close();
+    }
+    s.close();
+}
+
 /// Rows short enough to live in registers: whole vectors only (COLS a multiple of W), at most 8 of
 /// them. Such a row is read once into registers and every pass runs there (one read of the input
 /// instead of two or three), and `group` rows run side by side (up to 8 vectors in all): a short
@@ -1142,7 +1204,7 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
             using P = std::decay_t<decltype(p)>;
             if constexpr (std::is_same_v<P, UnaryPlan>) return detail::vector_unary(p.kind);
             else if constexpr (std::is_same_v<P, GradPlan>) return detail::vector_grad(p.kind) != nullptr;
-            else if constexpr (std::is_same_v<P, SoftmaxGradPlan>) return true;
+            else if constexpr (std::is_same_v<P, SoftmaxGradPlan> || std::is_same_v<P, LayerNormGradPlan>) return true;
             else
                 return std::is_same_v<P, MatMulPlan> || std::is_same_v<P, SoftmaxPlan> ||
                        std::is_same_v<P, LayerNormPlan>;

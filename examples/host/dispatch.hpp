@@ -105,6 +105,9 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
                 detail::run_grad(p, inputs[0], inputs[1], outputs[0]);
             } else if constexpr (std::is_same_v<P, SoftmaxGradPlan>) {
                 k::softmax_grad(inputs[0], inputs[1], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, LayerNormGradPlan>) {
+                k::layer_norm_grad(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], outputs[0], outputs[1],
+                                   outputs[2], p.rows, p.cols);
             } else {
                 static_assert(std::is_same_v<P, TransposePlan>);
                 k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);

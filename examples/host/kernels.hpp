@@ -304,4 +304,33 @@ inline void softmax_grad(const float* __restrict y, const float* __restrict dy, 
     }
 }
 
+/// LayerNorm's gradient over the last axis of [rows, cols] (plan.hpp's LayerNormGradPlan), in
+/// torch's order: per row the sequential sums ds = sum(dy x gamma) and db = sum(dy gamma), then
+/// dx = rstd dy gamma + b x + c; dgamma (dy (rstd x + (-rstd mean))) and dbeta summed over the
+/// rows in order.
+inline void layer_norm_grad(const float* __restrict dy, const float* __restrict x, const float* __restrict rstd,
+                            const float* __restrict mean, const float* __restrict gamma, float* __restrict dx,
+                            float* __restrict dgamma, float* __restrict dbeta, idx rows, idx cols) {
+    const float scale = 1.0f / static_cast<float>(cols);
+    for (idx c = 0; c < cols; ++c) dgamma[c] = 0.0f, dbeta[c] = 0.0f;
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict dyr = dy + r * cols;
+        const float* __restrict xr = x + r * cols;
+        float ds = 0.0f, db = 0.0f;
+        for (idx c = 0; c < cols; ++c) {
+            ds += dyr[c] * xr[c] * gamma[c];
+            db += dyr[c] * gamma[c];
+        }
+        const float a = rstd[r], m = mean[r];
+        const float b = (db * m - ds) * a * a * a * scale;
+        const float cc = -b * m - db * a * scale;
+        const float nb = -a * m;  // dgamma as torch's: dy (rstd x + (-rstd mean))
+        for (idx c = 0; c < cols; ++c) {
+            dx[r * cols + c] = a * dyr[c] * gamma[c] + b * xr[c] + cc;
+            dgamma[c] += dyr[c] * (a * xr[c] + nb);
+            dbeta[c] += dyr[c];
+        }
+    }
+}
+
 }  // namespace skc_host::kernels

@@ -160,8 +160,18 @@ struct SoftmaxGradPlan {
     std::int64_t rows = 0, cols = 0;
 };
 
+/// LayerNormGradV3 over the trailing dims of x viewed as [rows, cols], inputs dy and x (dense, x's
+/// shape), rstd and mean (rows elements each), gamma (cols elements); outputs pd_x (x's shape),
+/// pd_gamma and pd_beta (gamma's), as torch's native_layer_norm_backward computes them: per row,
+/// ds = sum(dy x gamma), db = sum(dy gamma), b = (db mean - ds) rstd^3 / cols,
+/// c = -b mean - db rstd / cols, pd_x = rstd dy gamma + b x + c; per column, over the rows,
+/// pd_gamma = sum(dy (rstd x + (-rstd mean))), pd_beta = sum(dy).
+struct LayerNormGradPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
 using Plan = std::variant<MatMulPlan, BinaryPlan, UnaryPlan, SoftmaxPlan, LayerNormPlan, TransposePlan, GradPlan,
-                          SoftmaxGradPlan>;
+                          SoftmaxGradPlan, LayerNormGradPlan>;
 
 /// The plan of a supported op, or the reason it is not supported.
 struct Analysis {
@@ -638,12 +648,42 @@ inline SoftmaxGradPlan plan_softmax_grad(const skc::OpRecord& op) {
     return SoftmaxGradPlan{count(y.shape) / cols, cols};
 }
 
+/// LayerNormGradV3 (dy, x, rstd, mean, gamma) -> (pd_x, pd_gamma, pd_beta): gamma's shape must be
+/// x's trailing dims (the normalised ones), rstd and mean one value per row of the others.
+inline LayerNormGradPlan plan_layer_norm_grad(const skc::OpRecord& op) {
+    const skc::TensorDesc& dy = in(op, 0);
+    const skc::TensorDesc& x = in(op, 1);
+    const skc::TensorDesc& rstd = in(op, 2);
+    const skc::TensorDesc& mean = in(op, 3);
+    const skc::TensorDesc& gamma = in(op, 4);
+    no_more(op.inputs, 5, "inputs", "only dy, x, rstd, mean and gamma are supported");
+    no_more(op.outputs, 3, "outputs", "only pd_x, pd_gamma and pd_beta are supported");
+    if (!(dy.shape == x.shape))
+        unsupported("dy " + dims_str(dy.shape) + " and x " + dims_str(x.shape) + " differ in shape");
+    const std::size_t r = x.shape.rank(), k = gamma.shape.rank();
+    bool trailing = k >= 1 && k <= r;
+    for (std::size_t i = 0; trailing && i < k; ++i) trailing = gamma.shape[i] == x.shape[r - k + i];
+    if (!trailing)
+        unsupported("gamma " + dims_str(gamma.shape) + " is not the trailing dims of x " + dims_str(x.shape));
+    LayerNormGradPlan p;
+    p.cols = count(gamma.shape);
+    p.rows = count(x.shape) / p.cols;
+    for (std::size_t i : {std::size_t{2}, std::size_t{3}})
+        if (count((i == 2 ? rstd : mean).shape) != p.rows)
+            unsupported(std::string(i == 2 ? "rstd" : "mean") + " (inputs[" + std::to_string(i) + "]) has shape " +
+                        dims_str((i == 2 ? rstd : mean).shape) + ", expected " + std::to_string(p.rows) + " elements");
+    expect_shape(op, 0, x.shape);
+    expect_shape(op, 1, gamma.shape);
+    expect_shape(op, 2, gamma.shape);
+    return p;
+}
+
 }  // namespace detail
 
 /// The op types analyze() supports, as its reason for any other type lists them.
 inline constexpr std::string_view supported_op_types =
     "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Sub, Mul, RealDiv, Relu, Gelu, Neg, Tanh, Rsqrt, Swish, "
-    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose, ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad";
+    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose, ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad, LayerNormGradV3";
 
 /// The plan of `op`, or why the host kernels do not support it.
 inline Analysis analyze(const skc::OpRecord& op) {
@@ -672,6 +712,7 @@ inline Analysis analyze(const skc::OpRecord& op) {
         else if (t == "GeluGrad") p = detail::plan_grad(op, detail::gelu_grad_kind(op));
         else if (t == "SiluGrad") p = detail::plan_grad(op, GradKind::silu);
         else if (t == "SoftmaxGrad") p = detail::plan_softmax_grad(op);
+        else if (t == "LayerNormGradV3") p = detail::plan_layer_norm_grad(op);
         else
             return {std::nullopt, t + ": op type " + t + " is not supported by the host kernels (supported: " +
                                       std::string(supported_op_types) + ")"};

@@ -253,6 +253,14 @@ std::vector<OpRecord> plugin_cases() {
         c.push_back(make("SoftmaxGrad", {tensor(s), tensor(s)}, {tensor(s)},
                          {attr("axes", "list_int", skc::Array{skc::Value(static_cast<std::int64_t>(s.rank()) - 1)})}));
     }
+    // LayerNormGradV3 over the last dim and the last two, whole vectors and tails, one row and many.
+    for (const auto& [x, g] : std::vector<std::pair<RuntimeShape, RuntimeShape>>{
+             {{3, 8, 5}, {5}}, {{7, 33}, {33}}, {{2, 16, 16}, {16, 16}}, {{1, 64}, {64}}, {{4, 3, 7}, {3, 7}}}) {
+        RuntimeShape st = x;
+        for (std::size_t d = x.rank() - g.rank(); d < x.rank(); ++d) st[d] = 1;
+        c.push_back(make("LayerNormGradV3", {tensor(x), tensor(x), tensor(st), tensor(st), tensor(g)},
+                         {tensor(x), tensor(g), tensor(g)}));
+    }
     return c;
 }
 
@@ -506,6 +514,26 @@ std::vector<std::vector<double>> reference(const OpRecord& op, const std::vector
                         y[static_cast<std::size_t>(r * p.cols + c)] =
                             (at(1, r * p.cols + c) - sum) * at(0, r * p.cols + c);
                 }
+            } else if constexpr (std::is_same_v<P, skc_host::LayerNormGradPlan>) {
+                // dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)), xhat = (x - mean) rstd:
+                // the same function as torch's b x + c form, without its cancellation.
+                std::fill(out[1].begin(), out[1].end(), 0.0);
+                std::fill(out[2].begin(), out[2].end(), 0.0);
+                for (std::int64_t r = 0; r < p.rows; ++r) {
+                    const double a = at(2, r), m = at(3, r);
+                    double s1 = 0, s2 = 0;
+                    for (std::int64_t c = 0; c < p.cols; ++c) {
+                        const double dg = at(0, r * p.cols + c) * at(4, c), xh = (at(1, r * p.cols + c) - m) * a;
+                        s1 += dg, s2 += dg * xh;
+                    }
+                    s1 /= static_cast<double>(p.cols), s2 /= static_cast<double>(p.cols);
+                    for (std::int64_t c = 0; c < p.cols; ++c) {
+                        const double dyv = at(0, r * p.cols + c), xh = (at(1, r * p.cols + c) - m) * a;
+                        y[static_cast<std::size_t>(r * p.cols + c)] = a * (dyv * at(4, c) - s1 - xh * s2);
+                        out[1][static_cast<std::size_t>(c)] += dyv * xh;
+                        out[2][static_cast<std::size_t>(c)] += dyv;
+                    }
+                }
             } else {
                 const std::size_t rank = p.in_dims.size();
                 std::vector<std::int64_t> in_stride(rank, 1), dims(rank), pos(rank, 0);
@@ -641,6 +669,20 @@ void in_domain(const skc_host::Plan& plan, std::vector<std::vector<float>>& in) 
             for (std::int64_t c = 0; c < g->cols; ++c) sum += std::exp(static_cast<double>(y[c]));
             for (std::int64_t c = 0; c < g->cols; ++c)
                 y[c] = static_cast<float>(std::exp(static_cast<double>(y[c])) / sum);
+        }
+        return;
+    }
+    // LayerNormGradV3's mean and rstd (inputs[3], inputs[2]) are x's, as the forward gave them.
+    if (const auto* g = std::get_if<skc_host::LayerNormGradPlan>(&plan)) {
+        for (std::int64_t r = 0; r < g->rows; ++r) {
+            const float* x = in[1].data() + r * g->cols;
+            double mu = 0, var = 0;
+            for (std::int64_t c = 0; c < g->cols; ++c) mu += x[c];
+            mu /= static_cast<double>(g->cols);
+            for (std::int64_t c = 0; c < g->cols; ++c) var += (x[c] - mu) * (x[c] - mu);
+            var /= static_cast<double>(g->cols);
+            in[3][static_cast<std::size_t>(r)] = static_cast<float>(mu);
+            in[2][static_cast<std::size_t>(r)] = static_cast<float>(1 / std::sqrt(var + 1e-5));
         }
         return;
     }
@@ -1020,7 +1062,7 @@ TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what t
     MESSAGE(exact << " values exactly as torch gives them");
 }
 
-TEST_CASE("generated ReluGrad, GeluGrad, SiluGrad and SoftmaxGrad give what torch's backward kernels give") {
+TEST_CASE("generated ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad and LayerNormGradV3 give what torch's backward kernels give") {
     const std::string cxx = find_cxx();
     REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");
     constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
@@ -1057,6 +1099,17 @@ TEST_CASE("generated ReluGrad, GeluGrad, SiluGrad and SoftmaxGrad give what torc
     const std::vector<float> y16{{0.0679427087f, 0.0f, 0.0f, 0.184687436f, 2.80259693e-45f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.0679427087f, 0.00434817048f, 0.00567699363f, 0.00741191208f, 0.00967703294f, 0.0126343807f, 0.0164955165f, 0.0215366334f, 0.0281183366f, 0.0367114358f, 0.0479306392f, 0.0625784993f, 0.0817028061f, 0.106671609f, 0.139271006f, 0.181832969f, 0.237402052f, 0.0191631746f, 0.0218964349f, 0.0250195414f, 0.0285881013f, 0.0326656401f, 0.0373247713f, 0.0426484384f, 0.0487314165f, 0.0556820072f, 0.0636239797f, 0.0726987273f, 0.0830677971f, 0.0949158296f, 0.108453751f, 0.123922601f, 0.141597778f}};
     const std::vector<float> dy16{{1.0f, 2.0f, -1.0f, 3.0f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, -1.0f, -0.866666675f, inf, -0.599999964f, -0.466666639f, -0.333333313f, -0.199999928f, -0.0666666031f, 0.066666618f, 0.199999958f, 0.333333313f, 0.466666639f, 0.599999964f, 0.73333329f, 0.866666675f, 1.0f, 1.0f, 0.866666675f, 0.733333349f, nan, 0.466666639f, 0.333333313f, 0.199999928f, 0.0666666031f, -0.066666618f, -0.199999958f, -0.333333313f, -0.466666639f, -0.599999964f, -0.73333329f, -0.866666675f, -1.0f}};
     const std::vector<float> dx16{{0.0129874237f, 0.0f, -0.0f, 0.404678345f, -1.40129846e-45f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -0.0379696079f, -inf, -inf, nan, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan}};
+    // LayerNormGradV3 of 4 rows of 11 (mean and rstd as torch's forward gave them): a gradient row
+    // of -0.0 (dx +0.0), one with an inf and one with a NaN (NaN throughout the row; dgamma and
+    // dbeta inf or NaN in those columns), and a finite one; native_layer_norm_backward's answer.
+    const std::vector<float> lx{{1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, -1.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, -8.0f, -9.0f, -10.0f, -11.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 4.5f, 5.0f, 5.5f, 2.0f, 4.0f, 6.0f, 8.0f, 10.0f, 12.0f, 14.0f, 16.0f, 18.0f, 20.0f, 22.0f}};
+    const std::vector<float> ldy{{-0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, 1.0f, -2.0f, inf, 0.5f, 0.25f, -1.0f, 3.0f, 2.0f, -0.5f, 1.0f, 0.0f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, nan, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -1.0f, 0.0f, 1.0f, -1.0f, 0.0f, 1.0f, -1.0f, 0.0f, 1.0f, -1.0f, 0.0f}};
+    const std::vector<float> lg{{-1.0f, -0.800000012f, -0.600000024f, -0.399999976f, -0.199999988f, -1.49011612e-08f, 0.199999988f, 0.399999976f, 0.600000024f, 0.800000012f, 1.0f}};
+    const std::vector<float> lmean{{5.99999952f, -5.99999952f, 2.99999976f, 11.999999f}};
+    const std::vector<float> lrstd{{0.316227615f, 0.316227615f, 0.632454276f, 0.158113852f}};
+    const std::vector<float> ldx{{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, 0.112117119f, -0.0379473045f, -0.124766193f, 0.0413970873f, -0.0137990192f, -0.00574959442f, -0.0293229297f, 0.0103492662f, 0.113267012f, -0.100042962f, 0.0344975516f}};
+    const std::vector<float> ldg{{2.37170839f, -3.16227484f, inf, 0.632455707f, -0.0790566355f, nan, -1.10679746f, -0.9486835f, 1.89736557f, -1.89736724f, 0.790567875f}};
+    const std::vector<float> ldb{{0.5f, -1.5f, inf, 0.0f, 0.75f, nan, 2.5f, 2.5f, 1.0f, 0.5f, 0.5f}};
     const RuntimeShape sx{static_cast<std::int64_t>(x.size())};
     const std::vector<OpRecord> ops{
         make("ReluGrad", {tensor(sx), tensor(sx)}, {tensor(sx)}),
@@ -1066,7 +1119,9 @@ TEST_CASE("generated ReluGrad, GeluGrad, SiluGrad and SoftmaxGrad give what torc
         make("SoftmaxGrad", {tensor({3, 5}), tensor({3, 5})}, {tensor({3, 5})},
              {attr("axes", "list_int", skc::Array{skc::Value(-1)})}),
         make("SoftmaxGrad", {tensor({3, 16}), tensor({3, 16})}, {tensor({3, 16})},
-             {attr("axes", "list_int", skc::Array{skc::Value(1)})})};
+             {attr("axes", "list_int", skc::Array{skc::Value(1)})}),
+        make("LayerNormGradV3", {tensor({4, 11}), tensor({4, 11}), tensor({4, 1}), tensor({4, 1}), tensor({11})},
+             {tensor({4, 11}), tensor({11}), tensor({11})})};
     skc_test::TempDir dir;
     std::string src;
     for (std::size_t i = 0; i < ops.size(); ++i)
@@ -1114,6 +1169,17 @@ TEST_CASE("generated ReluGrad, GeluGrad, SiluGrad and SoftmaxGrad give what torc
         const std::vector<float> dx = run(i, yv, i == 4 ? dy5 : dy16);
         for (std::size_t e = 0; e < dx.size(); ++e)
             check(skc_host::detail::describe(ops[i]), yv[e], dx[e], (i == 4 ? dx5 : dx16)[e]);
+    }
+    {
+        std::vector<float> dx(lx.size(), -1.0f), dg(lg.size(), -1.0f), db(lg.size(), -1.0f);
+        const float* ip[] = {ldy.data(), lx.data(), lrstd.data(), lmean.data(), lg.data()};
+        float* op[] = {dx.data(), dg.data(), db.data()};
+        reinterpret_cast<Kernel>(::dlsym(lib.handle, "k6"))(ip, op);
+        for (std::size_t e = 0; e < dx.size(); ++e) check("LayerNormGradV3 pd_x", ldy[e], dx[e], ldx[e]);
+        for (std::size_t e = 0; e < dg.size(); ++e) {
+            check("LayerNormGradV3 pd_gamma", lg[e], dg[e], ldg[e]);
+            check("LayerNormGradV3 pd_beta", lg[e], db[e], ldb[e]);
+        }
     }
     // GELU's gradients over [-9, 9] in steps of 1/64, dy = 1: exactly +0.0 where torch's are (erf:
     // x below -6.1514; tanh: tanh(u) = -1, u below -8.664339742), else within 2e-6 of the exact
@@ -1362,12 +1428,13 @@ TEST_CASE("generic kernels of the plugin's ops against naive references") {
         auto out = buffers(op.outputs, rng, false, std::numeric_limits<float>::quiet_NaN());
         skc_host::run_generic(op, pointers<const float>(in).data(), pointers<float>(out).data());
         if (op.op_type == "ReluGrad" || op.op_type == "GeluGrad" || op.op_type == "SiluGrad" ||
-            op.op_type == "SoftmaxGrad") {
+            op.op_type == "SoftmaxGrad" || op.op_type == "LayerNormGradV3") {
             // The derivatives in double precision (reference()), within 1e-5 of max(|dx|, 1).
-            const std::vector<double> want = reference(op, in).front();
+            const std::vector<std::vector<double>> want = reference(op, in);
             int bad = 0;
-            for (std::size_t i = 0; i < want.size(); ++i)
-                if (!(std::abs(out[0][i] - want[i]) <= 1e-5 * std::max(1.0, std::abs(want[i])))) ++bad;
+            for (std::size_t o = 0; o < want.size(); ++o)
+                for (std::size_t i = 0; i < want[o].size(); ++i)
+                    if (!(std::abs(out[o][i] - want[o][i]) <= 1e-5 * std::max(1.0, std::abs(want[o][i])))) ++bad;
             CHECK(bad == 0);
         } else if (op.op_type == "Gelu") {
             const std::optional<std::string> approx = str_attr(op, "approximate");
@@ -1384,7 +1451,7 @@ TEST_CASE("generic kernels of the plugin's ops against naive references") {
         }
         ++checked;
     }
-    CHECK(checked > 110);
+    CHECK(checked > 115);
     MESSAGE(checked << " plugin ops checked against naive references");
 }
 
