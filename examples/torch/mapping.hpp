@@ -55,15 +55,16 @@ enum class OpType : std::uint8_t {
     ReluGrad,
     GeluGrad,
     SoftmaxGrad,
-    SiluGrad
+    SiluGrad,
+    LayerNormGradV3
 };
-inline constexpr std::size_t op_type_count = 21;
+inline constexpr std::size_t op_type_count = 22;
 
 constexpr std::string_view name(OpType t) noexcept {
     constexpr std::array<std::string_view, op_type_count> names{
         "MatMulV2", "FusedMatMul", "BatchMatMulV2", "Add",         "Mul",       "Relu", "Gelu",  "SoftmaxV2", "LayerNormV3",
         "Transpose", "Sub",        "RealDiv",       "Neg",         "Tanh",      "Rsqrt", "Swish", "Power",
-        "ReluGrad",  "GeluGrad",   "SoftmaxGrad",   "SiluGrad"};
+        "ReluGrad",  "GeluGrad",   "SoftmaxGrad",   "SiluGrad",    "LayerNormGradV3"};
     return names[static_cast<std::size_t>(t)];
 }
 
@@ -90,7 +91,8 @@ enum class Aten : std::uint8_t {
     threshold_backward,
     gelu_backward,
     softmax_backward_data,
-    silu_backward
+    silu_backward,
+    native_layer_norm_backward
 };
 
 constexpr OpType op_type_of(Aten a) noexcept {
@@ -117,6 +119,7 @@ constexpr OpType op_type_of(Aten a) noexcept {
     case Aten::gelu_backward: return OpType::GeluGrad;
     case Aten::softmax_backward_data: return OpType::SoftmaxGrad;
     case Aten::silu_backward: return OpType::SiluGrad;
+    case Aten::native_layer_norm_backward: return OpType::LayerNormGradV3;
     }
     return OpType::MatMulV2;
 }
@@ -136,11 +139,12 @@ struct TensorArg {
 /// One call of an overridden aten op.
 struct Call {
     Aten aten = Aten::mm;
-    std::array<TensorArg, 3> t{};  // the tensor arguments, in aten's order (see describe())
+    std::array<TensorArg, 5> t{};  // the tensor arguments, in aten's order (see describe())
     std::size_t n = 0;             // how many of t are used
     std::int64_t i0 = 0;           // softmax: dim; layer norm: number of normalized dims;
                                    // gelu: 1 for tanh; addmm_activation: 1 for gelu;
-                                   // gelu_backward: 1 for tanh; _softmax_backward_data: dim
+                                   // gelu_backward: 1 for tanh; _softmax_backward_data: dim;
+                                   // native_layer_norm_backward: number of normalized dims
     double f0 = 0;                 // layer norm: eps; pow: the exponent; threshold_backward: threshold
 };
 
@@ -160,7 +164,7 @@ inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.s
 /// Whether the records of `a` depend on Call::i0, and on Call::f0.
 constexpr bool uses_i0(Aten a) noexcept {
     return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm ||
-           a == Aten::gelu_backward || a == Aten::softmax_backward_data;
+           a == Aten::gelu_backward || a == Aten::softmax_backward_data || a == Aten::native_layer_norm_backward;
 }
 constexpr bool uses_f0(Aten a) noexcept {
     return a == Aten::native_layer_norm || a == Aten::pow || a == Aten::threshold_backward;
@@ -462,6 +466,35 @@ inline skc::OpRecord softmax_grad(const Call& c) {
               {attr("axes", "list_int", 0, skc::Array{skc::Value(c.i0)})});
 }
 
+/// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,
+/// [true, true, true]) as LayerNormGradV3 (dy, x, rstd, mean, gamma) -> (pd_x, pd_gamma, pd_beta),
+/// the original's order; tensors (grad_out, input, mean, rstd, weight), the normalized dims the
+/// last i0 of the input (bias is not read: its gradient is pd_beta's shape, weight's).
+inline skc::OpRecord layer_norm_grad(const Call& c) {
+    const TensorArg& dy = dense_input(c, 0, "grad_out");
+    const TensorArg& x = dense_input(c, 1, "input");
+    const TensorArg& mean = dense_input(c, 2, "mean");
+    const TensorArg& rstd = dense_input(c, 3, "rstd");
+    const TensorArg& g = dense_input(c, 4, "weight");
+    if (!std::equal(dy.sizes.begin(), dy.sizes.end(), x.sizes.begin(), x.sizes.end()))
+        unsupported("grad_out " + dims_str(dy.sizes) + " and input " + dims_str(x.sizes) + " differ in shape");
+    const auto k = static_cast<std::size_t>(c.i0);
+    if (k == 0 || k > x.sizes.size())
+        unsupported("normalized_shape has " + std::to_string(c.i0) + " dims for an input of rank " +
+                    std::to_string(x.sizes.size()));
+    const Dims norm = x.sizes.subspan(x.sizes.size() - k);
+    if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()))
+        unsupported("weight " + dims_str(g.sizes) + " is not the normalized shape " + dims_str(norm));
+    const std::int64_t rows = numel(x.sizes) / numel(norm);
+    if (numel(mean.sizes) != rows || numel(rstd.sizes) != rows)
+        unsupported("mean " + dims_str(mean.sizes) + " and rstd " + dims_str(rstd.sizes) +
+                    " are not one value a row (" + std::to_string(rows) + ")");
+    return op("LayerNormGradV3",
+              {dense("dy", 0, x.sizes), dense("x", 1, x.sizes), dense("rstd", 2, rstd.sizes),
+               dense("mean", 3, mean.sizes), dense("gamma", 4, g.sizes)},
+              {dense("pd_x", 0, x.sizes), dense("pd_gamma", 1, g.sizes), dense("pd_beta", 2, g.sizes)}, {});
+}
+
 }  // namespace detail
 
 /// What `c` is recorded as. Never throws for unsupported arguments: the reason is returned.
@@ -492,6 +525,7 @@ inline Description describe(const Call& c) {
         case Aten::gelu_backward:
         case Aten::silu_backward: d.record = detail::activation_grad(c); break;
         case Aten::softmax_backward_data: d.record = detail::softmax_grad(c); break;
+        case Aten::native_layer_norm_backward: d.record = detail::layer_norm_grad(c); break;
         }
     } catch (const detail::Unsupported& u) {
         d.reason = std::string(name(d.type)) + ": " + u.reason;

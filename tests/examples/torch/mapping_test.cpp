@@ -355,6 +355,53 @@ Case softmax_grad_case() {
     return c;
 }
 
+/// native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, all true) over the last k
+/// dims: mean and rstd x's own, [d0, .., 1, .., 1] as aten's; recorded (dy, x, rstd, mean, gamma).
+Case layer_norm_grad_case() {
+    Case c;
+    c.call.aten = Aten::native_layer_norm_backward;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
+    const auto k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
+    const Vec norm(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
+    Vec stat = sizes;
+    for (std::size_t d = sizes.size() - k; d < sizes.size(); ++d) stat[d] = 1;
+    Strided dy = dense(sizes), x = dense(sizes), mean = dense(stat), rstd = dense(stat), g = dense(norm);
+    std::size_t cols = 1;
+    for (std::int64_t d : norm) cols *= static_cast<std::size_t>(d);
+    const std::size_t rows = x.data.size() / cols;
+    for (std::size_t r = 0; r < rows; ++r) {
+        double mu = 0, var = 0;
+        for (std::size_t j = 0; j < cols; ++j) mu += x.data[r * cols + j];
+        mu /= static_cast<double>(cols);
+        for (std::size_t j = 0; j < cols; ++j) var += (x.data[r * cols + j] - mu) * (x.data[r * cols + j] - mu);
+        mean.data[r] = static_cast<float>(mu);
+        rstd.data[r] = static_cast<float>(1 / std::sqrt(var / static_cast<double>(cols) + 1e-5));
+    }
+    c.call.i0 = static_cast<std::int64_t>(k);
+    c.in = {dy, x, mean, rstd, g};
+    finish(c);
+    std::vector<double> dx, dgamma(cols, 0.0), dbeta(cols, 0.0);
+    for (std::size_t r = 0; r < rows; ++r) {
+        const double a = rstd.data[r], m = mean.data[r];
+        double s1 = 0, s2 = 0;
+        for (std::size_t j = 0; j < cols; ++j) {
+            const double dg = static_cast<double>(dy.data[r * cols + j]) * g.data[j];
+            s1 += dg, s2 += dg * (x.data[r * cols + j] - m) * a;
+        }
+        s1 /= static_cast<double>(cols), s2 /= static_cast<double>(cols);
+        for (std::size_t j = 0; j < cols; ++j) {
+            const double d = dy.data[r * cols + j], xh = (x.data[r * cols + j] - m) * a;
+            dx.push_back(a * (d * g.data[j] - s1 - xh * s2));
+            dgamma[j] += d * xh;
+            dbeta[j] += d;
+        }
+    }
+    c.out_sizes = {sizes, norm, norm};
+    c.want = {dx, dgamma, dbeta};
+    c.slot_of = {0, 1, 3, 2, 4};
+    return c;
+}
+
 Case layer_norm_case() {
     Case c;
     c.call.aten = Aten::native_layer_norm;
@@ -435,6 +482,7 @@ Case random_case(Aten a) {
     case Aten::gelu_backward:
     case Aten::silu_backward: return activation_grad_case(a);
     case Aten::softmax_backward_data: return softmax_grad_case();
+    case Aten::native_layer_norm_backward: return layer_norm_grad_case();
     }
     return matmul_case(Aten::mm);
 }
@@ -449,7 +497,7 @@ constexpr Aten all_ops[] = {
     Aten::mm,    Aten::addmm, Aten::addmm_activation, Aten::bmm,  Aten::add,   Aten::mul,  Aten::relu,
     Aten::gelu,  Aten::softmax, Aten::native_layer_norm, Aten::clone, Aten::sub, Aten::div, Aten::neg,
     Aten::tanh,  Aten::rsqrt, Aten::silu, Aten::pow, Aten::threshold_backward, Aten::gelu_backward,
-    Aten::softmax_backward_data, Aten::silu_backward};
+    Aten::softmax_backward_data, Aten::silu_backward, Aten::native_layer_norm_backward};
 
 }  // namespace
 
@@ -601,5 +649,11 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
         Call{Aten::softmax_backward_data, {TensorArg{s23, st31}, TensorArg{s23, st31}}, 2, 0});
     REQUIRE(sg0.record.has_value());
     CHECK_EQ(skc_host::analyze(*sg0.record).reason, "SoftmaxGrad: attr axes must name only the last axis");
+    CHECK_EQ(describe(Call{Aten::native_layer_norm_backward,
+                           {TensorArg{s234, st_421}, TensorArg{s234, st_421}, TensorArg{s23, st31},
+                            TensorArg{s23, st31}, TensorArg{s3, st1}},
+                           5,
+                           1}),
+             "LayerNormGradV3: weight [3] is not the normalized shape [4]");
     (void)s0;
 }

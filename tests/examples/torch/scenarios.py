@@ -229,6 +229,16 @@ def scenario_special_values(base):
         t = t.clone().requires_grad_()
         return torch.autograd.grad(fn(t), t, dy)[0]
 
+    # LayerNorm's three gradients (input, weight, bias: output_mask all true) of rows whose means are
+    # large against their spread; one gradient row has an inf (NaN and infinities spread as stock's).
+    lx = torch.randn(4, 16) + torch.tensor([[0.0], [100.0], [-30.0], [5.0]])
+    lw, lb, ldy = torch.randn(16), torch.randn(16), torch.randn(4, 16)
+    ldy[1, 2], ldy[2, 5] = inf, -0.0
+
+    def ln_grads():
+        t, w_, b_ = (v.clone().requires_grad_() for v in (lx, lw, lb))
+        return torch.cat([d.flatten() for d in torch.autograd.grad(F.layer_norm(t, (16,), w_, b_), (t, w_, b_), ldy)])
+
     h, h4 = torch.randn(2, 5, 16), torch.randn(2, 3, 5, 16)  # [B, T, D], [B, H, T, D]
     c8, r16 = torch.randn(8, 1), torch.randn(1, 16)
     calls = {
@@ -276,9 +286,10 @@ def scenario_special_values(base):
         "backward of silu at special values": lambda: grad_of(F.silu, sv, dsv),
         "backward of softmax under a -inf and -1e9 mask": lambda: grad_of(lambda t: torch.softmax(t + mask, -1),
                                                                          finite, dmask),
+        "backward of layer_norm, rows with large means, an inf and a -0.0 gradient": ln_grads,
     }
     grad_types = {"backward of relu": "ReluGrad", "backward of gelu": "GeluGrad", "backward of silu": "SiluGrad",
-                  "backward of softmax": "SoftmaxGrad"}
+                  "backward of softmax": "SoftmaxGrad", "backward of layer_norm": "LayerNormGradV3"}
     errors = {
         "layer_norm with a normalized_shape that is not the input's":
             lambda: F.layer_norm(torch.ones(6, 16), (3,), torch.ones(16), torch.zeros(16)),
