@@ -30,6 +30,10 @@
 //     a broadcast operand read once a run.
 //   - Relu, Neg, Power's other exponents: the generic loops with constant counts, which the
 //     compiler vectorises for the target.
+//   - ReluGrad likewise; GeluGrad (both forms) and SiluGrad: the prelude's vector functions of dy
+//     and x, the tail through zero-padded vectors; SoftmaxGrad: a row at a time, sum(dy * y) in
+//     vector lanes, then (dy - sum) * y; LayerNormGradV3 likewise, its two row sums in lanes,
+//     dgamma and dbeta added a row at a time.
 // The elementwise ops and SoftmaxV2 take no __restrict pointers: like their generic twins they
 // may run in place (plan.hpp), each element read before the same index is written.
 // Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
@@ -228,6 +232,31 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("const vf e = 1.0f - r * t * vexp(-(z * z));");
     s.line("const vf h = 0.5f * v;");
     s.line("return h + h * (vf)((vi)e | ((vi)z & (vi{} - 0x7fffffff - 1)));");
+    s.close();
+    // The activations' gradients (GradKind), dx from dy and x in torch's forms (kernels.hpp): the
+    // erf form as oneDNN's, (0.5 + t) + 0.5 erf(r) with erf as vgelu_erf's (exactly 0 where erf(r)
+    // is -1 and 0.5 + t rounds to 0.5), the tanh form with vtanh (exactly -1 where torch's is),
+    // silu's with e^(-x) to infinity (s = 0: -0.0 times dy, NaN at -inf).
+    s.open("[[maybe_unused]] inline vf vgelu_erf_grad(vf dy, vf x)");
+    s.line("const vf r = x * 0.70710678118654752f;");
+    s.line("const vf q = vexp(-(r * r));");
+    s.line("const vf t = r * 0.56418958354775628f * q;");
+    s.line("const vf a = (vf)((vi)r & 0x7fffffff);");
+    s.line("const vf w = 1.0f / (0.3275911f * a + 1.0f);");
+    s.line(
+        "const vf p = (((1.061405429f * w - 1.453152027f) * w + 1.421413741f) * w - 0.284496736f) * w + 0.254829592f;");
+    s.line("const vf e = (vf)((vi)(1.0f - p * w * q) | ((vi)r & (vi{} - 0x7fffffff - 1)));");
+    s.line("return dy * ((0.5f + t) + 0.5f * e);");
+    s.close();
+    s.open("[[maybe_unused]] inline vf vgelu_tanh_grad(vf dy, vf x)");
+    s.line("const vf x_sq = x * x;");
+    s.line("const vf th = vtanh(0.7978845608f * (x + 0.044715f * (x_sq * x)));");
+    s.line("const vf right = 0.5f * x * (1.0f - th * th) * (0.7978845608f * (1.0f + 3.0f * 0.044715f * x_sq));");
+    s.line("return dy * (0.5f * (1.0f + th) + right);");
+    s.close();
+    s.open("[[maybe_unused]] inline vf vsilu_grad(vf dy, vf x)");
+    s.line("const vf sg = 1.0f / (1.0f + vexp_wide(-x));");
+    s.line("return dy * sg * (1.0f + x * (1.0f - sg));");
     s.close();
     // An activation over a tile of C in memory (`cols` a multiple of W), out of line: inlined into
     // a matrix product's tile loop, a function as long as GELU's makes the compiler keep its
@@ -660,6 +689,132 @@ inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     s.close();
 }
 
+/// The vector function of GradKind `k` (a function of the prelude), or nullptr for relu, which
+/// the generated code computes in a loop the compiler vectorises.
+inline const char* vector_grad(GradKind k) {
+    switch (k) {
+    case GradKind::gelu_erf: return "vgelu_erf_grad";
+    case GradKind::gelu_tanh: return "vgelu_tanh_grad";
+    case GradKind::silu: return "vsilu_grad";
+    default: return nullptr;
+    }
+}
+
+/// ReluGrad, GeluGrad, SiluGrad: dx = g(dy, x) for NUM floats. Relu's is the generic loop with a
+/// constant count (x <= 0 ? 0 : dy, which the compiler vectorises); the others run the prelude's
+/// vector functions over whole vectors, then the last NUM % W floats through zero-padded vectors.
+inline void emit(Src& s, const GradPlan& p, std::int64_t w) {
+    s.line("const float* __restrict dy = inputs[0];");
+    s.line("const float* __restrict x = inputs[1];");
+    s.line("float* __restrict dx = outputs[0];");
+    const char* f = vector_grad(p.kind);
+    if (f == nullptr) {
+        s.line("for (idx i = 0; i < " + n(p.n) + "; ++i) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];");
+        return;
+    }
+    const std::int64_t whole = p.n - p.n % w, rest = p.n % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    if (whole > 0)
+        s.line("for (idx i = 0; i < " + n(whole) + "; i += W) vstore(dx + i, " + f + "(vload(dy + i), vload(x + i)));");
+    if (rest > 0) {
+        s.open("");
+        s.line("float a[W] = {}, b[W] = {};");
+        s.line("std::memcpy(a, dy + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("std::memcpy(b, x + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("vstore(a, " + std::string(f) + "(vload(a), vload(b)));");
+        s.line("std::memcpy(dx + " + n(whole) + ", a, " + n(rest) + " * sizeof(float));");
+        s.close();
+    }
+}
+
+/// SoftmaxGrad over the last axis, a row at a time in vectors of W floats: s = the sum of dy * y
+/// (in W lanes, then across them; the last COLS % W columns one by one), then dx = (dy - s) * y.
+inline void emit(Src& s, const SoftmaxGradPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.loop("r", "0", "ROWS");
+    s.line("const float* __restrict yr = inputs[0] + r * COLS;");
+    s.line("const float* __restrict dyr = inputs[1] + r * COLS;");
+    s.line("float* __restrict dxr = outputs[0] + r * COLS;");
+    s.line("float sum = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf acc = vf{};");
+        s.line("for (idx c = 0; c < " + n(whole) + "; c += W) acc += vload(dyr + c) * vload(yr + c);");
+        s.line("sum = vhsum(acc);");
+        s.close();
+    }
+    if (whole < p.cols) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) sum += dyr[c] * yr[c];");
+    if (whole > 0)
+        s.line("for (idx c = 0; c < " + n(whole) +
+               "; c += W) vstore(dxr + c, (vload(dyr + c) - sum) * vload(yr + c));");
+    if (whole < p.cols) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) dxr[c] = (dyr[c] - sum) * yr[c];");
+    s.close();
+}
+
+/// LayerNormGradV3, a row at a time in vectors of W floats (the last COLS % W columns one by one):
+/// ds = sum(dy x gamma) and db = sum(dy gamma) in W lanes, then across them; then, as torch,
+/// dx = rstd dy gamma + b x + c, and dgamma += dy (rstd x + (-rstd mean)), dbeta += dy for the row.
+inline void emit(Src& s, const LayerNormGradPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.line("const float* __restrict dy = inputs[0];");
+    s.line("const float* __restrict x = inputs[1];");
+    s.line("const float* __restrict rstd = inputs[2];");
+    s.line("const float* __restrict mean = inputs[3];");
+    s.line("const float* __restrict gamma = inputs[4];");
+    s.line("float* __restrict dx = outputs[0];");
+    s.line("float* __restrict dgamma = outputs[1];");
+    s.line("float* __restrict dbeta = outputs[2];");
+    s.line("constexpr float SCALE = 1.0f / static_cast<float>(COLS);");
+    s.line("for (idx c = 0; c < COLS; ++c) dgamma[c] = 0.0f, dbeta[c] = 0.0f;");
+    s.loop("r", "0", "ROWS");
+    s.line("const float* __restrict dyr = dy + r * COLS;");
+    s.line("const float* __restrict xr = x + r * COLS;");
+    s.line("float* __restrict dxr = dx + r * COLS;");
+    s.line("float ds = 0.0f, db = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf vds = vf{}, vdb = vf{};");
+        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
+        s.line("const vf t = vload(dyr + c) * vload(gamma + c);");
+        s.line("vds += t * vload(xr + c);");
+        s.line("vdb += t;");
+        s.close();
+        s.line("ds = vhsum(vds), db = vhsum(vdb);");
+        s.close();
+    }
+    if (whole < p.cols)
+        s.line("for (idx c = " + n(whole) +
+               "; c < COLS; ++c) ds += dyr[c] * xr[c] * gamma[c], db += dyr[c] * gamma[c];");
+    s.line("const float a = rstd[r], m = mean[r];");
+    s.line("const float b = (db * m - ds) * a * a * a * SCALE;");
+    s.line("const float cc = -b * m - db * a * SCALE;");
+    // dgamma as torch's kernel: dy (rstd x + (-rstd mean)), -rstd mean rounded first (volatile, as
+    // LayerNorm's), rstd x + it a fused multiply-add, as torch's compiled Vectorized code has it:
+    // where x is the mean (a row of one element) its rounding error, not 0, as stock's.
+    s.line("volatile float nb_ = -a * m;");
+    s.line("const float nb = nb_;");
+    if (whole > 0) {
+        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
+        s.line("const vf d = vload(dyr + c), xv = vload(xr + c);");
+        s.line("vstore(dxr + c, a * d * vload(gamma + c) + b * xv + cc);");
+        s.line("vstore(dgamma + c, vload(dgamma + c) + d * (a * xv + nb));");
+        s.line("vstore(dbeta + c, vload(dbeta + c) + d);");
+        s.close();
+    }
+    if (whole < p.cols) {
+        s.open("for (idx c = " + n(whole) + "; c < COLS; ++c)");
+        s.line("dxr[c] = a * dyr[c] * gamma[c] + b * xr[c] + cc;");
+        s.line("dgamma[c] += dyr[c] * (a * xr[c] + nb);");
+        s.line("dbeta[c] += dyr[c];");
+        s.close();
+    }
+    s.close();
+}
+
 /// Rows short enough to live in registers: whole vectors only (COLS a multiple of W), at most 8 of
 /// them. Such a row is read once into registers and every pass runs there (one read of the input
 /// instead of two or three), and `group` rows run side by side (up to 8 vectors in all): a short
@@ -1062,6 +1217,8 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
         [](const auto& p) {
             using P = std::decay_t<decltype(p)>;
             if constexpr (std::is_same_v<P, UnaryPlan>) return detail::vector_unary(p.kind);
+            else if constexpr (std::is_same_v<P, GradPlan>) return detail::vector_grad(p.kind) != nullptr;
+            else if constexpr (std::is_same_v<P, SoftmaxGradPlan> || std::is_same_v<P, LayerNormGradPlan>) return true;
             else
                 return std::is_same_v<P, MatMulPlan> || std::is_same_v<P, SoftmaxPlan> ||
                        std::is_same_v<P, LayerNormPlan>;

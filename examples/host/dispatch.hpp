@@ -79,6 +79,16 @@ inline void run_unary(const UnaryPlan& p, const float* x, float* y) {
     }
 }
 
+inline void run_grad(const GradPlan& p, const float* dy, const float* x, float* dx) {
+    namespace k = kernels;
+    switch (p.kind) {
+    case GradKind::relu: k::grad<k::relu_grad1>(dy, x, dx, p.n); return;
+    case GradKind::gelu_erf: k::grad<k::gelu_erf_grad1>(dy, x, dx, p.n); return;
+    case GradKind::gelu_tanh: k::grad<k::gelu_tanh_grad1>(dy, x, dx, p.n); return;
+    case GradKind::silu: k::grad<k::silu_grad1>(dy, x, dx, p.n); return;
+    }
+}
+
 }  // namespace detail
 
 /// Runs the plan of an analysed op.
@@ -99,6 +109,13 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
                 k::layer_norm(inputs[0], inputs[1], inputs[2], outputs[0], p.mean_out ? outputs[1] : nullptr,
                               p.var_out ? outputs[2] : nullptr, p.rstd_out ? outputs[2] : nullptr, p.rows, p.cols,
                               p.epsilon);
+            } else if constexpr (std::is_same_v<P, GradPlan>) {
+                detail::run_grad(p, inputs[0], inputs[1], outputs[0]);
+            } else if constexpr (std::is_same_v<P, SoftmaxGradPlan>) {
+                k::softmax_grad(inputs[0], inputs[1], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, LayerNormGradPlan>) {
+                k::layer_norm_grad(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], outputs[0], outputs[1],
+                                   outputs[2], p.rows, p.cols);
             } else {
                 static_assert(std::is_same_v<P, TransposePlan>);
                 k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);

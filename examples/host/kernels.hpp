@@ -281,4 +281,72 @@ inline void transpose(const float* __restrict x, float* __restrict y, const std:
     }
 }
 
+/// The activations' gradients (plan.hpp's GradKind): dx from dy and x, in torch's forms.
+inline float relu_grad1(float dy, float x) { return x <= 0.0f ? 0.0f : dy; }  // NaN x passes dy
+inline float gelu_erf_grad1(float dy, float x) {                              // oneDNN's (0.5 + t) + 0.5 erf(r)
+    const float r = x * 0.70710678118654752f;
+    const float t = r * 0.56418958354775628f * std::exp(-(r * r));
+    return dy * ((0.5f + t) + 0.5f * std::erf(r));
+}
+inline float gelu_tanh_grad1(float dy, float x) {  // torch's left and right derivatives
+    constexpr float k = 0.7978845608f, c = 0.044715f;
+    const float x_sq = x * x;
+    const float th = tanh1(k * (x + c * (x_sq * x)));
+    const float left = 0.5f * x;
+    const float right_derivative = left * (1.0f - th * th) * (k * (1.0f + 3.0f * c * x_sq));
+    return dy * (0.5f * (1.0f + th) + right_derivative);
+}
+inline float silu_grad1(float dy, float x) {
+    const float s = 1.0f / (1.0f + std::exp(-x));
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+
+/// dx[i] = G(dy[i], x[i]) for n elements.
+template <float (*G)(float, float)>
+inline void grad(const float* __restrict dy, const float* __restrict x, float* __restrict dx, idx n) {
+    for (idx i = 0; i < n; ++i) dx[i] = G(dy[i], x[i]);
+}
+
+/// Softmax's gradient over the last axis of [rows, cols], from its output y: per row the
+/// sequential sum s of dy * y, then dx = (dy - s) * y (torch's order).
+inline void softmax_grad(const float* __restrict y, const float* __restrict dy, float* __restrict dx, idx rows,
+                         idx cols) {
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict yr = y + r * cols;
+        const float* __restrict dyr = dy + r * cols;
+        float s = 0.0f;
+        for (idx c = 0; c < cols; ++c) s += dyr[c] * yr[c];
+        for (idx c = 0; c < cols; ++c) dx[r * cols + c] = (dyr[c] - s) * yr[c];
+    }
+}
+
+/// LayerNorm's gradient over the last axis of [rows, cols] (plan.hpp's LayerNormGradPlan), in
+/// torch's order: per row the sequential sums ds = sum(dy x gamma) and db = sum(dy gamma), then
+/// dx = rstd dy gamma + b x + c; dgamma (dy (rstd x + (-rstd mean))) and dbeta summed over the
+/// rows in order.
+inline void layer_norm_grad(const float* __restrict dy, const float* __restrict x, const float* __restrict rstd,
+                            const float* __restrict mean, const float* __restrict gamma, float* __restrict dx,
+                            float* __restrict dgamma, float* __restrict dbeta, idx rows, idx cols) {
+    const float scale = 1.0f / static_cast<float>(cols);
+    for (idx c = 0; c < cols; ++c) dgamma[c] = 0.0f, dbeta[c] = 0.0f;
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict dyr = dy + r * cols;
+        const float* __restrict xr = x + r * cols;
+        float ds = 0.0f, db = 0.0f;
+        for (idx c = 0; c < cols; ++c) {
+            ds += dyr[c] * xr[c] * gamma[c];
+            db += dyr[c] * gamma[c];
+        }
+        const float a = rstd[r], m = mean[r];
+        const float b = (db * m - ds) * a * a * a * scale;
+        const float cc = -b * m - db * a * scale;
+        const float nb = -a * m;  // dgamma as torch's: dy (rstd x + (-rstd mean))
+        for (idx c = 0; c < cols; ++c) {
+            dx[r * cols + c] = a * dyr[c] * gamma[c] + b * xr[c] + cc;
+            dgamma[c] += dyr[c] * (a * xr[c] + nb);
+            dbeta[c] += dyr[c];
+        }
+    }
+}
+
 }  // namespace skc_host::kernels

@@ -135,7 +135,43 @@ struct TransposePlan {
     std::vector<std::int64_t> perm;
 };
 
-using Plan = std::variant<MatMulPlan, BinaryPlan, UnaryPlan, SoftmaxPlan, LayerNormPlan, TransposePlan>;
+/// The gradients of the activations, dx[i] = dy[i] * f'(x[i]) for n elements, from inputs dy
+/// (inputs[0]) and x (inputs[1]), both dense of dx's shape, each as torch 1.13's CPU kernel
+/// computes it (NaN, infinities and signed zeros included):
+///   relu       x <= 0 ? 0 : dy, x the relu's output (aten threshold_backward with threshold 0:
+///              +0.0 where x is -0.0 or 0, dy where x is NaN)
+///   gelu_erf   dy ((0.5 + t) + 0.5 erf(r)), r = x / sqrt(2), t = r e^(-r^2) / sqrt(pi) (the form
+///              of the oneDNN kernel torch runs for two elements or more: exactly 0 where erf(r)
+///              rounds to -1 and 0.5 + t to 0.5, x below about -6.15; NaN at +-inf)
+///   gelu_tanh  dy (0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 c x^2)), th = tanh(k (x + c x^3)),
+///              k = sqrt(2 / pi), c = 0.044715 (0 where th is -1; NaN at +-inf and where x^2 overflows)
+///   silu       dy s (1 + x (1 - s)), s = 1 / (1 + e^(-x))  (NaN at +-inf, -0.0 where s is 0)
+enum class GradKind { relu, gelu_erf, gelu_tanh, silu };
+
+/// ReluGrad, GeluGrad, SiluGrad: dx = grad(dy, x) elementwise (GradKind) for n elements.
+struct GradPlan {
+    GradKind kind = GradKind::relu;
+    std::int64_t n = 0;
+};
+
+/// SoftmaxGrad over the last axis of [rows, cols], inputs y (softmax's output, inputs[0]) and dy
+/// (inputs[1]): dx = (dy - sum(dy * y)) * y per row, as torch's _softmax_backward_data.
+struct SoftmaxGradPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
+/// LayerNormGradV3 over the trailing dims of x viewed as [rows, cols], inputs dy and x (dense, x's
+/// shape), rstd and mean (rows elements each), gamma (cols elements); outputs pd_x (x's shape),
+/// pd_gamma and pd_beta (gamma's), as torch's native_layer_norm_backward computes them: per row,
+/// ds = sum(dy x gamma), db = sum(dy gamma), b = (db mean - ds) rstd^3 / cols,
+/// c = -b mean - db rstd / cols, pd_x = rstd dy gamma + b x + c; per column, over the rows,
+/// pd_gamma = sum(dy (rstd x + (-rstd mean))), pd_beta = sum(dy).
+struct LayerNormGradPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
+using Plan = std::variant<MatMulPlan, BinaryPlan, UnaryPlan, SoftmaxPlan, LayerNormPlan, TransposePlan, GradPlan,
+                          SoftmaxGradPlan, LayerNormGradPlan>;
 
 /// The plan of a supported op, or the reason it is not supported.
 struct Analysis {
@@ -579,12 +615,75 @@ inline TransposePlan plan_transpose(const skc::OpRecord& op) {
     return p;
 }
 
+/// ReluGrad (gradients, features), GeluGrad and SiluGrad (dy, x): two dense inputs of one shape,
+/// the output of that shape.
+inline GradPlan plan_grad(const skc::OpRecord& op, GradKind kind) {
+    const skc::TensorDesc& dy = in(op, 0);
+    const skc::TensorDesc& x = in(op, 1);
+    no_more(op.inputs, 2, "inputs", "only two inputs are supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    if (!(dy.shape == x.shape))
+        unsupported("inputs have shapes " + dims_str(dy.shape) + " and " + dims_str(x.shape) + ": they must be equal");
+    expect_shape(op, 0, x.shape);
+    return GradPlan{kind, count(x.shape)};
+}
+
+/// GeluGrad's attr approximate, as Gelu's: "tanh" or absent (the tanh formula), "none" (erf).
+inline GradKind gelu_grad_kind(const skc::OpRecord& op) {
+    return gelu_kind(op) == UnaryKind::gelu_erf ? GradKind::gelu_erf : GradKind::gelu_tanh;
+}
+
+/// SoftmaxGrad (softmax, grad_softmax) over the last axis only.
+inline SoftmaxGradPlan plan_softmax_grad(const skc::OpRecord& op) {
+    const skc::TensorDesc& y = in(op, 0);
+    const skc::TensorDesc& dy = in(op, 1);
+    no_more(op.inputs, 2, "inputs", "only softmax and grad_softmax are supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    if (y.shape.rank() == 0) unsupported("softmax gradient of a scalar");
+    if (!(dy.shape == y.shape))
+        unsupported("inputs have shapes " + dims_str(y.shape) + " and " + dims_str(dy.shape) + ": they must be equal");
+    last_axis_only(op, "axes", y.shape.rank());
+    expect_shape(op, 0, y.shape);
+    const std::int64_t cols = y.shape[y.shape.rank() - 1];
+    return SoftmaxGradPlan{count(y.shape) / cols, cols};
+}
+
+/// LayerNormGradV3 (dy, x, rstd, mean, gamma) -> (pd_x, pd_gamma, pd_beta): gamma's shape must be
+/// x's trailing dims (the normalised ones), rstd and mean one value per row of the others.
+inline LayerNormGradPlan plan_layer_norm_grad(const skc::OpRecord& op) {
+    const skc::TensorDesc& dy = in(op, 0);
+    const skc::TensorDesc& x = in(op, 1);
+    const skc::TensorDesc& rstd = in(op, 2);
+    const skc::TensorDesc& mean = in(op, 3);
+    const skc::TensorDesc& gamma = in(op, 4);
+    no_more(op.inputs, 5, "inputs", "only dy, x, rstd, mean and gamma are supported");
+    no_more(op.outputs, 3, "outputs", "only pd_x, pd_gamma and pd_beta are supported");
+    if (!(dy.shape == x.shape))
+        unsupported("dy " + dims_str(dy.shape) + " and x " + dims_str(x.shape) + " differ in shape");
+    const std::size_t r = x.shape.rank(), k = gamma.shape.rank();
+    bool trailing = k >= 1 && k <= r;
+    for (std::size_t i = 0; trailing && i < k; ++i) trailing = gamma.shape[i] == x.shape[r - k + i];
+    if (!trailing)
+        unsupported("gamma " + dims_str(gamma.shape) + " is not the trailing dims of x " + dims_str(x.shape));
+    LayerNormGradPlan p;
+    p.cols = count(gamma.shape);
+    p.rows = count(x.shape) / p.cols;
+    for (std::size_t i : {std::size_t{2}, std::size_t{3}})
+        if (count((i == 2 ? rstd : mean).shape) != p.rows)
+            unsupported(std::string(i == 2 ? "rstd" : "mean") + " (inputs[" + std::to_string(i) + "]) has shape " +
+                        dims_str((i == 2 ? rstd : mean).shape) + ", expected " + std::to_string(p.rows) + " elements");
+    expect_shape(op, 0, x.shape);
+    expect_shape(op, 1, gamma.shape);
+    expect_shape(op, 2, gamma.shape);
+    return p;
+}
+
 }  // namespace detail
 
 /// The op types analyze() supports, as its reason for any other type lists them.
 inline constexpr std::string_view supported_op_types =
     "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Sub, Mul, RealDiv, Relu, Gelu, Neg, Tanh, Rsqrt, Swish, "
-    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose";
+    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose, ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad, LayerNormGradV3";
 
 /// The plan of `op`, or why the host kernels do not support it.
 inline Analysis analyze(const skc::OpRecord& op) {
@@ -609,6 +708,11 @@ inline Analysis analyze(const skc::OpRecord& op) {
         else if (t == "LayerNorm") p = detail::plan_layer_norm(op, false);
         else if (t == "LayerNormV3") p = detail::plan_layer_norm(op, true);
         else if (t == "Transpose") p = detail::plan_transpose(op);
+        else if (t == "ReluGrad") p = detail::plan_grad(op, GradKind::relu);
+        else if (t == "GeluGrad") p = detail::plan_grad(op, detail::gelu_grad_kind(op));
+        else if (t == "SiluGrad") p = detail::plan_grad(op, GradKind::silu);
+        else if (t == "SoftmaxGrad") p = detail::plan_softmax_grad(op);
+        else if (t == "LayerNormGradV3") p = detail::plan_layer_norm_grad(op);
         else
             return {std::nullopt, t + ": op type " + t + " is not supported by the host kernels (supported: " +
                                       std::string(supported_op_types) + ")"};

@@ -51,14 +51,21 @@ enum class OpType : std::uint8_t {
     Tanh,
     Rsqrt,
     Swish,
-    Power
+    Power,
+    ReluGrad,
+    GeluGrad,
+    SoftmaxGrad,
+    SiluGrad,
+    LayerNormGradV3
 };
-inline constexpr std::size_t op_type_count = 17;
+inline constexpr std::size_t op_type_count = 22;
 
 constexpr std::string_view name(OpType t) noexcept {
     constexpr std::array<std::string_view, op_type_count> names{
-        "MatMulV2",  "FusedMatMul", "BatchMatMulV2", "Add", "Mul",  "Relu",  "Gelu",  "SoftmaxV2", "LayerNormV3",
-        "Transpose", "Sub",         "RealDiv",       "Neg", "Tanh", "Rsqrt", "Swish", "Power"};
+        "MatMulV2",       "FusedMatMul", "BatchMatMulV2", "Add",      "Mul",      "Relu",        "Gelu",
+        "SoftmaxV2",      "LayerNormV3", "Transpose",     "Sub",      "RealDiv",  "Neg",         "Tanh",
+        "Rsqrt",          "Swish",       "Power",         "ReluGrad", "GeluGrad", "SoftmaxGrad", "SiluGrad",
+        "LayerNormGradV3"};
     return names[static_cast<std::size_t>(t)];
 }
 
@@ -81,7 +88,12 @@ enum class Aten : std::uint8_t {
     tanh,
     rsqrt,
     silu,
-    pow
+    pow,
+    threshold_backward,
+    gelu_backward,
+    softmax_backward_data,
+    silu_backward,
+    native_layer_norm_backward
 };
 
 constexpr OpType op_type_of(Aten a) noexcept {
@@ -104,6 +116,11 @@ constexpr OpType op_type_of(Aten a) noexcept {
     case Aten::rsqrt: return OpType::Rsqrt;
     case Aten::silu: return OpType::Swish;
     case Aten::pow: return OpType::Power;
+    case Aten::threshold_backward: return OpType::ReluGrad;
+    case Aten::gelu_backward: return OpType::GeluGrad;
+    case Aten::softmax_backward_data: return OpType::SoftmaxGrad;
+    case Aten::silu_backward: return OpType::SiluGrad;
+    case Aten::native_layer_norm_backward: return OpType::LayerNormGradV3;
     }
     return OpType::MatMulV2;
 }
@@ -123,11 +140,13 @@ struct TensorArg {
 /// One call of an overridden aten op.
 struct Call {
     Aten aten = Aten::mm;
-    std::array<TensorArg, 3> t{};  // the tensor arguments, in aten's order (see describe())
+    std::array<TensorArg, 5> t{};  // the tensor arguments, in aten's order (see describe())
     std::size_t n = 0;             // how many of t are used
     std::int64_t i0 = 0;           // softmax: dim; layer norm: number of normalized dims;
-                                   // gelu: 1 for tanh; addmm_activation: 1 for gelu
-    double f0 = 0;                 // layer norm: eps; pow: the exponent
+                                   // gelu: 1 for tanh; addmm_activation: 1 for gelu;
+                                   // gelu_backward: 1 for tanh; _softmax_backward_data: dim;
+                                   // native_layer_norm_backward: number of normalized dims
+    double f0 = 0;                 // layer norm: eps; pow: the exponent; threshold_backward: threshold
 };
 
 /// Dense row-major (torch's is_contiguous: strides of size-1 dims do not matter; no elements is dense).
@@ -145,9 +164,12 @@ inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.s
 
 /// Whether the records of `a` depend on Call::i0, and on Call::f0.
 constexpr bool uses_i0(Aten a) noexcept {
-    return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm;
+    return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm ||
+           a == Aten::gelu_backward || a == Aten::softmax_backward_data || a == Aten::native_layer_norm_backward;
 }
-constexpr bool uses_f0(Aten a) noexcept { return a == Aten::native_layer_norm || a == Aten::pow; }
+constexpr bool uses_f0(Aten a) noexcept {
+    return a == Aten::native_layer_norm || a == Aten::pow || a == Aten::threshold_backward;
+}
 
 /// The call's raw arguments as a key: the op, every tensor's sizes and strides (none for a tensor
 /// marked dense: an empty list, which no non-dense tensor has), the attributes the op's records
@@ -407,6 +429,73 @@ inline skc::OpRecord transpose(const Call& c) {
     return op("Transpose", {dense("x", 0, in_dims), std::move(p)}, {dense("y", 0, v.sizes)}, {});
 }
 
+/// The gradient's two dense inputs of one shape, with elements: (grad_output, self) of
+/// threshold_backward, gelu_backward, silu_backward, (grad_output, output) of _softmax_backward_data.
+inline Dims grad_inputs(const Call& c, std::string_view second) {
+    const TensorArg& dy = dense_input(c, 0, "grad_output");
+    const TensorArg& x = dense_input(c, 1, second);
+    if (!std::equal(dy.sizes.begin(), dy.sizes.end(), x.sizes.begin(), x.sizes.end()))
+        unsupported("grad_output " + dims_str(dy.sizes) + " and " + std::string(second) + " " + dims_str(x.sizes) +
+                    " differ in shape");
+    return x.sizes;
+}
+
+/// threshold_backward(grad_output, self, 0) (relu's backward: self is relu's output) as ReluGrad
+/// (gradients, features) -> backprops; gelu_backward(grad_output, self, approximate) as GeluGrad
+/// (dy, x) -> z with attr approximate; silu_backward(grad_output, self) as SiluGrad (dy, x) -> dx.
+inline skc::OpRecord activation_grad(const Call& c) {
+    const Dims x = grad_inputs(c, "self");
+    if (c.aten == Aten::threshold_backward) {
+        if (c.f0 != 0) unsupported("threshold " + std::to_string(c.f0) + " is not 0 (only relu's backward)");
+        return op("ReluGrad", {dense("gradients", 0, x), dense("features", 1, x)}, {dense("backprops", 0, x)}, {});
+    }
+    if (c.aten == Aten::gelu_backward) {
+        if (numel(x) == 1)  // torch's GELU gradient of one element takes another path (its scalar formula)
+            unsupported("a GELU gradient of one element");
+        return op("GeluGrad", {dense("dy", 0, x), dense("x", 1, x)}, {dense("z", 0, x)},
+                  {attr("approximate", "str", 0, c.i0 != 0 ? "tanh" : "none")});
+    }
+    return op("SiluGrad", {dense("dy", 0, x), dense("x", 1, x)}, {dense("dx", 0, x)}, {});
+}
+
+/// _softmax_backward_data(grad_output, output, dim, float) as SoftmaxGrad (softmax, grad_softmax)
+/// -> grad_x, the original's input order: the softmax output first. dim already wrapped.
+inline skc::OpRecord softmax_grad(const Call& c) {
+    const Dims y = grad_inputs(c, "output");
+    if (y.empty()) unsupported("softmax gradient of a 0-dim tensor");
+    return op("SoftmaxGrad", {dense("softmax", 0, y), dense("grad_softmax", 1, y)}, {dense("grad_x", 0, y)},
+              {attr("axes", "list_int", 0, skc::Array{skc::Value(c.i0)})});
+}
+
+/// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,
+/// [true, true, true]) as LayerNormGradV3 (dy, x, rstd, mean, gamma) -> (pd_x, pd_gamma, pd_beta),
+/// the original's order; tensors (grad_out, input, mean, rstd, weight), the normalized dims the
+/// last i0 of the input (bias is not read: its gradient is pd_beta's shape, weight's).
+inline skc::OpRecord layer_norm_grad(const Call& c) {
+    const TensorArg& dy = dense_input(c, 0, "grad_out");
+    const TensorArg& x = dense_input(c, 1, "input");
+    const TensorArg& mean = dense_input(c, 2, "mean");
+    const TensorArg& rstd = dense_input(c, 3, "rstd");
+    const TensorArg& g = dense_input(c, 4, "weight");
+    if (!std::equal(dy.sizes.begin(), dy.sizes.end(), x.sizes.begin(), x.sizes.end()))
+        unsupported("grad_out " + dims_str(dy.sizes) + " and input " + dims_str(x.sizes) + " differ in shape");
+    const auto k = static_cast<std::size_t>(c.i0);
+    if (k == 0 || k > x.sizes.size())
+        unsupported("normalized_shape has " + std::to_string(c.i0) + " dims for an input of rank " +
+                    std::to_string(x.sizes.size()));
+    const Dims norm = x.sizes.subspan(x.sizes.size() - k);
+    if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()))
+        unsupported("weight " + dims_str(g.sizes) + " is not the normalized shape " + dims_str(norm));
+    const std::int64_t rows = numel(x.sizes) / numel(norm);
+    if (numel(mean.sizes) != rows || numel(rstd.sizes) != rows)
+        unsupported("mean " + dims_str(mean.sizes) + " and rstd " + dims_str(rstd.sizes) +
+                    " are not one value a row (" + std::to_string(rows) + ")");
+    return op("LayerNormGradV3",
+              {dense("dy", 0, x.sizes), dense("x", 1, x.sizes), dense("rstd", 2, rstd.sizes),
+               dense("mean", 3, mean.sizes), dense("gamma", 4, g.sizes)},
+              {dense("pd_x", 0, x.sizes), dense("pd_gamma", 1, g.sizes), dense("pd_beta", 2, g.sizes)}, {});
+}
+
 }  // namespace detail
 
 /// What `c` is recorded as. Never throws for unsupported arguments: the reason is returned.
@@ -433,6 +522,11 @@ inline Description describe(const Call& c) {
         case Aten::softmax: d.record = detail::softmax(c); break;
         case Aten::native_layer_norm: d.record = detail::layer_norm(c); break;
         case Aten::clone: d.record = detail::transpose(c); break;
+        case Aten::threshold_backward:
+        case Aten::gelu_backward:
+        case Aten::silu_backward: d.record = detail::activation_grad(c); break;
+        case Aten::softmax_backward_data: d.record = detail::softmax_grad(c); break;
+        case Aten::native_layer_norm_backward: d.record = detail::layer_norm_grad(c); break;
         }
     } catch (const detail::Unsupported& u) {
         d.reason = std::string(name(d.type)) + ": " + u.reason;

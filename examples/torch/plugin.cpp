@@ -10,12 +10,14 @@
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
 // add_, sub, sub_, mul, mul_, div, div_ (true division), relu, relu_, gelu, neg, neg_, tanh, tanh_,
 // rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and pow_, _softmax (and its out=),
-// native_layer_norm and clone, as CPU extensions that replace aten kernels do. While the plugin is off, each override
-// calls the stock kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by its raw
-// arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the op as an skc::OpRecord once
-// and remembers its digest (skc::CallMap). While recording, a new op goes to the session (skc::OpRecorder); after
-// compile(), a call whose op has a static kernel in the skc::KernelTable runs it, every other call runs the stock
-// kernel.
+// native_layer_norm and clone, and the backward kernels training calls (threshold_backward,
+// gelu_backward, _softmax_backward_data, silu_backward, native_layer_norm_backward), as CPU
+// extensions that replace aten kernels do. While the plugin is off, each override calls the stock
+// kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
+// its raw arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the
+// op as an skc::OpRecord once and remembers its digest (skc::CallMap). While recording, a new op
+// goes to the session (skc::OpRecorder); after compile(), a call whose op has a static kernel in
+// the skc::KernelTable runs it, every other call runs the stock kernel.
 //
 // Build with -DNDEBUG and -D_GLIBCXX_USE_CXX11_ABI=1, as libtorch was (examples/torch/meson.build).
 #include <ATen/ATen.h>
@@ -38,6 +40,11 @@
 #include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/tanh_cpu_dispatch.h>
+#include <ATen/ops/threshold_backward_cpu_dispatch.h>
+#include <ATen/ops/gelu_backward_cpu_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/silu_backward_cpu_dispatch.h>
+#include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -1008,6 +1015,100 @@ at::Tensor clone(const at::Tensor& self, c10::optional<at::MemoryFormat> memory_
     return stock(d, [&] { return at::compositeexplicitautograd::clone(self, memory_format); });
 }
 
+// Backward kernels: the gradients autograd calls for relu (threshold_backward of relu's output),
+// GELU, softmax and SiLU. Each takes two dense float32 tensors of one shape (else stock) and gives a
+// new dense tensor of that shape, as stock's does for such inputs.
+
+/// dx = kernel(a, b) into a new dense tensor of `sizes`, or the stock kernel.
+template <class Stock>
+at::Tensor grad(const Decision& d, const at::Tensor& a, const at::Tensor& b, at::IntArrayRef sizes, Stock&& stock_fn) {
+    if (d.kernel != nullptr) {
+        at::Tensor dx = new_dense(sizes);
+        run(d, {in(a), in(b)}, {out(dx)});
+        return dx;
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor threshold_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& threshold) {
+    if (!intercept()) return at::cpu::threshold_backward(grad_output, self, threshold);
+    const bool real = threshold.isFloatingPoint() || threshold.isIntegral(false);
+    const Call c{Aten::threshold_backward, {arg(grad_output), arg(self)}, 2, 0, real ? threshold.toDouble() : 0.0};
+    const Decision d =
+        Plugin::get().decide(f32(grad_output) && f32(self) && real, c,
+                             "a tensor is not a plain float32 tensor, or threshold is not a real number");
+    return grad(d, grad_output, self, self.sizes(),
+                [&] { return at::cpu::threshold_backward(grad_output, self, threshold); });
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::string_view approximate) {
+    if (!intercept()) return at::cpu::gelu_backward(grad_output, self, approximate);
+    const bool tanh = approximate == "tanh";
+    const Call c{Aten::gelu_backward, {arg(grad_output), arg(self)}, 2, tanh ? 1 : 0};
+    const Decision d =
+        Plugin::get().decide(f32(grad_output) && f32(self) && (tanh || approximate == "none"), c,
+                             "a tensor is not a plain float32 tensor, or approximate is neither none nor tanh");
+    return grad(d, grad_output, self, self.sizes(),
+                [&] { return at::cpu::gelu_backward(grad_output, self, approximate); });
+}
+
+at::Tensor silu_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+    if (!intercept()) return at::cpu::silu_backward(grad_output, self);
+    const Call c{Aten::silu_backward, {arg(grad_output), arg(self)}, 2};
+    const Decision d = Plugin::get().decide(f32(grad_output) && f32(self), c);
+    return grad(d, grad_output, self, self.sizes(), [&] { return at::cpu::silu_backward(grad_output, self); });
+}
+
+at::Tensor softmax_backward_data(const at::Tensor& grad_output, const at::Tensor& output, std::int64_t dim,
+                                 at::ScalarType input_dtype) {
+    if (!intercept()) return at::cpu::_softmax_backward_data(grad_output, output, dim, input_dtype);
+    const std::int64_t wrapped = softmax_dim(output, dim);
+    const Call c{Aten::softmax_backward_data, {arg(grad_output), arg(output)}, 2, wrapped};
+    const Decision d = Plugin::get().decide(
+        f32(grad_output) && f32(output) && input_dtype == at::kFloat && wrapped >= 0, c,
+        "a tensor is not a plain float32 tensor, or input_dtype is not float, or dim is out of range");
+    // The record's inputs are (softmax, grad_softmax): the output first.
+    return grad(d, output, grad_output, output.sizes(),
+                [&] { return at::cpu::_softmax_backward_data(grad_output, output, dim, input_dtype); });
+}
+
+/// LayerNorm's backward with weight and bias, all three gradients wanted (output_mask all true), the
+/// normalized dims the input's last: dx (dense, the input's shape), dgamma and dbeta (the weight's).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+    std::array<bool, 3> output_mask) {
+    auto stock_fn = [&] {
+        return at::cpu::native_layer_norm_backward_symint(grad_out, input, normalized_shape, mean, rstd, weight, bias,
+                                                          output_mask);
+    };
+    if (!intercept()) return stock_fn();
+    const bool affine = weight.has_value() && weight->defined() && bias.has_value() && bias->defined();
+    if (!affine || !(output_mask[0] && output_mask[1] && output_mask[2])) {
+        const Decision d = Plugin::get().decide(false, Call{Aten::native_layer_norm_backward, {arg(input)}, 1},
+                                                "no weight or no bias, or not every gradient wanted (output_mask)");
+        return stock(d, stock_fn);
+    }
+    const auto k = static_cast<std::int64_t>(normalized_shape.size());
+    bool trailing = k <= input.dim();
+    for (std::int64_t i = 0; trailing && i < k; ++i)
+        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
+    const Call c{
+        Aten::native_layer_norm_backward, {arg(grad_out), arg(input), arg(mean), arg(rstd), arg(*weight)}, 5, k};
+    const Decision d = Plugin::get().decide(
+        trailing && f32(grad_out) && f32(input) && f32(mean) && f32(rstd) && f32(*weight) && f32(*bias) &&
+            bias->sizes() == weight->sizes(),
+        c,
+        "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims, or bias and "
+        "weight differ in shape");
+    if (d.kernel != nullptr) {
+        at::Tensor dx = new_dense(input.sizes()), dgamma = new_dense(weight->sizes()), dbeta = new_dense(bias->sizes());
+        run(d, {in(grad_out), in(input), in(rstd), in(mean), in(*weight)}, {out(dx), out(dgamma), out(dbeta)});
+        return {dx, dgamma, dbeta};
+    }
+    return stock(d, stock_fn);
+}
+
 // ---- the entry points ---------------------------------------------------------------------------------
 
 /// skc's errors reach Python as RuntimeError with skc's message.
@@ -1096,6 +1197,11 @@ TORCH_LIBRARY_IMPL(aten, CPU, m) {
     m.impl("_softmax.out", &skc_torch::softmax_out);
     m.impl("native_layer_norm", &skc_torch::native_layer_norm);
     m.impl("clone", &skc_torch::clone);
+    m.impl("threshold_backward", &skc_torch::threshold_backward);
+    m.impl("gelu_backward", &skc_torch::gelu_backward);
+    m.impl("_softmax_backward_data", &skc_torch::softmax_backward_data);
+    m.impl("silu_backward", &skc_torch::silu_backward);
+    m.impl("native_layer_norm_backward", &skc_torch::native_layer_norm_backward);
 }
 
 namespace skc_torch {

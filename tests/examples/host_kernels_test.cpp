@@ -235,6 +235,32 @@ std::vector<OpRecord> plugin_cases() {
         c.push_back(layer_norm_axis({16, 2, 7}, -2, v3, false, false));
         c.push_back(layer_norm_axis({2, 3, 5}, 0, v3, true, true));
     }
+    // The gradients training calls: ReluGrad, GeluGrad (erf, tanh, and without the attr: tanh),
+    // SiluGrad, elementwise of dy and x; one element, whole vectors of every width, and tails.
+    for (const RuntimeShape& s : {RuntimeShape{1}, RuntimeShape{7, 33}, RuntimeShape{4, 64}, RuntimeShape{2, 3, 13}}) {
+        c.push_back(make("ReluGrad", {tensor(s), tensor(s)}, {tensor(s)}));
+        c.push_back(make("SiluGrad", {tensor(s), tensor(s)}, {tensor(s)}));
+        for (const char* a : {"none", "tanh"})
+            c.push_back(make("GeluGrad", {tensor(s), tensor(s)}, {tensor(s)}, {attr("approximate", "str", a)}));
+        c.push_back(make("GeluGrad", {tensor(s), tensor(s)}, {tensor(s)}));
+    }
+    // SoftmaxGrad over the last axis (-1 or its index): rows of one column, of whole vectors, with
+    // tails, and long ones.
+    for (const RuntimeShape& s : {RuntimeShape{1, 1}, RuntimeShape{7, 33}, RuntimeShape{2, 16, 16}, RuntimeShape{3, 5},
+                                  RuntimeShape{4, 1000}}) {
+        c.push_back(make("SoftmaxGrad", {tensor(s), tensor(s)}, {tensor(s)},
+                         {attr("axes", "list_int", skc::Array{skc::Value(-1)})}));
+        c.push_back(make("SoftmaxGrad", {tensor(s), tensor(s)}, {tensor(s)},
+                         {attr("axes", "list_int", skc::Array{skc::Value(static_cast<std::int64_t>(s.rank()) - 1)})}));
+    }
+    // LayerNormGradV3 over the last dim and the last two, whole vectors and tails, one row and many.
+    for (const auto& [x, g] : std::vector<std::pair<RuntimeShape, RuntimeShape>>{
+             {{3, 8, 5}, {5}}, {{7, 33}, {33}}, {{2, 16, 16}, {16, 16}}, {{1, 64}, {64}}, {{4, 3, 7}, {3, 7}}}) {
+        RuntimeShape st = x;
+        for (std::size_t d = x.rank() - g.rank(); d < x.rank(); ++d) st[d] = 1;
+        c.push_back(make("LayerNormGradV3", {tensor(x), tensor(x), tensor(st), tensor(st), tensor(g)},
+                         {tensor(x), tensor(g), tensor(g)}));
+    }
     return c;
 }
 
@@ -455,6 +481,59 @@ std::vector<std::vector<double>> reference(const OpRecord& op, const std::vector
                     if (p.var_out) out[2][static_cast<std::size_t>(r)] = var;
                     if (p.rstd_out) out[2][static_cast<std::size_t>(r)] = rstd;
                 }
+            } else if constexpr (std::is_same_v<P, skc_host::GradPlan>) {
+                // The derivatives exactly: erfc for 1 + erf (no cancellation), the tanh form's
+                // 1 - tanh^2 as 1 / cosh^2.
+                constexpr double k = 0.7978845608028654, c = 0.044715, pi = 3.141592653589793;
+                for (std::int64_t i = 0; i < p.n; ++i) {
+                    const double dy = at(0, i), v = at(1, i);
+                    double g = 0;
+                    switch (p.kind) {
+                    case skc_host::GradKind::relu: g = v > 0 ? 1.0 : 0.0; break;
+                    case skc_host::GradKind::gelu_erf:
+                        g = 0.5 * std::erfc(-v / std::sqrt(2.0)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * pi);
+                        break;
+                    case skc_host::GradKind::gelu_tanh: {
+                        const double u = k * (v + c * v * v * v);
+                        g = 1 / (1 + std::exp(-2 * u)) + 0.5 * v / std::pow(std::cosh(u), 2) * k * (1 + 3 * c * v * v);
+                        break;
+                    }
+                    case skc_host::GradKind::silu: {
+                        const double sg = 1 / (1 + std::exp(-v));
+                        g = sg * (1 + v * (1 - sg));
+                        break;
+                    }
+                    }
+                    y[static_cast<std::size_t>(i)] = dy * g;
+                }
+            } else if constexpr (std::is_same_v<P, skc_host::SoftmaxGradPlan>) {
+                for (std::int64_t r = 0; r < p.rows; ++r) {
+                    double sum = 0;
+                    for (std::int64_t c = 0; c < p.cols; ++c) sum += at(0, r * p.cols + c) * at(1, r * p.cols + c);
+                    for (std::int64_t c = 0; c < p.cols; ++c)
+                        y[static_cast<std::size_t>(r * p.cols + c)] =
+                            (at(1, r * p.cols + c) - sum) * at(0, r * p.cols + c);
+                }
+            } else if constexpr (std::is_same_v<P, skc_host::LayerNormGradPlan>) {
+                // dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)), xhat = (x - mean) rstd:
+                // the same function as torch's b x + c form, without its cancellation.
+                std::fill(out[1].begin(), out[1].end(), 0.0);
+                std::fill(out[2].begin(), out[2].end(), 0.0);
+                for (std::int64_t r = 0; r < p.rows; ++r) {
+                    const double a = at(2, r), m = at(3, r);
+                    double s1 = 0, s2 = 0;
+                    for (std::int64_t c = 0; c < p.cols; ++c) {
+                        const double dg = at(0, r * p.cols + c) * at(4, c), xh = (at(1, r * p.cols + c) - m) * a;
+                        s1 += dg, s2 += dg * xh;
+                    }
+                    s1 /= static_cast<double>(p.cols), s2 /= static_cast<double>(p.cols);
+                    for (std::int64_t c = 0; c < p.cols; ++c) {
+                        const double dyv = at(0, r * p.cols + c), xh = (at(1, r * p.cols + c) - m) * a;
+                        y[static_cast<std::size_t>(r * p.cols + c)] = a * (dyv * at(4, c) - s1 - xh * s2);
+                        out[1][static_cast<std::size_t>(c)] += dyv * xh;
+                        out[2][static_cast<std::size_t>(c)] += dyv;
+                    }
+                }
             } else {
                 const std::size_t rank = p.in_dims.size();
                 std::vector<std::int64_t> in_stride(rank, 1), dims(rank), pos(rank, 0);
@@ -580,7 +659,33 @@ std::optional<std::size_t> in_place_input(const OpRecord& op) {
 }
 
 /// Square roots (Rsqrt, Power 0.5 and -0.5) get |x|: the tests compare finite results.
+/// SoftmaxGrad's y (inputs[0]) is made a softmax output, each row positive and summing to 1, as
+/// training gives it: sum(dy * y) is then an average of dy, not a sum that cancels.
 void in_domain(const skc_host::Plan& plan, std::vector<std::vector<float>>& in) {
+    if (const auto* g = std::get_if<skc_host::SoftmaxGradPlan>(&plan)) {
+        for (std::int64_t r = 0; r < g->rows; ++r) {
+            float* y = in[0].data() + r * g->cols;
+            double sum = 0;
+            for (std::int64_t c = 0; c < g->cols; ++c) sum += std::exp(static_cast<double>(y[c]));
+            for (std::int64_t c = 0; c < g->cols; ++c)
+                y[c] = static_cast<float>(std::exp(static_cast<double>(y[c])) / sum);
+        }
+        return;
+    }
+    // LayerNormGradV3's mean and rstd (inputs[3], inputs[2]) are x's, as the forward gave them.
+    if (const auto* g = std::get_if<skc_host::LayerNormGradPlan>(&plan)) {
+        for (std::int64_t r = 0; r < g->rows; ++r) {
+            const float* x = in[1].data() + r * g->cols;
+            double mu = 0, var = 0;
+            for (std::int64_t c = 0; c < g->cols; ++c) mu += x[c];
+            mu /= static_cast<double>(g->cols);
+            for (std::int64_t c = 0; c < g->cols; ++c) var += (x[c] - mu) * (x[c] - mu);
+            var /= static_cast<double>(g->cols);
+            in[3][static_cast<std::size_t>(r)] = static_cast<float>(mu);
+            in[2][static_cast<std::size_t>(r)] = static_cast<float>(1 / std::sqrt(var + 1e-5));
+        }
+        return;
+    }
     const auto* p = std::get_if<skc_host::UnaryPlan>(&plan);
     if (p == nullptr || (p->kind != skc_host::UnaryKind::rsqrt && p->kind != skc_host::UnaryKind::sqrt)) return;
     for (float& v : in[0]) v = std::abs(v);
@@ -1160,6 +1265,364 @@ TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what t
     MESSAGE(exact << " values exactly as torch gives them");
 }
 
+TEST_CASE(
+    "generated ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad and LayerNormGradV3 give what torch's backward kernels give") {
+    const std::string cxx = find_cxx();
+    REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");
+    constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    // x: NaN, infinities, signed zeros, large, subnormal, where GELU's gradients are exactly 0
+    // (erf: x below about -6.15; tanh: tanh(u) = -1), where x^2 overflows, where silu's e^(-x) is
+    // still finite (-88.7) and where it overflows (-89). The outputs are what stock torch 1.13
+    // gives for these float32 inputs (threshold_backward(dy, x, 0), gelu_backward(dy, x, "none" /
+    // "tanh"), silu_backward(dy, x), dense, CPU), for dy = 1, -0.0 and inf everywhere.
+    const std::vector<float> x{{nan,
+                                -inf,
+                                inf,
+                                -0.0f,
+                                0.0f,
+                                1.0f,
+                                -1.0f,
+                                100.0f,
+                                -100.0f,
+                                1.00000002e+30f,
+                                -1.00000002e+30f,
+                                9.9999461e-41f,
+                                -9.9999461e-41f,
+                                -5.0f,
+                                -6.0f,
+                                -6.25f,
+                                -10.0f,
+                                3.0f,
+                                20.0f,
+                                -20.0f,
+                                -88.6999969f,
+                                -89.0f,
+                                1.00000002e+20f,
+                                -1.00000002e+20f}};
+    const std::vector<float> dys{1.0f, -0.0f, inf};
+    static constexpr float kPlusZero = 0.0f;
+    const std::vector<std::vector<std::vector<float>>> want{
+        {// dy = 1: relu, gelu erf, gelu tanh, silu
+         {{1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 1.0f,
+           0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f}},
+         {{nan,
+           nan,
+           nan,
+           0.5f,
+           0.5f,
+           1.08331537f,
+           -0.0833154321f,
+           1.0f,
+           0.0f,
+           1.0f,
+           0.0f,
+           0.5f,
+           0.5f,
+           -7.12275505e-06f,
+           -2.98023224e-08f,
+           0.0f,
+           0.0f,
+           1.01194561f,
+           1.0f,
+           0.0f,
+           0.0f,
+           0.0f,
+           1.0f,
+           0.0f}},
+         {{nan,  nan,  nan,  0.5f,        0.5f, 1.08296406f, -0.0829640925f,
+           1.0f, 0.0f, nan,  nan,         0.5f, 0.5f,        -2.01087573e-06f,
+           0.0f, 0.0f, 0.0f, 1.01158428f, 1.0f, 0.0f,        0.0f,
+           0.0f, nan,  nan}},
+         {{nan,
+           nan,
+           nan,
+           0.5f,
+           0.5f,
+           0.927670538f,
+           0.0723294839f,
+           1.0f,
+           -0.0f,
+           1.0f,
+           -0.0f,
+           0.5f,
+           0.5f,
+           -0.0265474338f,
+           -0.0123264315f,
+           -0.0100921551f,
+           -0.000408560241f,
+           1.08810413f,
+           1.0f,
+           -3.91619217e-08f,
+           -2.63681951e-37f,
+           -0.0f,
+           1.0f,
+           -0.0f}}},
+        {// dy = -0.0
+         {{-0.0f, 0.0f, -0.0f, 0.0f, 0.0f, -0.0f, 0.0f,  -0.0f, 0.0f, -0.0f, 0.0f,  -0.0f,
+           0.0f,  0.0f, 0.0f,  0.0f, 0.0f, -0.0f, -0.0f, 0.0f,  0.0f, 0.0f,  -0.0f, 0.0f}},
+         {{nan,   nan,  nan,  -0.0f, -0.0f, -0.0f, 0.0f,  -0.0f, -0.0f, -0.0f, -0.0f, -0.0f,
+           -0.0f, 0.0f, 0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f}},
+         {{nan,   nan,  nan,   -0.0f, -0.0f, -0.0f, 0.0f,  -0.0f, -0.0f, nan,   nan, -0.0f,
+           -0.0f, 0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, nan, nan}},
+         {{nan,   nan,  nan,  -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, 0.0f, -0.0f, 0.0f,  -0.0f,
+           -0.0f, 0.0f, 0.0f, 0.0f,  0.0f,  -0.0f, -0.0f, 0.0f,  0.0f, 0.0f,  -0.0f, 0.0f}}},
+        {// dy = inf
+         {{inf,  0.0f, inf,  0.0f, 0.0f, inf, 0.0f, inf,  0.0f, inf,  0.0f, inf,
+           0.0f, 0.0f, 0.0f, 0.0f, 0.0f, inf, inf,  0.0f, 0.0f, 0.0f, inf,  0.0f}},
+         {{nan, nan,  nan,  inf, inf, inf, -inf, inf, nan, inf, nan, inf,
+           inf, -inf, -inf, nan, nan, inf, inf,  nan, nan, nan, inf, nan}},
+         {{nan, nan,  nan, inf, inf, inf, -inf, inf, nan, nan, nan, inf,
+           inf, -inf, nan, nan, nan, inf, inf,  nan, nan, nan, nan, nan}},
+         {{nan, nan,  nan,  inf,  inf,  inf, inf, inf,  nan,  inf, nan, inf,
+           inf, -inf, -inf, -inf, -inf, inf, inf, -inf, -inf, nan, inf, nan}}}};
+    // SoftmaxGrad rows (y = torch.softmax of a row with -inf, -1e9 and -100, which give exact and
+    // subnormal zeros; of ramps), dy with an inf and a NaN: 5 columns (a tail only) and 16 (whole
+    // vectors), 3 rows each; dx = _softmax_backward_data(dy, y, 1, float) as torch gives it.
+    const std::vector<float> y5{{0.268941432f, 0.0f, 0.0f, 0.731058598f, 9.80908925e-45f, 0.0116562312f, 0.0316849202f,
+                                 0.0861285403f, 0.23412165f, 0.636408627f, 0.0580122173f, 0.095645979f, 0.157693565f,
+                                 0.259992719f, 0.428655535f}};
+    const std::vector<float> dy5{
+        {1.0f, 2.0f, -1.0f, 3.0f, 0.5f, -1.0f, -0.5f, inf, 0.5f, 1.0f, 1.0f, 0.5f, 0.0f, nan, -1.0f}};
+    const std::vector<float> dx5{{-0.393223882f, -0.0f, -0.0f, 0.393223852f, -1.96181785e-44f, -inf, -inf, nan, -inf,
+                                  -inf, nan, nan, nan, nan, nan}};
+    const std::vector<float> y16{
+        {0.0679427087f, 0.0f,          0.0f,           0.184687436f,   2.80259693e-45f, 0.0679427087f,  0.0679427087f,
+         0.0679427087f, 0.0679427087f, 0.0679427087f,  0.0679427087f,  0.0679427087f,   0.0679427087f,  0.0679427087f,
+         0.0679427087f, 0.0679427087f, 0.00434817048f, 0.00567699363f, 0.00741191208f,  0.00967703294f, 0.0126343807f,
+         0.0164955165f, 0.0215366334f, 0.0281183366f,  0.0367114358f,  0.0479306392f,   0.0625784993f,  0.0817028061f,
+         0.106671609f,  0.139271006f,  0.181832969f,   0.237402052f,   0.0191631746f,   0.0218964349f,  0.0250195414f,
+         0.0285881013f, 0.0326656401f, 0.0373247713f,  0.0426484384f,  0.0487314165f,   0.0556820072f,  0.0636239797f,
+         0.0726987273f, 0.0830677971f, 0.0949158296f,  0.108453751f,   0.123922601f,    0.141597778f}};
+    const std::vector<float> dy16{
+        {1.0f,          2.0f,          -1.0f,          3.0f,          0.5f,          0.25f,         0.25f,
+         0.25f,         0.25f,         0.25f,          0.25f,         0.25f,         0.25f,         0.25f,
+         0.25f,         0.25f,         -1.0f,          -0.866666675f, inf,           -0.599999964f, -0.466666639f,
+         -0.333333313f, -0.199999928f, -0.0666666031f, 0.066666618f,  0.199999958f,  0.333333313f,  0.466666639f,
+         0.599999964f,  0.73333329f,   0.866666675f,   1.0f,          1.0f,          0.866666675f,  0.733333349f,
+         nan,           0.466666639f,  0.333333313f,   0.199999928f,  0.0666666031f, -0.066666618f, -0.199999958f,
+         -0.333333313f, -0.466666639f, -0.599999964f,  -0.73333329f,  -0.866666675f, -1.0f}};
+    const std::vector<float> dx16{{0.0129874237f,
+                                   0.0f,
+                                   -0.0f,
+                                   0.404678345f,
+                                   -1.40129846e-45f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -0.0379696079f,
+                                   -inf,
+                                   -inf,
+                                   nan,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   -inf,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan,
+                                   nan}};
+    // LayerNormGradV3 of 4 rows of 11 (mean and rstd as torch's forward gave them): a gradient row
+    // of -0.0 (dx +0.0), one with an inf and one with a NaN (NaN throughout the row; dgamma and
+    // dbeta inf or NaN in those columns), and a finite one; native_layer_norm_backward's answer.
+    const std::vector<float> lx{{1.0f,  2.0f,  3.0f,  4.0f,  5.0f,  6.0f,  7.0f,  8.0f,  9.0f,  10.0f,  11.0f,
+                                 -1.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, -8.0f, -9.0f, -10.0f, -11.0f,
+                                 0.5f,  1.0f,  1.5f,  2.0f,  2.5f,  3.0f,  3.5f,  4.0f,  4.5f,  5.0f,   5.5f,
+                                 2.0f,  4.0f,  6.0f,  8.0f,  10.0f, 12.0f, 14.0f, 16.0f, 18.0f, 20.0f,  22.0f}};
+    const std::vector<float> ldy{{-0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f,
+                                  1.0f,  -2.0f, inf,   0.5f,  0.25f, -1.0f, 3.0f,  2.0f,  -0.5f, 1.0f,  0.0f,
+                                  0.5f,  0.5f,  0.5f,  0.5f,  0.5f,  nan,   0.5f,  0.5f,  0.5f,  0.5f,  0.5f,
+                                  -1.0f, 0.0f,  1.0f,  -1.0f, 0.0f,  1.0f,  -1.0f, 0.0f,  1.0f,  -1.0f, 0.0f}};
+    const std::vector<float> lg{{-1.0f, -0.800000012f, -0.600000024f, -0.399999976f, -0.199999988f, -1.49011612e-08f,
+                                 0.199999988f, 0.399999976f, 0.600000024f, 0.800000012f, 1.0f}};
+    const std::vector<float> lmean{{5.99999952f, -5.99999952f, 2.99999976f, 11.999999f}};
+    const std::vector<float> lrstd{{0.316227615f, 0.316227615f, 0.632454276f, 0.158113852f}};
+    const std::vector<float> ldx{{0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  0.0f,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  nan,
+                                  0.112117119f,
+                                  -0.0379473045f,
+                                  -0.124766193f,
+                                  0.0413970873f,
+                                  -0.0137990192f,
+                                  -0.00574959442f,
+                                  -0.0293229297f,
+                                  0.0103492662f,
+                                  0.113267012f,
+                                  -0.100042962f,
+                                  0.0344975516f}};
+    const std::vector<float> ldg{{2.37170839f, -3.16227484f, inf, 0.632455707f, -0.0790566355f, nan, -1.10679746f,
+                                  -0.9486835f, 1.89736557f, -1.89736724f, 0.790567875f}};
+    const std::vector<float> ldb{{0.5f, -1.5f, inf, 0.0f, 0.75f, nan, 2.5f, 2.5f, 1.0f, 0.5f, 0.5f}};
+    const RuntimeShape sx{static_cast<std::int64_t>(x.size())};
+    const std::vector<OpRecord> ops{
+        make("ReluGrad", {tensor(sx), tensor(sx)}, {tensor(sx)}),
+        make("GeluGrad", {tensor(sx), tensor(sx)}, {tensor(sx)}, {attr("approximate", "str", "none")}),
+        make("GeluGrad", {tensor(sx), tensor(sx)}, {tensor(sx)}, {attr("approximate", "str", "tanh")}),
+        make("SiluGrad", {tensor(sx), tensor(sx)}, {tensor(sx)}),
+        make("SoftmaxGrad", {tensor({3, 5}), tensor({3, 5})}, {tensor({3, 5})},
+             {attr("axes", "list_int", skc::Array{skc::Value(-1)})}),
+        make("SoftmaxGrad", {tensor({3, 16}), tensor({3, 16})}, {tensor({3, 16})},
+             {attr("axes", "list_int", skc::Array{skc::Value(1)})}),
+        make("LayerNormGradV3", {tensor({4, 11}), tensor({4, 11}), tensor({4, 1}), tensor({4, 1}), tensor({11})},
+             {tensor({4, 11}), tensor({11}), tensor({11})})};
+    skc_test::TempDir dir;
+    std::string src;
+    for (std::size_t i = 0; i < ops.size(); ++i)
+        src += skc_host::generate_kernel(ops[i], "k" + std::to_string(i)).value();
+    skc_test::spit(dir / "k.cpp", src);
+    std::vector<std::string> args{cxx};
+    for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) args.push_back(f);
+    args.insert(args.end(), {"-shared", "-o", (dir / "k.so").string(), (dir / "k.cpp").string()});
+    REQUIRE_MESSAGE(wait_for(spawn(args, dir / "k.log")) == 0, skc_test::slurp(dir / "k.log"));
+    Lib lib(dir / "k.so");
+    REQUIRE_MESSAGE(lib.handle != nullptr, ::dlerror());
+    auto run = [&](std::size_t i, const std::vector<float>& a, const std::vector<float>& b) {
+        std::vector<float> y(a.size(), -1.0f);
+        const float* ip[] = {a.data(), b.data()};
+        float* op[] = {y.data()};
+        reinterpret_cast<Kernel>(::dlsym(lib.handle, ("k" + std::to_string(i)).c_str()))(ip, op);
+        return y;
+    };
+    // NaN, infinities and zeros exactly (NaN: any NaN; zeros with their sign bit); other values
+    // within 1e-6 of max(|torch's|, 1e-30): the GELU forms' erf and tanh are other approximations
+    // than torch's (Sleef's, oneDNN's), the sums of SoftmaxGrad run in another order.
+    int exact = 0;
+    auto check = [&](const std::string& what, float in, float got, float w) {
+        CAPTURE(what);
+        CAPTURE(in);
+        if (std::isnan(w)) {
+            CHECK_MESSAGE(std::isnan(got), "got " << got << ", torch gives NaN");
+            ++exact;
+        } else if (std::isinf(w) || w == 0.0f) {
+            CHECK_MESSAGE(std::memcmp(&got, &w, sizeof got) == 0, "got " << got << ", torch gives " << w);
+            ++exact;
+        } else {
+            CHECK_MESSAGE(std::abs(got - w) <= 1e-6f * std::max(std::abs(w), 1e-30f),
+                          "got " << got << ", torch gives " << w);
+        }
+    };
+    for (std::size_t d = 0; d < dys.size(); ++d)
+        for (std::size_t i = 0; i < 4; ++i) {
+            const std::vector<float> y = run(i, std::vector<float>(x.size(), dys[d]), x);
+            for (std::size_t e = 0; e < x.size(); ++e)
+                check(skc_host::detail::describe(ops[i]) + " dy " + std::to_string(dys[d]), x[e], y[e], want[d][i][e]);
+        }
+    for (std::size_t i : {std::size_t{4}, std::size_t{5}}) {
+        const std::vector<float>& yv = i == 4 ? y5 : y16;
+        const std::vector<float> dx = run(i, yv, i == 4 ? dy5 : dy16);
+        for (std::size_t e = 0; e < dx.size(); ++e)
+            check(skc_host::detail::describe(ops[i]), yv[e], dx[e], (i == 4 ? dx5 : dx16)[e]);
+    }
+    {
+        std::vector<float> dx(lx.size(), -1.0f), dg(lg.size(), -1.0f), db(lg.size(), -1.0f);
+        const float* ip[] = {ldy.data(), lx.data(), lrstd.data(), lmean.data(), lg.data()};
+        float* op[] = {dx.data(), dg.data(), db.data()};
+        reinterpret_cast<Kernel>(::dlsym(lib.handle, "k6"))(ip, op);
+        for (std::size_t e = 0; e < dx.size(); ++e) check("LayerNormGradV3 pd_x", ldy[e], dx[e], ldx[e]);
+        for (std::size_t e = 0; e < dg.size(); ++e) {
+            check("LayerNormGradV3 pd_gamma", lg[e], dg[e], ldg[e]);
+            check("LayerNormGradV3 pd_beta", lg[e], db[e], ldb[e]);
+        }
+    }
+    // GELU's gradients over [-9, 9] in steps of 1/64, dy = 1: exactly +0.0 where torch's are (erf:
+    // x below -6.1514; tanh: tanh(u) = -1, u below -8.664339742), else within 2e-6 of the exact
+    // derivative (torch's own error, from its erf and tanh, is up to 1.3e-7).
+    std::vector<float> grid;
+    for (int i = -576; i <= 576; ++i) grid.push_back(static_cast<float>(i) / 64.0f);
+    const RuntimeShape sg{static_cast<std::int64_t>(grid.size())};
+    for (const std::string a : {"none", "tanh"}) {
+        const OpRecord op = make("GeluGrad", {tensor(sg), tensor(sg)}, {tensor(sg)}, {attr("approximate", "str", a)});
+        skc_test::TempDir d2;
+        skc_test::spit(d2 / "g.cpp", skc_host::generate_kernel(op, "g").value());
+        std::vector<std::string> a2{cxx};
+        for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) a2.push_back(f);
+        a2.insert(a2.end(), {"-shared", "-o", (d2 / "g.so").string(), (d2 / "g.cpp").string()});
+        REQUIRE_MESSAGE(wait_for(spawn(a2, d2 / "g.log")) == 0, skc_test::slurp(d2 / "g.log"));
+        Lib g(d2 / "g.so");
+        REQUIRE_MESSAGE(g.handle != nullptr, ::dlerror());
+        const std::vector<float> ones(grid.size(), 1.0f);
+        std::vector<float> y(grid.size(), -1.0f);
+        const float* ip[] = {ones.data(), grid.data()};
+        float* op_p[] = {y.data()};
+        reinterpret_cast<Kernel>(::dlsym(g.handle, "g"))(ip, op_p);
+        const std::vector<double> r = reference(op, {ones, grid}).front();
+        const bool erf = a == "none";
+        int zeros = 0;
+        for (std::size_t e = 0; e < grid.size(); ++e) {
+            CAPTURE(a);
+            CAPTURE(grid[e]);
+            const double v = grid[e];
+            const bool zero = erf ? v < -6.1514 : 0.7978845608 * (v + 0.044715 * v * v * v) < -8.664339742;
+            if (zero) {
+                CHECK_MESSAGE(std::memcmp(&y[e], &kPlusZero, sizeof(float)) == 0, "got " << y[e] << ", torch gives 0");
+                ++zeros;
+            } else {
+                CHECK(std::abs(y[e] - r[e]) <= 2e-6 * std::max(1.0, std::abs(r[e])));
+            }
+        }
+        MESSAGE("GeluGrad " << a << ": " << zeros << " exact zeros over [-9, 9]");
+    }
+    MESSAGE(exact << " special values exactly as torch gives them");
+}
+
 TEST_CASE("generic kernels against naive references") {
     std::mt19937 rng(99);
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -1362,9 +1825,19 @@ TEST_CASE("generic kernels of the plugin's ops against naive references") {
         CAPTURE(name);
         REQUIRE_MESSAGE(skc_host::supported(op), skc_host::unsupported_reason(op));
         auto in = buffers(op.inputs, rng, true, 0.0f);
+        in_domain(*skc_host::analyze(op).plan, in);
         auto out = buffers(op.outputs, rng, false, std::numeric_limits<float>::quiet_NaN());
         skc_host::run_generic(op, pointers<const float>(in).data(), pointers<float>(out).data());
-        if (op.op_type == "Gelu") {
+        if (op.op_type == "ReluGrad" || op.op_type == "GeluGrad" || op.op_type == "SiluGrad" ||
+            op.op_type == "SoftmaxGrad" || op.op_type == "LayerNormGradV3") {
+            // The derivatives in double precision (reference()), within 1e-5 of max(|dx|, 1).
+            const std::vector<std::vector<double>> want = reference(op, in);
+            int bad = 0;
+            for (std::size_t o = 0; o < want.size(); ++o)
+                for (std::size_t i = 0; i < want[o].size(); ++i)
+                    if (!(std::abs(out[o][i] - want[o][i]) <= 1e-5 * std::max(1.0, std::abs(want[o][i])))) ++bad;
+            CHECK(bad == 0);
+        } else if (op.op_type == "Gelu") {
             const std::optional<std::string> approx = str_attr(op, "approximate");
             int bad = 0;
             for (std::size_t i = 0; i < in[0].size(); ++i) {
@@ -1379,7 +1852,7 @@ TEST_CASE("generic kernels of the plugin's ops against naive references") {
         }
         ++checked;
     }
-    CHECK(checked > 90);
+    CHECK(checked > 115);
     MESSAGE(checked << " plugin ops checked against naive references");
 }
 

@@ -291,6 +291,117 @@ Case softmax_case() {
     return c;
 }
 
+/// threshold_backward(dy, x, 0), gelu_backward(dy, x, approximate), silu_backward(dy, x): dy and x
+/// dense of one shape (more than one element: GELU's of one element runs stock); dx = dy * f'(x).
+Case activation_grad_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    if (a == Aten::gelu_backward) c.call.i0 = pick(0, 1);
+    Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 3)), 9);
+    auto one = [](const Vec& v) { return std::all_of(v.begin(), v.end(), [](std::int64_t d) { return d == 1; }); };
+    while (a == Aten::gelu_backward && one(sizes)) sizes = random_sizes(static_cast<std::size_t>(pick(1, 3)), 9);
+    Strided dy = dense(sizes), x = dense(sizes);
+    c.in = {dy, x};
+    finish(c);
+    constexpr double k = 0.7978845608028654, pi = 3.141592653589793;
+    std::vector<double> y;
+    for (std::size_t i = 0; i < x.data.size(); ++i) {
+        const double v = x.data[i];
+        double g = 0;
+        if (a == Aten::threshold_backward) {
+            g = v <= 0 ? 0.0 : 1.0;
+        } else if (a == Aten::silu_backward) {
+            const double s = 1 / (1 + std::exp(-v));
+            g = s * (1 + v * (1 - s));
+        } else if (c.call.i0 == 0) {
+            g = 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * pi);
+        } else {
+            const double t = std::tanh(k * (v + 0.044715 * v * v * v));
+            g = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
+        }
+        y.push_back(dy.data[i] * g);
+    }
+    c.out_sizes = {sizes};
+    c.want = {y};
+    c.slot_of = {0, 1};
+    return c;
+}
+
+/// _softmax_backward_data(dy, y, last dim, float): y a softmax output; recorded (softmax, dy).
+Case softmax_grad_case() {
+    Case c;
+    c.call.aten = Aten::softmax_backward_data;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 9);
+    Strided dy = dense(sizes), y = dense(sizes);
+    const auto cols = static_cast<std::size_t>(sizes.back());
+    for (std::size_t r = 0; r < y.data.size(); r += cols) {
+        double sum = 0;
+        for (std::size_t j = 0; j < cols; ++j) sum += std::exp(static_cast<double>(y.data[r + j]));
+        for (std::size_t j = 0; j < cols; ++j)
+            y.data[r + j] = static_cast<float>(std::exp(static_cast<double>(y.data[r + j])) / sum);
+    }
+    c.call.i0 = static_cast<std::int64_t>(sizes.size()) - 1;  // the host computes the last axis
+    c.in = {dy, y};
+    finish(c);
+    std::vector<double> dx;
+    for (std::size_t r = 0; r < y.data.size(); r += cols) {
+        double s = 0;
+        for (std::size_t j = 0; j < cols; ++j) s += static_cast<double>(dy.data[r + j]) * y.data[r + j];
+        for (std::size_t j = 0; j < cols; ++j) dx.push_back((dy.data[r + j] - s) * y.data[r + j]);
+    }
+    c.out_sizes = {sizes};
+    c.want = {dx};
+    c.slot_of = {1, 0};
+    return c;
+}
+
+/// native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, all true) over the last k
+/// dims: mean and rstd x's own, [d0, .., 1, .., 1] as aten's; recorded (dy, x, rstd, mean, gamma).
+Case layer_norm_grad_case() {
+    Case c;
+    c.call.aten = Aten::native_layer_norm_backward;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
+    const auto k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
+    const Vec norm(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
+    Vec stat = sizes;
+    for (std::size_t d = sizes.size() - k; d < sizes.size(); ++d) stat[d] = 1;
+    Strided dy = dense(sizes), x = dense(sizes), mean = dense(stat), rstd = dense(stat), g = dense(norm);
+    std::size_t cols = 1;
+    for (std::int64_t d : norm) cols *= static_cast<std::size_t>(d);
+    const std::size_t rows = x.data.size() / cols;
+    for (std::size_t r = 0; r < rows; ++r) {
+        double mu = 0, var = 0;
+        for (std::size_t j = 0; j < cols; ++j) mu += x.data[r * cols + j];
+        mu /= static_cast<double>(cols);
+        for (std::size_t j = 0; j < cols; ++j) var += (x.data[r * cols + j] - mu) * (x.data[r * cols + j] - mu);
+        mean.data[r] = static_cast<float>(mu);
+        rstd.data[r] = static_cast<float>(1 / std::sqrt(var / static_cast<double>(cols) + 1e-5));
+    }
+    c.call.i0 = static_cast<std::int64_t>(k);
+    c.in = {dy, x, mean, rstd, g};
+    finish(c);
+    std::vector<double> dx, dgamma(cols, 0.0), dbeta(cols, 0.0);
+    for (std::size_t r = 0; r < rows; ++r) {
+        const double a = rstd.data[r], m = mean.data[r];
+        double s1 = 0, s2 = 0;
+        for (std::size_t j = 0; j < cols; ++j) {
+            const double dg = static_cast<double>(dy.data[r * cols + j]) * g.data[j];
+            s1 += dg, s2 += dg * (x.data[r * cols + j] - m) * a;
+        }
+        s1 /= static_cast<double>(cols), s2 /= static_cast<double>(cols);
+        for (std::size_t j = 0; j < cols; ++j) {
+            const double d = dy.data[r * cols + j], xh = (x.data[r * cols + j] - m) * a;
+            dx.push_back(a * (d * g.data[j] - s1 - xh * s2));
+            dgamma[j] += d * xh;
+            dbeta[j] += d;
+        }
+    }
+    c.out_sizes = {sizes, norm, norm};
+    c.want = {dx, dgamma, dbeta};
+    c.slot_of = {0, 1, 3, 2, 4};
+    return c;
+}
+
 Case layer_norm_case() {
     Case c;
     c.call.aten = Aten::native_layer_norm;
@@ -367,6 +478,11 @@ Case random_case(Aten a) {
     case Aten::softmax: return softmax_case();
     case Aten::native_layer_norm: return layer_norm_case();
     case Aten::clone: return transpose_case();
+    case Aten::threshold_backward:
+    case Aten::gelu_backward:
+    case Aten::silu_backward: return activation_grad_case(a);
+    case Aten::softmax_backward_data: return softmax_grad_case();
+    case Aten::native_layer_norm_backward: return layer_norm_grad_case();
     }
     return matmul_case(Aten::mm);
 }
@@ -394,7 +510,12 @@ constexpr Aten all_ops[] = {Aten::mm,
                             Aten::tanh,
                             Aten::rsqrt,
                             Aten::silu,
-                            Aten::pow};
+                            Aten::pow,
+                            Aten::threshold_backward,
+                            Aten::gelu_backward,
+                            Aten::softmax_backward_data,
+                            Aten::silu_backward,
+                            Aten::native_layer_norm_backward};
 
 }  // namespace
 
@@ -528,5 +649,29 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
     CHECK_EQ(describe(Call{
                  Aten::native_layer_norm, {TensorArg{s234, st_421}, TensorArg{s3, st1}, TensorArg{s3, st1}}, 3, 1}),
              "LayerNormV3: weight [3] and bias [3] are not the normalized shape [4]");
+    // The gradients: equal dense shapes, relu's threshold 0, GELU's of more than one element; a
+    // softmax gradient over another axis is described, and the host says why not.
+    const Vec s32{3, 2}, st21{2, 1}, s1{1};
+    CHECK_EQ(describe(Call{Aten::threshold_backward, {TensorArg{s23, st31}, TensorArg{s32, st21}}, 2}),
+             "ReluGrad: grad_output [2,3] and self [3,2] differ in shape");
+    CHECK_EQ(describe(Call{Aten::threshold_backward, {TensorArg{s23, st31}, TensorArg{s23, st31}}, 2, 0, 0.5}),
+             "ReluGrad: threshold 0.500000 is not 0 (only relu's backward)");
+    CHECK(describe(Call{Aten::threshold_backward, {TensorArg{s23, st31}, TensorArg{s23, st31}}, 2}).empty());
+    CHECK_EQ(describe(Call{Aten::gelu_backward, {TensorArg{s23, st31}, TensorArg{s23, st13}}, 2, 1}),
+             "GeluGrad: self is not contiguous (sizes [2,3], strides [1,3])");
+    CHECK_EQ(describe(Call{Aten::gelu_backward, {TensorArg{s1, st1}, TensorArg{s1, st1}}, 2}),
+             "GeluGrad: a GELU gradient of one element");
+    CHECK_EQ(describe(Call{Aten::silu_backward, {TensorArg{s03, st31}, TensorArg{s03, st31}}, 2}),
+             "SiluGrad: grad_output has no elements");
+    const Description sg0 =
+        skc_torch::describe(Call{Aten::softmax_backward_data, {TensorArg{s23, st31}, TensorArg{s23, st31}}, 2, 0});
+    REQUIRE(sg0.record.has_value());
+    CHECK_EQ(skc_host::analyze(*sg0.record).reason, "SoftmaxGrad: attr axes must name only the last axis");
+    CHECK_EQ(describe(Call{Aten::native_layer_norm_backward,
+                           {TensorArg{s234, st_421}, TensorArg{s234, st_421}, TensorArg{s23, st31},
+                            TensorArg{s23, st31}, TensorArg{s3, st1}},
+                           5,
+                           1}),
+             "LayerNormGradV3: weight [3] is not the normalized shape [4]");
     (void)s0;
 }
