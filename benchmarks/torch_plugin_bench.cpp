@@ -13,19 +13,25 @@
 //                   before its timed loop; Off costs a load and a compare more than Stock);
 //   Static/<op>     after torch.ops.skc.compile() (host_op_compiler, a few seconds): the op's
 //                   static kernel, its output allocated by the plugin.
-// The ops: Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512] (erf), Add
-// [64, 512], _softmax [4, 64, 64] over the last axis, and addmm as a Linear layer computes it,
-// bias [256] + x [64, 256] @ W[256, 256].t().
+// The ops (ops() below): Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512]
+// (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
+// it, bias [256] + x [64, 256] @ W[256, 256].t(); and one call of every other op type the plugin
+// records, at [64, 512] where elementwise: sub, mul, div, a [64, 1] broadcast, neg, tanh, rsqrt,
+// silu, pow 2, layer_norm, bmm, a transpose's contiguous(), and the backward kernels of relu,
+// gelu, silu, softmax and layer_norm.
 //
 // SKC_BENCH_ITERATIONS=N runs exactly N iterations once per benchmark, for counting instructions
 // with valgrind --tool=callgrind (each phase is its own instantiation, so the profile tells them
 // apart; docs/performance.md).
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -45,10 +51,20 @@ struct Inputs {
     at::Tensor small = at::randn({16, 64});
     at::Tensor x = at::randn({64, 512});
     at::Tensor y = at::randn({64, 512});
+    at::Tensor col = at::randn({64, 1});
+    at::Tensor positive = at::rand({64, 512}) + 0.5;
     at::Tensor scores = at::randn({4, 64, 64});
+    at::Tensor probs = at::_softmax(scores, -1, false);
     at::Tensor bias = at::randn({256});
     at::Tensor lin_x = at::randn({64, 256});
     at::Tensor w = at::randn({256, 256});
+    at::Tensor q = at::randn({8, 64, 32});
+    at::Tensor k = at::randn({8, 32, 64});
+    at::Tensor heads = at::randn({64, 8, 64});
+    at::Tensor gamma = at::randn({512});
+    at::Tensor beta = at::randn({512});
+    at::Tensor relu_out = at::relu(x);
+    std::tuple<at::Tensor, at::Tensor, at::Tensor> ln = at::native_layer_norm(x, {512}, gamma, beta, 1e-5);
 };
 
 Inputs& inputs() {
@@ -90,53 +106,61 @@ void keep_apart() {
     benchmark::DoNotOptimize(p);
 }
 
-/// One instantiation per phase, so that a profile (callgrind) tells the phases apart.
-template <int Phase>
-void relu(benchmark::State& s) {
+/// One op call as a model makes it.
+struct Op {
+    const char* name;
+    at::Tensor (*call)();
+};
+
+at::Tensor first(const std::tuple<at::Tensor, at::Tensor, at::Tensor>& t) { return std::get<0>(t); }
+
+constexpr Op op_list[] = {
+    {"Relu", [] { return at::relu(inputs().small); }},
+    {"Gelu", [] { return at::gelu(inputs().x); }},
+    {"Add", [] { return at::add(inputs().x, inputs().y); }},
+    {"Softmax", [] { return at::_softmax(inputs().scores, -1, false); }},
+    {"Linear", [] { return at::addmm(inputs().bias, inputs().lin_x, inputs().w.t()); }},
+    {"Sub", [] { return at::sub(inputs().x, inputs().y); }},
+    {"Mul", [] { return at::mul(inputs().x, inputs().y); }},
+    {"RealDiv", [] { return at::div(inputs().x, inputs().positive); }},
+    {"MulBroadcast", [] { return at::mul(inputs().x, inputs().col); }},
+    {"Neg", [] { return at::neg(inputs().x); }},
+    {"Tanh", [] { return at::tanh(inputs().x); }},
+    {"Rsqrt", [] { return at::rsqrt(inputs().positive); }},
+    {"Swish", [] { return at::silu(inputs().x); }},
+    {"Power", [] { return at::pow(inputs().x, 2); }},
+    {"LayerNormV3",
+     [] { return first(at::native_layer_norm(inputs().x, {512}, inputs().gamma, inputs().beta, 1e-5)); }},
+    {"BatchMatMulV2", [] { return at::bmm(inputs().q, inputs().k); }},
+    {"Transpose", [] { return inputs().heads.transpose(0, 1).contiguous(); }},
+    {"ReluGrad", [] { return at::threshold_backward(inputs().y, inputs().relu_out, 0); }},
+    {"GeluGrad", [] { return at::gelu_backward(inputs().y, inputs().x); }},
+    {"SiluGrad", [] { return at::silu_backward(inputs().y, inputs().x); }},
+    {"SoftmaxGrad", [] { return at::_softmax_backward_data(inputs().scores, inputs().probs, -1, at::kFloat); }},
+    {"LayerNormGradV3",
+     [] {
+         const Inputs& in = inputs();
+         return first(at::native_layer_norm_backward(in.y, in.x, {512}, std::get<1>(in.ln), std::get<2>(in.ln),
+                                                     in.gamma, in.beta, {true, true, true}));
+     }},
+};
+constexpr std::size_t op_count = sizeof op_list / sizeof op_list[0];
+
+/// One instantiation per phase and op, so that a profile (callgrind) tells the phases apart.
+template <int Phase, std::size_t I>
+void bench(benchmark::State& s) {
     keep_apart<Phase>();
-    const at::Tensor& x = inputs().small;
-    for (auto _ : s) benchmark::DoNotOptimize(at::relu(x));
-}
-template <int Phase>
-void gelu(benchmark::State& s) {
-    keep_apart<Phase>();
-    const at::Tensor& x = inputs().x;
-    for (auto _ : s) benchmark::DoNotOptimize(at::gelu(x));
-}
-template <int Phase>
-void add(benchmark::State& s) {
-    keep_apart<Phase>();
-    const Inputs& in = inputs();
-    for (auto _ : s) benchmark::DoNotOptimize(at::add(in.x, in.y));
-}
-template <int Phase>
-void softmax(benchmark::State& s) {
-    keep_apart<Phase>();
-    const at::Tensor& x = inputs().scores;
-    for (auto _ : s) benchmark::DoNotOptimize(at::_softmax(x, -1, false));
-}
-template <int Phase>
-void linear(benchmark::State& s) {
-    keep_apart<Phase>();
-    const Inputs& in = inputs();
-    for (auto _ : s) benchmark::DoNotOptimize(at::addmm(in.bias, in.lin_x, in.w.t()));
+    for (auto _ : s) benchmark::DoNotOptimize(op_list[I].call());
 }
 
 /// Every op once (a model's step).
 void step() {
-    const Inputs& in = inputs();
-    (void)at::relu(in.small);
-    (void)at::gelu(in.x);
-    (void)at::add(in.x, in.y);
-    (void)at::_softmax(in.scores, -1, false);
-    (void)at::addmm(in.bias, in.lin_x, in.w.t());
+    for (const Op& op : op_list) (void)op.call();
 }
 
-template <int Phase>
-void register_phase(const std::string& phase) {
-    for (auto [name, fn] :
-         {std::pair{"Relu", &relu<Phase>}, std::pair{"Gelu", &gelu<Phase>}, std::pair{"Add", &add<Phase>},
-          std::pair{"Softmax", &softmax<Phase>}, std::pair{"Linear", &linear<Phase>}}) {
+template <int Phase, std::size_t... I>
+void register_phase(const std::string& phase, std::index_sequence<I...>) {
+    for (auto [name, fn] : {std::pair{op_list[I].name, &bench<Phase, I>}...}) {
         benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark((phase + "/" + name).c_str(), fn);
         b->Setup(&prepare<Phase>);  // the plugin's state, outside the benchmark's function
         if (const char* n = std::getenv("SKC_BENCH_ITERATIONS")) b->Iterations(std::atoll(n));
@@ -159,10 +183,10 @@ int main(int argc, char** argv) {
     ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
     at::set_num_threads(1);
     benchmark::Initialize(&argc, argv);
-    register_phase<0>("Stock");
-    register_phase<1>("Off");
-    register_phase<2>("Fallback");
-    register_phase<3>("Static");
+    register_phase<0>("Stock", std::make_index_sequence<op_count>{});
+    register_phase<1>("Off", std::make_index_sequence<op_count>{});
+    register_phase<2>("Fallback", std::make_index_sequence<op_count>{});
+    register_phase<3>("Static", std::make_index_sequence<op_count>{});
     // --benchmark_filter picks ops (e.g. Gelu); the phases always run in this order.
     const std::string filter = benchmark::GetBenchmarkFilter();
     const std::string ops = filter.empty() || filter == "all" || filter == "." ? ".*" : "(" + filter + ")";
