@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -713,6 +714,40 @@ double layer_norm_slack(const skc_host::Plan& plan, const std::vector<std::vecto
     return worst * gamma * 0x1p-23;
 }
 
+/// `ops` generated for this CPU into one shared object (kernel i named k<i>), compiled with
+/// host_op_compiler's flags by `cxx`, and loaded.
+class HostKernels {
+public:
+    HostKernels(const std::string& cxx, const std::vector<OpRecord>& ops) {
+        std::string src;
+        for (std::size_t i = 0; i < ops.size(); ++i)
+            src += skc_host::generate_kernel(ops[i], "k" + std::to_string(i)).value();
+        skc_test::spit(dir_ / "k.cpp", src);
+        std::vector<std::string> args{cxx};
+        for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) args.push_back(f);
+        args.insert(args.end(), {"-shared", "-o", (dir_ / "k.so").string(), (dir_ / "k.cpp").string()});
+        REQUIRE_MESSAGE(wait_for(spawn(args, dir_ / "k.log")) == 0, skc_test::slurp(dir_ / "k.log"));
+        lib_ = std::make_unique<Lib>(dir_ / "k.so");
+        REQUIRE_MESSAGE(lib_->handle != nullptr, ::dlerror());
+    }
+    Kernel operator[](std::size_t i) const {
+        void* sym = ::dlsym(lib_->handle, ("k" + std::to_string(i)).c_str());
+        REQUIRE(sym != nullptr);
+        return reinterpret_cast<Kernel>(sym);
+    }
+
+private:
+    skc_test::TempDir dir_;
+    std::unique_ptr<Lib> lib_;
+};
+
+/// Whether `got` has exactly the bits of `want` (NaN: any NaN): how torch's special values are
+/// compared.
+bool same(float got, float want) {
+    if (std::isnan(want)) return std::isnan(got);
+    return std::memcmp(&got, &want, sizeof got) == 0;
+}
+
 }  // namespace
 
 /// The targets this CPU can run: itself, and the x86-64 levels below it with another vector width.
@@ -886,28 +921,13 @@ TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN
     const std::vector<OpRecord> ops{gelu({n}, "none"),   gelu({n}, "tanh"),  softmax({1, n}),
                                     unary("Relu", {ns}), gelu({ns}, "none"), gelu({ns}, "tanh"),
                                     gelu({1}, "none"),   softmax({3, 16}),   softmax({2, 5})};
-    skc_test::TempDir dir;
-    std::string src;
-    for (std::size_t i = 0; i < ops.size(); ++i)
-        src += skc_host::generate_kernel(ops[i], "k" + std::to_string(i)).value();
-    skc_test::spit(dir / "k.cpp", src);
-    std::vector<std::string> args{cxx};
-    for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) args.push_back(f);
-    args.insert(args.end(), {"-shared", "-o", (dir / "k.so").string(), (dir / "k.cpp").string()});
-    REQUIRE_MESSAGE(wait_for(spawn(args, dir / "k.log")) == 0, skc_test::slurp(dir / "k.log"));
-    Lib lib(dir / "k.so");
-    REQUIRE_MESSAGE(lib.handle != nullptr, ::dlerror());
+    const HostKernels kernels(cxx, ops);
     auto run = [&](std::size_t i, const std::vector<float>& in) {
         std::vector<float> y(in.size(), -1.0f);
         const float* ip[] = {in.data()};
         float* op[] = {y.data()};
-        reinterpret_cast<Kernel>(::dlsym(lib.handle, ("k" + std::to_string(i)).c_str()))(ip, op);
+        kernels[i](ip, op);
         return y;
-    };
-    // The exact bits a value must have (NaN: any NaN).
-    auto same = [](float got, float want) {
-        if (std::isnan(want)) return std::isnan(got);
-        return std::memcmp(&got, &want, sizeof got) == 0;
     };
     // Over [-9, 9] against double precision: Softmax strictly relative; GELU tanh strictly
     // relative (v / (1 + e^(-2u)) does not cancel) until torch's tanh(u) is -1 (u below -8.66),
@@ -1185,26 +1205,12 @@ TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what t
     ops.push_back(binary("RealDiv", {nb}, {nb}, {nb}));
     ops.push_back(binary("RealDiv", {}, {nb}, {nb}));
     ops.push_back(binary("Sub", {nb}, {}, {nb}));
-    skc_test::TempDir dir;
-    std::string src;
-    for (std::size_t i = 0; i < ops.size(); ++i)
-        src += skc_host::generate_kernel(ops[i], "k" + std::to_string(i)).value();
-    skc_test::spit(dir / "k.cpp", src);
-    std::vector<std::string> args{cxx};
-    for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) args.push_back(f);
-    args.insert(args.end(), {"-shared", "-o", (dir / "k.so").string(), (dir / "k.cpp").string()});
-    REQUIRE_MESSAGE(wait_for(spawn(args, dir / "k.log")) == 0, skc_test::slurp(dir / "k.log"));
-    Lib lib(dir / "k.so");
-    REQUIRE_MESSAGE(lib.handle != nullptr, ::dlerror());
+    const HostKernels kernels(cxx, ops);
     auto run = [&](std::size_t i, std::vector<const float*> in, std::size_t n) {
         std::vector<float> y(n, -1.0f);
         float* op[] = {y.data()};
-        reinterpret_cast<Kernel>(::dlsym(lib.handle, ("k" + std::to_string(i)).c_str()))(in.data(), op);
+        kernels[i](in.data(), op);
         return y;
-    };
-    auto same = [](float got, float w) {
-        if (std::isnan(w)) return std::isnan(got);
-        return std::memcmp(&got, &w, sizeof got) == 0;
     };
     // Exact bits, except tanh and silu of normal non-zero finite results: within 2 ulp of torch's
     // (Sleef's) values, from another approximation.
@@ -1497,22 +1503,12 @@ TEST_CASE(
              {attr("axes", "list_int", skc::Array{skc::Value(1)})}),
         make("LayerNormGradV3", {tensor({4, 11}), tensor({4, 11}), tensor({4, 1}), tensor({4, 1}), tensor({11})},
              {tensor({4, 11}), tensor({11}), tensor({11})})};
-    skc_test::TempDir dir;
-    std::string src;
-    for (std::size_t i = 0; i < ops.size(); ++i)
-        src += skc_host::generate_kernel(ops[i], "k" + std::to_string(i)).value();
-    skc_test::spit(dir / "k.cpp", src);
-    std::vector<std::string> args{cxx};
-    for (const std::string& f : skc_host::kernel_flags(skc_host::host_target())) args.push_back(f);
-    args.insert(args.end(), {"-shared", "-o", (dir / "k.so").string(), (dir / "k.cpp").string()});
-    REQUIRE_MESSAGE(wait_for(spawn(args, dir / "k.log")) == 0, skc_test::slurp(dir / "k.log"));
-    Lib lib(dir / "k.so");
-    REQUIRE_MESSAGE(lib.handle != nullptr, ::dlerror());
+    const HostKernels kernels(cxx, ops);
     auto run = [&](std::size_t i, const std::vector<float>& a, const std::vector<float>& b) {
         std::vector<float> y(a.size(), -1.0f);
         const float* ip[] = {a.data(), b.data()};
         float* op[] = {y.data()};
-        reinterpret_cast<Kernel>(::dlsym(lib.handle, ("k" + std::to_string(i)).c_str()))(ip, op);
+        kernels[i](ip, op);
         return y;
     };
     // NaN, infinities and zeros exactly (NaN: any NaN; zeros with their sign bit); other values
@@ -1549,7 +1545,7 @@ TEST_CASE(
         std::vector<float> dx(lx.size(), -1.0f), dg(lg.size(), -1.0f), db(lg.size(), -1.0f);
         const float* ip[] = {ldy.data(), lx.data(), lrstd.data(), lmean.data(), lg.data()};
         float* op[] = {dx.data(), dg.data(), db.data()};
-        reinterpret_cast<Kernel>(::dlsym(lib.handle, "k6"))(ip, op);
+        kernels[6](ip, op);
         for (std::size_t e = 0; e < dx.size(); ++e) check("LayerNormGradV3 pd_x", ldy[e], dx[e], ldx[e]);
         for (std::size_t e = 0; e < dg.size(); ++e) {
             check("LayerNormGradV3 pd_gamma", lg[e], dg[e], ldg[e]);
