@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Builds skc and runs every test suite two ways, both at warning_level=3 with werror: g++ (optimised,
-# with the benchmarks built), and clang++ under AddressSanitizer + UndefinedBehaviorSanitizer (one
-# build covers the second compiler and the sanitizers); then the tests that run threads (suite
-# 'threads') a third way, clang++ under ThreadSanitizer, building only their executables; then every
-# fuzz harness of tests/fuzz for a few seconds. Ends with one line "N passed, N failed".
+# Builds skc and runs every test suite two ways, both at warning_level=3 with werror: g++ (with the
+# benchmarks built; unoptimised, as the tests time nothing: the benchmarks are for an optimised
+# build of one's own, see docs/performance.md), and clang++ under AddressSanitizer +
+# UndefinedBehaviorSanitizer (one build covers the second compiler and the sanitizers); then the
+# tests that run threads (suite 'threads') a third way, clang++ under ThreadSanitizer, building only
+# their executables; then every fuzz harness of tests/fuzz for a few seconds. Ends with one line
+# "N passed, N failed".
+#
+# `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
+# that start no program) of an unoptimised g++ build in build/quick, building only its executables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=false
+case "${1:-}" in
+  quick) quick=true ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [quick]" >&2; exit 2 ;;
+esac
 bash scripts/install-deps.sh
 
 passed=0
@@ -30,6 +41,8 @@ run_suite() {
   local dir=build/$name
   if [ ! -f "$dir/build.ninja" ]; then
     CXX=$compiler meson setup "$dir" "${setup[@]}"
+  else
+    meson configure "$dir" "${setup[@]}" >/dev/null  # a build directory of an older script
   fi
   if [ ${#test_opts[@]} -eq 0 ]; then
     meson compile -C "$dir"
@@ -47,7 +60,13 @@ run_suite() {
   echo "== $name: ${ok:-0} passed, ${fail:-0} failed"
 }
 
-run_suite gcc g++ -Dbenchmarks=enabled -Ddebug=false
+if $quick; then
+  run_suite quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
+  echo "$passed passed, $failed failed"
+  exit $status
+fi
+
+run_suite gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false
 run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -- --suite threads

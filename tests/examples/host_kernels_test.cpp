@@ -42,6 +42,8 @@
 
 extern char** environ;
 
+namespace examples_host_kernels_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -2011,3 +2013,5 @@ TEST_CASE("generated source: constants, not run-time shape arithmetic") {
                                unary("Rsqrt", {4}), power({4}, 2.0), gelu({4}, "none"), softmax({2, 40})})
         CHECK(skc_host::generate_kernel(op, "k").value().find("__restrict") == std::string::npos);
 }
+
+}  // namespace examples_host_kernels_test

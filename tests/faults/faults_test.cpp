@@ -57,6 +57,8 @@
 
 extern char** environ;
 
+namespace faults_faults_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1225,3 +1227,5 @@ TEST_CASE(
     const std::vector<std::string> cache = cache_faults(base);
     CHECK_MESSAGE(cache.empty(), join(cache));
 }
+
+}  // namespace faults_faults_test

@@ -21,6 +21,8 @@
 
 #include "redis_server.hpp"
 
+namespace redis_redis_remote_test {
+
 using namespace std::chrono_literals;
 using skc::Errc;
 using skc::RedisRemote;
@@ -913,3 +915,5 @@ TEST_CASE("threads: a renewal thread keeps the lease while another transfers the
     CHECK(renewals.load() >= 5);
     for (std::uint64_t i = 0; i < pieces.size(); ++i) CHECK(chunk(r, ns, key1, lease.token, i) == pieces[i]);
 }
+
+}  // namespace redis_redis_remote_test

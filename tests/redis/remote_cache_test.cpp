@@ -20,6 +20,8 @@
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
+namespace redis_remote_cache_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -302,3 +304,5 @@ TEST_CASE("bad remote input: a bad URL is exit 2 before anything is written; ver
     CHECK(down.status == 3);
     CHECK(down.err.find("skc cache verify: " + url + "/0: ") == 0);
 }
+
+}  // namespace redis_remote_cache_test

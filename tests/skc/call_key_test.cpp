@@ -15,6 +15,8 @@
 
 #include <skc/call_key.hpp>
 
+namespace skc_call_key_test {
+
 namespace {
 
 using skc::CallKey;
@@ -170,3 +172,5 @@ TEST_CASE("CallMap: many threads asking for the same keys make each value once a
     CHECK_EQ(wrong.load(), 0);
     CHECK_EQ(map.size(), static_cast<std::size_t>(keys));
 }
+
+}  // namespace skc_call_key_test

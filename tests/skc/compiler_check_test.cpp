@@ -13,6 +13,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_compiler_check_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -143,3 +145,5 @@ TEST_CASE("a compiler that cannot be found or read is an error naming it") {
         CHECK(std::string(e.what()) == "no-such-compiler-anywhere: the compiler was not found in PATH");
     }
 }
+
+}  // namespace skc_compiler_check_test

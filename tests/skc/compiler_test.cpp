@@ -25,6 +25,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace skc_compiler_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -932,3 +934,5 @@ TEST_CASE("a remote cache asked of a compiler without a remote tier: one warning
     skc::process_compiled().clear();
     CHECK(compiler.compile(example_ops()).outcome == skc::CompileOutcome::compiled);
 }
+
+}  // namespace skc_compiler_test

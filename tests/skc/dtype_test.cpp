@@ -2,6 +2,8 @@
 
 #include <skc/dtype.hpp>
 
+namespace skc_dtype_test {
+
 TEST_CASE("dtype names as real dumps write them") {
     CHECK(skc::to_string(skc::DType::float32) == "float");
     CHECK(skc::to_string(skc::DType::float16) == "float16");
@@ -20,3 +22,5 @@ TEST_CASE("every listed dtype and format round-trips through its name") {
     CHECK(skc::to_string(skc::Format::FRACTAL_NZ) == "FRACTAL_NZ");
     CHECK_FALSE(skc::parse_format("NOPE").has_value());
 }
+
+}  // namespace skc_dtype_test

@@ -2,6 +2,8 @@
 
 #include <skc/error.hpp>
 
+namespace skc_error_test {
+
 TEST_CASE("Error joins file, JSON path, option and message into what()") {
     const skc::Error e(skc::Errc::invalid_op_info, "expected an integer, found string",
                        skc::ErrorContext{"ops/a.json", "inputs[1].shape[2]", {}});
@@ -37,3 +39,5 @@ TEST_CASE("every code has a distinct name") {
         for (std::size_t j = 0; j < i; ++j) CHECK(skc::to_string(all[i]) != skc::to_string(all[j]));
     }
 }
+
+}  // namespace skc_error_test

@@ -4,6 +4,8 @@
 
 #include <skc/detail/hash.hpp>
 
+namespace skc_hash_test {
+
 using skc::detail::hash_bytes;
 using skc::detail::Hasher;
 
@@ -49,3 +51,5 @@ TEST_CASE("digests order byte by byte, like their hex") {
     CHECK(b < a);
     CHECK(b.hex() < a.hex());
 }
+
+}  // namespace skc_hash_test

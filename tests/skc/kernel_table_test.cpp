@@ -54,6 +54,8 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 const bool hooks_installed = true;
 #endif
 
+namespace skc_kernel_table_test {
+
 namespace {
 
 using Relu =
@@ -270,3 +272,5 @@ TEST_CASE("compile-time lookups in 4 threads follow reloads: never older, and th
     CHECK(stale_after_reload.load() == 0);
     CHECK(stale_after_removal.load() == 0);
 }
+
+}  // namespace skc_kernel_table_test

@@ -12,6 +12,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_layout_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -178,3 +180,5 @@ TEST_CASE("the base must be readable and writable: the error names the path and 
     });
     CHECK(rc == 0);
 }
+
+}  // namespace skc_layout_test

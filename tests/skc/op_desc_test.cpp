@@ -5,6 +5,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_op_desc_test {
+
 namespace {
 
 using namespace skc::desc;
@@ -82,3 +84,5 @@ TEST_CASE("canonical bytes streamed by OpDesc equal those of its record") {
     Concat::encode(sink);
     CHECK(sink.bytes == skc::canonical_bytes(Concat::record()));
 }
+
+}  // namespace skc_op_desc_test

@@ -31,6 +31,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_op_info_io_hostile_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -827,3 +829,5 @@ TEST_CASE("hostile: select_for_compile does not write through a symlinked _selec
     CHECK(fs::is_empty(elsewhere));
     CHECK(skc_test::snapshot(dir.path()) == before);
 }
+
+}  // namespace skc_op_info_io_hostile_test

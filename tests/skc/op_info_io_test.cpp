@@ -9,6 +9,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_op_info_io_test {
+
 namespace {
 
 skc::OpRecord example() { return skc::read_op_info(skc_test::data_dir() / "MatMulV2_float_ND_1_2048_0.json"); }
@@ -127,3 +129,5 @@ TEST_CASE("reading a missing directory names it") {
         CHECK(e.message() == "cannot list directory: No such file or directory");
     }
 }
+
+}  // namespace skc_op_info_io_test

@@ -10,6 +10,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_op_record_test {
+
 using skc::Value;
 
 namespace {
@@ -285,3 +287,5 @@ TEST_CASE("plain_tensor and make_op build the record a framework's live tensors 
                             Outputs<Tensor<"y", skc::DType::float32, skc::Format::ND, skc::Shape<32, 64>>>>;
     CHECK(skc::digest(add) == Add::digest);
 }
+
+}  // namespace skc_op_record_test

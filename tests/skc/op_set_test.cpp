@@ -8,6 +8,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_op_set_test {
+
 TEST_CASE("OpSet deduplicates by content, not by name") {
     const auto dir = skc::read_op_info_dir(skc_test::example_ops_dir());
     skc::OpSet set;
@@ -37,3 +39,5 @@ TEST_CASE("the set digest does not depend on order or names, and depends on ever
     CHECK(c.set_digest() != a.set_digest());
     CHECK(skc::OpSet{}.set_digest() != c.set_digest());
 }
+
+}  // namespace skc_op_set_test

@@ -10,6 +10,8 @@
 #include <skc/options.hpp>
 #include <skc/policy/remote.hpp>
 
+namespace skc_options_test {
+
 namespace {
 
 skc::Options parse(std::string_view json) { return skc::parse_options(skc::parse_json(json)); }
@@ -184,3 +186,5 @@ TEST_CASE("remote_cache: the option, else SKC_REMOTE_CACHE; read-only by option 
     ::unsetenv("SKC_REMOTE_CACHE_READ_ONLY");
     ::unsetenv("SKC_REMOTE_CACHE");
 }
+
+}  // namespace skc_options_test

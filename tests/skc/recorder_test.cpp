@@ -21,6 +21,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_recorder_test {
+
 namespace {
 
 skc::OpRecord op(const std::string& type, std::int64_t a, std::int64_t b) {
@@ -584,3 +586,5 @@ TEST_CASE("FileWriter: threads that wait write chunks of the plan in progress; t
         CHECK(skc::read_op_info_dir(p->run.selected()).ops.size() == 1500);
     }
 }
+
+}  // namespace skc_recorder_test

@@ -9,6 +9,8 @@
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
+namespace skc_run_package_test {
+
 namespace fs = std::filesystem;
 
 TEST_CASE("a whole package passes both checks; cut, grown, altered or foreign ones say why") {
@@ -60,3 +62,5 @@ TEST_CASE("a whole package passes both checks; cut, grown, altered or foreign on
     CHECK(skc::run_package_fault(tmp / "missing.run") == "cannot read the package: No such file or directory");
     CHECK(skc::run_package_fault(tmp.path()) == "the package is not a regular file");
 }
+
+}  // namespace skc_run_package_test

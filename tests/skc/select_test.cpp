@@ -5,6 +5,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_select_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -139,3 +141,5 @@ TEST_CASE("selecting twice in one run folder is refused before anything is writt
     }
     CHECK(skc_test::snapshot(run.dir()) == before);
 }
+
+}  // namespace skc_select_test

@@ -10,6 +10,8 @@
 
 #include <skc/shape.hpp>
 
+namespace skc_shape_test {
+
 namespace hana = boost::hana;
 
 template <class S>
@@ -69,3 +71,5 @@ TEST_CASE("element counts are overflow-checked") {
     CHECK(skc::RuntimeShape{0, std::numeric_limits<std::int64_t>::max(), 2}.element_count() == 0);
     CHECK_FALSE(skc::RuntimeShape{-1, 4}.element_count().has_value());
 }
+
+}  // namespace skc_shape_test

@@ -5,6 +5,8 @@
 
 #include <skc/value.hpp>
 
+namespace skc_value_test {
+
 using skc::Array;
 using skc::Kind;
 using skc::Object;
@@ -58,3 +60,5 @@ TEST_CASE("exact canonical bytes of a small object") {
                                  "b" + "i" + std::string("\x01\0\0\0\0\0\0\0", 8);
     CHECK(canon(v) == expected);
 }
+
+}  // namespace skc_value_test

@@ -28,6 +28,8 @@
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
+namespace tools_skc_compile_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1047,3 +1049,5 @@ TEST_CASE("an --ops folder that cannot be listed is bad input: exit status 2, as
     CHECK(i.status == 2);
     CHECK(i.err == "skc ops inspect: " + ops.string() + ": cannot list directory: Permission denied\n");
 }
+
+}  // namespace tools_skc_compile_test

@@ -32,6 +32,8 @@
 
 extern char** environ;
 
+namespace tools_skc_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1114,3 +1116,5 @@ TEST_CASE(
     CHECK(file.status == 2);
     CHECK(file.err == "skc cache ls: " + shown_cache + ": not a directory; the cache folder is expected there\n");
 }
+
+}  // namespace tools_skc_test

@@ -14,6 +14,8 @@
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
+namespace examples_demo_demo_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -94,3 +96,5 @@ TEST_CASE("skc_demo: bad command lines exit 2 with the usage; --help exits 0") {
     CHECK(has(help.out, "usage: skc_demo"));
     CHECK(fs::is_empty(dir.path()));  // nothing was created
 }
+
+}  // namespace examples_demo_demo_test

@@ -25,6 +25,8 @@
 #include "host/runtime.hpp"
 #include "test_support.hpp"
 
+namespace examples_demo_runtime_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -323,3 +325,5 @@ TEST_CASE("Runtime: reselects while other threads run and record ops") {
     CHECK(rt.table().size() == ops.size());
     CHECK(hook.count() == reloads + 1);
 }
+
+}  // namespace examples_demo_runtime_test

@@ -42,6 +42,8 @@
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
+namespace examples_host_op_compiler_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -817,3 +819,5 @@ TEST_CASE("host kernels: the instruction set is part of the key; a package for a
     CHECK(r.out.empty());
     CHECK_FALSE(fs::exists(tmp / "out"));
 }
+
+}  // namespace examples_host_op_compiler_test

@@ -25,6 +25,8 @@
 #include "host/plan.hpp"
 #include "torch/mapping.hpp"
 
+namespace examples_torch_mapping_test {
+
 namespace {
 
 using skc_torch::Aten;
@@ -675,3 +677,5 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
              "LayerNormGradV3: weight [3] is not the normalized shape [4]");
     (void)s0;
 }
+
+}  // namespace examples_torch_mapping_test

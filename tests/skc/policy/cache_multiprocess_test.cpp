@@ -45,6 +45,8 @@ struct doctest::StringMaker<std::vector<std::pair<std::string, long>>> {
     }
 };
 
+namespace skc_policy_cache_multiprocess_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -803,3 +805,5 @@ TEST_CASE("a key held by a process that never lets go: waiters get Errc::timeout
     CHECK(f.compiles() == std::vector<std::pair<std::string, long>>{{hex, static_cast<long>(holder)}});
     CHECK(no_children());
 }
+
+}  // namespace skc_policy_cache_multiprocess_test

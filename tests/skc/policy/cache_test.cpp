@@ -41,6 +41,8 @@ struct doctest::StringMaker<std::set<std::string>> {
     }
 };
 
+namespace skc_policy_cache_test {
+
 namespace {
 
 skc::OpRecord op(const std::string& type, std::int64_t n) {
@@ -1602,3 +1604,5 @@ TEST_CASE("8 threads, each with its own cache over one folder, one key: one comp
     CHECK(after->verify(*hit));
     CHECK(log.lines->empty());
 }
+
+}  // namespace skc_policy_cache_test

@@ -36,6 +36,8 @@
 #include "run_tool.hpp"
 #include "test_support.hpp"
 
+namespace skc_policy_gather_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1094,3 +1096,5 @@ TEST_CASE(
         Node::check_nothing_left();
     }
 }
+
+}  // namespace skc_policy_gather_test

@@ -28,6 +28,8 @@
 
 extern char** environ;
 
+namespace skc_policy_installer_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -903,3 +905,5 @@ TEST_CASE("SIGTERM while 4 threads install and release: the process ends at once
         }
     }
 }
+
+}  // namespace skc_policy_installer_test

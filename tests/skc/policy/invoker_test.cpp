@@ -12,6 +12,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_policy_invoker_test {
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -348,3 +350,5 @@ TEST_CASE("on a timeout the progress seen so far was reported and the log quoted
     CHECK(err.find("did not finish within 1 s; its process group was killed. Last lines of its log:\n"
                    "skc-progress: 0/2\nskc-progress: 1/2 a.json") != std::string::npos);
 }
+
+}  // namespace skc_policy_invoker_test

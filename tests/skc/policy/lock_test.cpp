@@ -13,6 +13,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_policy_lock_test {
+
 using namespace std::chrono_literals;
 using skc::LockMode;
 
@@ -283,3 +285,5 @@ TEST_CASE("LockTraits makes try_lock and lock from lock_until: try_lock does not
     releaser.join();
     CHECK(l.calls == 3);  // every call went through lock_until
 }
+
+}  // namespace skc_policy_lock_test

@@ -20,6 +20,8 @@
 #include "memory_remote.hpp"
 #include "test_support.hpp"
 
+namespace skc_policy_remote_test {
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using skc_test::MemoryRemote;
@@ -406,3 +408,5 @@ TEST_CASE_TEMPLATE("write_stream publishes all the pieces or nothing", S, skc::F
     CHECK(storage.read("packages/x.run") == "abcdef");  // the old object, whole
     if constexpr (std::is_same_v<S, skc::FilesystemStorage>) CHECK(storage.collect_garbage() == 0);
 }
+
+}  // namespace skc_policy_remote_test

@@ -7,6 +7,8 @@
 
 #include "test_support.hpp"
 
+namespace skc_policy_storage_test {
+
 namespace {
 
 template <class S>
@@ -139,3 +141,5 @@ TEST_CASE("FilesystemStorage::write_many: replaces every object; a failure befor
     CHECK(s.read("config.ini") == "new");
     CHECK(skc_test::snapshot(dir / "root") == before);  // no temporary left, nothing replaced
 }
+
+}  // namespace skc_policy_storage_test
