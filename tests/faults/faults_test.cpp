@@ -337,7 +337,12 @@ std::map<pid_t, std::string> children_of_test() {
     for (const auto& e : fs::directory_iterator("/proc", ec)) {
         const std::string name = e.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        const std::string stat = skc_test::slurp(e.path() / "stat");
+        std::string stat;
+        try {
+            stat = skc_test::slurp(e.path() / "stat");
+        } catch (const std::exception&) {
+            continue;  // the process ended between the listing and the read (ESRCH)
+        }
         const std::size_t open = stat.find('('), close = stat.rfind(')');
         if (open == std::string::npos || close == std::string::npos || close + 4 > stat.size()) continue;
         const std::size_t ppid_at = stat.find(' ', close + 2);

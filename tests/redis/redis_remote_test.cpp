@@ -891,12 +891,14 @@ TEST_CASE("faults: error replies and replies of the wrong type throw remote_fail
 TEST_CASE("threads: a renewal thread keeps the lease while another transfers the chunks") {
     RedisServer server;
     RedisRemote r(config(server.url()));
-    const RemoteLease lease{ns, key1, r.try_lease(ns, key1, 300ms).value()};
+    // A lease of 1 s renewed every 50 ms: a thread starved for most of a second (a loaded machine,
+    // a sanitizer) still keeps it.
+    const RemoteLease lease{ns, key1, r.try_lease(ns, key1, 1s).value()};
     std::atomic<bool> done{false};
     std::atomic<int> renewals{0}, lost{0};
     std::thread renewer([&] {
         while (!done.load()) {
-            if (r.renew_lease(lease, 300ms)) ++renewals;
+            if (r.renew_lease(lease, 1s)) ++renewals;
             else ++lost;
             std::this_thread::sleep_for(50ms);
         }
@@ -905,7 +907,7 @@ TEST_CASE("threads: a renewal thread keeps the lease while another transfers the
     for (std::uint64_t i = 0; i < 6; ++i) pieces.push_back(bytes(4u << 20, 100 + i));
     for (std::uint64_t i = 0; i < pieces.size(); ++i) {
         r.put_chunk(lease, i, pieces[i], 1h);
-        std::this_thread::sleep_for(100ms);  // longer, all in all, than the lease's 300 ms
+        std::this_thread::sleep_for(250ms);  // longer, all in all, than the lease's 1 s
     }
     const bool committed = r.commit(lease, pieces.size(), raw_record(lease.token, pieces.size()));
     done = true;

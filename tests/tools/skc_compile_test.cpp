@@ -237,15 +237,16 @@ TEST_CASE(
     TempDir tmp;
     fs::create_directories(tmp / "base");
     const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json"});
-    // Starts `ranks` of a node of `size` with `compiler`; returns each rank's run.
+    // Starts `ranks` of a node of `size` with `compiler` and `--timeout timeout` (seconds: the bound
+    // of the compile and of the wait for a rank); returns each rank's run.
     auto node = [&](std::size_t size, std::size_t ranks, const std::string& run_id, const std::string& compiler,
-                    const std::vector<std::string>& extra = {}) {
+                    const std::vector<std::string>& extra = {}, const std::string& timeout = "2") {
         std::vector<TempDir> io(ranks);
         std::vector<skc_test::Started> started;
         for (std::size_t k = 0; k < ranks; ++k)
             started.push_back(skc_test::start_program(
                 tool, tmp.path(),
-                compile_args(tmp, ops, compiler) + std::vector<std::string>{"--timeout", "2", "--json"} + extra,
+                compile_args(tmp, ops, compiler) + std::vector<std::string>{"--timeout", timeout, "--json"} + extra,
                 {"LOCAL_WORLD_SIZE=" + std::to_string(size), "LOCAL_RANK=" + std::to_string(k), "SKC_RUN_ID=" + run_id,
                  "TORCHELASTIC_RUN_ID="},
                 io[k].path()));
@@ -258,7 +259,9 @@ TEST_CASE(
         const std::string counter = (tmp / "compiles").string();
         const std::string counting =
             script(tmp, "counting.sh", "echo run >> " + counter + "\nexec " + host_compiler + " \"$@\"");
-        const std::vector<Run> runs = node(3, 3, "job-ok", counting, {"--op-library", (tmp / "lib").string()});
+        // A compile bound a loaded machine cannot miss: this case is about one compile for the node.
+        const std::vector<Run> runs =
+            node(3, 3, "job-ok", counting, {"--op-library", (tmp / "lib").string()}, /*timeout=*/"120");
         std::size_t extracted = 0;
         std::string key;
         for (std::size_t k = 0; k < runs.size(); ++k) {
