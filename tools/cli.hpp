@@ -1,6 +1,7 @@
 // tools/cli.hpp: what the commands share about their command line: CLI11, the action a command's
-// callback sets, usage errors, and the validators that check values (sizes, durations, counts,
-// names) with skc's messages before CLI11 converts them.
+// callback sets, usage errors, and the validators of counts and names that several commands use
+// (validator() makes one from a check returning skc's message; the cache commands' sizes and
+// durations are checked in cache.cpp).
 #pragma once
 
 #include <cstdint>

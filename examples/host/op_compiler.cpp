@@ -1,6 +1,6 @@
 // host_op_compiler: the kernel compiler of the host (CPU) reference backend.
 //
-// Same command line as the real op_compiler (SPEC section 8), so skc::ProcessInvoker runs it
+// Same command line as the real op_compiler (docs/spec.md section 8), so skc::ProcessInvoker runs it
 // unchanged:
 //
 //     host_op_compiler -p <json_dir> -v <device> -j <jobs> -o <output_dir>

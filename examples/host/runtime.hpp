@@ -4,7 +4,7 @@
 // digest up in its KernelTable: a static (shape-specialised, ahead-of-time compiled) kernel runs
 // when the table has one, the shape-generic kernel of dispatch.hpp otherwise. HostReselect is the
 // skc::ReselectHook that refills the table from the op library after StaticKernelCompiler installs
-// a package (SPEC section 9: "reselect"), so the next call of an op already uses its static kernel.
+// a package (docs/spec.md section 9: "reselect"), so the next call of an op already uses its static kernel.
 //
 // Why HostOp: a model runs the same op instances over and over. Building the record, hashing it and
 // analysing it into a generic plan on every call would cost more than the small kernels themselves,

@@ -1,6 +1,6 @@
 // examples/host/toolchain.hpp: the toolchain version of a kernel compiler, from what it is.
 //
-// The cache's namespace and key include a toolchain version (SPEC section 7). The kernels
+// The cache's namespace and key include a toolchain version (docs/spec.md section 7). The kernels
 // host_op_compiler makes depend on its own code (the kernel generator is compiled into it) and on
 // the C++ compiler it runs ($CXX, else c++), so both go into the version: with a fixed string, a
 // rebuilt host_op_compiler would be served the packages of the old one. (An upgrade of the C++

@@ -1,4 +1,4 @@
-// skc/layout.hpp: every path of SPEC section 4, the base directory rules of section 3, and the
+// skc/layout.hpp: every path of docs/spec.md section 4, the base directory rules of section 3, and the
 // checks that make a configured path safe to write below.
 //
 //   <base>/static_kernel_compile_outputs/
@@ -109,7 +109,7 @@ inline void check_access(const std::filesystem::path& p, Access need = Access::r
         throw Error(Errc::permission_denied, "not searchable by this user (execute permission missing)", where);
 }
 
-/// SPEC section 3: an explicit base_dir wins; else the model compile cache's directory when it is
+/// docs/spec.md section 3: an explicit base_dir wins; else the model compile cache's directory when it is
 /// on and force_eager is off; else `cwd`. The result is checked for safety and access.
 inline std::filesystem::path resolve_base(const Options& o,
                                           const std::filesystem::path& cwd = std::filesystem::current_path()) {

@@ -7,7 +7,7 @@
 // never sees a half-written op info file; they are created with O_EXCL | O_NOFOLLOW and link()
 // never replaces a file, so nothing existing is overwritten and no symlink is followed.
 //
-// File names follow SPEC section 5: `<op_type>_<dtype>_<format>_<d0>_..._<counter>.json`, from the
+// File names follow docs/spec.md section 5: `<op_type>_<dtype>_<format>_<d0>_..._<counter>.json`, from the
 // first input (its first element when it is a list); a rank-0 tensor adds no dims; a record with no
 // present input is named `<op_type>_<counter>.json`. The counter is process-wide and never repeats.
 #pragma once

@@ -1,6 +1,6 @@
 // skc/op_record.hpp: OpRecord, the content of one op info file, and its identity.
 //
-// An OpRecord holds every field of an op info file (SPEC section 5) typed, plus every field skc
+// An OpRecord holds every field of an op info file (docs/spec.md section 5) typed, plus every field skc
 // does not know, kept as a Value so it round-trips and counts in the identity. Absent and empty
 // are different (an absent `attrs` is not `"attrs": []`).
 //

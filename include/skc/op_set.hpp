@@ -2,8 +2,8 @@
 //
 // OpSet keeps records in insertion order with their digests computed once, on insert. Its
 // set_digest() does not depend on that order, nor on file names: it is the hash of the element
-// count followed by the sorted record digests (SPEC section 7's "hash each file, sort, hash again",
-// done on canonical content instead of file bytes).
+// count followed by the sorted record digests (the set digest of docs/spec.md section 7, computed on
+// canonical content instead of file bytes).
 #pragma once
 
 #include <algorithm>

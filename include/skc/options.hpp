@@ -1,6 +1,6 @@
 // skc/options.hpp: the feature's options, with the original's names, parsed strictly.
 //
-// SPEC section 2: `static_kernel_compile` and `disable_static_kernel_compile_cache`, plus the
+// docs/spec.md section 2: `static_kernel_compile` and `disable_static_kernel_compile_cache`, plus the
 // further inputs a host passes (model compile cache, force_eager, op blacklist, timeout, jobs, log
 // level, deterministic flag, compiler options). parse_options() takes a JSON object (as a Value):
 // an unknown key is an error naming it and listing the known keys; a wrongly typed or out-of-range
@@ -96,7 +96,7 @@ inline CacheMode parse_cache_mode(std::string_view s, std::string_view option = 
 }
 
 struct Options {
-    // SPEC section 2.
+    // docs/spec.md section 2.
     bool static_kernel_compile = false;
     bool disable_static_kernel_compile_cache = false;  // only has effect when the feature is on
 
@@ -104,7 +104,7 @@ struct Options {
     bool model_compile_cache = false;     // a model compile cache is enabled ...
     std::string model_compile_cache_dir;  // ... in this directory (required when enabled)
     bool force_eager = false;
-    std::string base_dir;                   // explicit output base; empty: SPEC section 3's rules
+    std::string base_dir;                   // explicit output base; empty: docs/spec.md section 3's rules
     std::vector<std::string> op_blacklist;  // substrings of op info file names
     std::chrono::seconds compile_timeout{3600};
     unsigned jobs = default_jobs();
@@ -122,7 +122,7 @@ struct Options {
     [[nodiscard]] bool cache_enabled() const noexcept {
         return static_kernel_compile && !disable_static_kernel_compile_cache;
     }
-    /// SPEC section 3: outputs go to the model cache's directory when it is on and eager is off.
+    /// docs/spec.md section 3: outputs go to the model cache's directory when it is on and eager is off.
     [[nodiscard]] bool use_model_cache_dir() const noexcept { return model_compile_cache && !force_eager; }
 
     static unsigned default_jobs() noexcept {

@@ -1,4 +1,4 @@
-// skc/recorder.hpp: OpRecorder, the recording session of SPEC section 6, step 1.
+// skc/recorder.hpp: OpRecorder, the recording session of docs/spec.md section 6, step 1.
 //
 // One recording session may be active in a process at a time: OpRecorder's constructor claims the
 // process-wide session and throws Error(session_active) when another holds it (this is the
@@ -51,7 +51,7 @@ inline bool recording_session_active() noexcept {
     return detail::recording_session_flag().load(std::memory_order_acquire);
 }
 
-/// Writes the op info folders of a finished recording into `run` (SPEC section 6, step 2):
+/// Writes the op info folders of a finished recording into `run` (docs/spec.md section 6, step 2):
 /// `<pid>_debug` every record, `<pid>` the targets, `<pid>_opcompile` the supported ones (without
 /// bin_type/bin_info), in the order given. OpRecorder::stop() uses it; so does a host whose records
 /// come from elsewhere (a folder of op info files).

@@ -5,7 +5,7 @@
 // to support static compilation). Both are policies: any type with the member function is one, and
 // OpTypeList builds one from a list at run time.
 //
-// select_for_compile() is SPEC section 6, steps 3 to 5: the input folder is `<pid>_opcompile`
+// select_for_compile() is docs/spec.md section 6, steps 3 to 5: the input folder is `<pid>_opcompile`
 // (falling back to `<pid>_debug`); files whose name contains a blacklist substring are copied to
 // `<pid>_opcompile_blacklist`; ops this process has already compiled (same content digest) and
 // repeated contents are dropped; the rest are copied to `<pid>_opcompile_selected`. The support
@@ -247,7 +247,7 @@ struct Selection {
     OpSet ops;                          // the selected ops; names are their file names
     std::vector<Decision> decisions;    // one per input file, in name order
 
-    /// SPEC step 5: nothing left, so compilation is skipped.
+    /// docs/spec.md section 6, step 5: nothing left, so compilation is skipped.
     [[nodiscard]] bool skipped() const noexcept { return ops.empty(); }
     /// How many input files got verdict `v`.
     [[nodiscard]] std::size_t count(Verdict v) const noexcept {
@@ -257,7 +257,7 @@ struct Selection {
     }
 };
 
-/// SPEC section 6, steps 3 to 5, on the run folder `run` (see the header comment). Throws
+/// docs/spec.md section 6, steps 3 to 5, on the run folder `run` (see the header comment). Throws
 /// skc::Error when neither input folder exists or a file in it is not a valid op info file;
 /// nothing is written then.
 template <SupportPolicy Support = DefaultSupport>

@@ -1,6 +1,6 @@
 // skc/session_files.hpp: a run's op info folders, decided in memory and written off the critical path.
 //
-// plan_session() decides everything SPEC section 6 steps 2 to 5 write into a run folder, from the
+// plan_session() decides everything docs/spec.md section 6 steps 2 to 5 write into a run folder, from the
 // records in memory: each op's file names (the process-wide counter, in the order write_session()
 // has always used), and the selection's verdict for each file of `<pid>_opcompile`, in name order
 // (select.hpp's plan, so `skc ops inspect`, select_for_compile() and the compiler agree). Nothing
@@ -109,7 +109,7 @@ struct SessionPlan {
 };
 
 /// Plans the op info folders of `ops` (distinct, in the order first seen) in run folder `run`, and
-/// the selection on them (SPEC steps 2 to 5), without touching the disk. Names take values of the
+/// the selection on them (docs/spec.md section 6, steps 2 to 5), without touching the disk. Names take values of the
 /// process-wide counter. Throws Error (invalid record or name) before anything is decided.
 template <SupportPolicy Support = DefaultSupport>
 SessionPlan plan_session(const RunLayout& run, std::shared_ptr<const std::vector<RecordedOp>> ops,

@@ -5,7 +5,7 @@
 // Include MPI's headers as system headers (-isystem): Open MPI's C++ bindings, which its <mpi.h>
 // pulls in, are not warning-free at -Wextra.
 //
-// SPEC section 10 with MPI as the transport. The constructor (collective over the communicator it
+// docs/spec.md section 10 with MPI as the transport. The constructor (collective over the communicator it
 // is given) duplicates that communicator and splits it into node-local groups with
 // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or by the colour a `node_of` hook returns (tests split
 // one machine into fake nodes). Node-local rank 0, the lowest rank of the node, is its leader. Each

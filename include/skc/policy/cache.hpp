@@ -1221,7 +1221,7 @@ private:
 
 static_assert(CachePolicy<IndexCache<>> && CachePolicy<IndexCache<MemoryStorage, ProcessLock>> && CachePolicy<NoCache>);
 
-/// The file-system cache of SPEC section 4 for one toolchain version and device, in the cache folder
+/// The file-system cache of docs/spec.md section 4 for one toolchain version and device, in the cache folder
 /// `root` (`<base>/static_kernel_compile_outputs/static_kernel_cache` by default, or any folder
 /// shared by many bases: resolve_cache_dir):
 ///   <root>/CANN-<version>_<device>.json   a small manifest (format, where entries are)

@@ -2,7 +2,7 @@
 // multi-rank policy shares (LocalFsGather, skc::MpiGather in ext/mpi.hpp).
 //
 // With several ranks (processes) on a node, one of them, the node's leader, compiles and installs
-// for all (SPEC section 10): every rank publishes the op info it selected; the leader gathers the
+// for all (docs/spec.md section 10): every rank publishes the op info it selected; the leader gathers the
 // union, looks up the cache or compiles once and installs once, and publishes the outcome; then
 // every rank passes a barrier, reselects, and passes a barrier again. A gather policy is that
 // choreography. StaticKernelCompiler hands it a GatherRequest (this rank's run folder, selected ops

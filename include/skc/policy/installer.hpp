@@ -1,6 +1,6 @@
 // skc/policy/installer.hpp: the Installer concept and its models: RunPackageInstaller, NoInstall.
 //
-// An installer puts a run package into an op library (SPEC section 9). RunPackageInstaller
+// An installer puts a run package into an op library (docs/spec.md section 9). RunPackageInstaller
 // extracts it (makeself, through posix_spawn, never a shell string), checks the payload, and under
 // the node-wide install lock renames it into place and rewrites the global index and config.ini
 // atomically. Installs are reference-counted across processes by holder files

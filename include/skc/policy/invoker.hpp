@@ -2,7 +2,7 @@
 // FunctionInvoker; the kernel compiler's progress lines.
 //
 // An invoker turns a folder of op info files into one run package. ProcessInvoker runs an external
-// compiler with SPEC section 8's command line,
+// compiler with docs/spec.md section 8's command line,
 //     <compiler> [fixed args] -p <json_dir> -v <device> -j <jobs> -o <out> [-l <level>] [extra args]
 // through posix_spawn (never a shell, so no argument is ever interpreted), in a process group of
 // its own, with stdin from /dev/null and stdout and stderr into one pipe, which skc copies as it
@@ -50,7 +50,7 @@ namespace skc {
 /// the file name of the one just done (empty when the line names none).
 using ProgressCallback = std::function<void(std::size_t done, std::size_t total, std::string_view op)>;
 
-/// What to compile and how: the command line of SPEC section 8.
+/// What to compile and how: the command line of docs/spec.md section 8.
 struct CompileRequest {
     std::filesystem::path json_dir;       // -p: the op info files to compile
     std::string device;                   // -v

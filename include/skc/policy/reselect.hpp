@@ -1,6 +1,6 @@
 // skc/policy/reselect.hpp: the ReselectHook concept and NoReselect.
 //
-// After a package is installed into the op library the runtime must *reselect* (SPEC section 9):
+// After a package is installed into the op library the runtime must *reselect* (docs/spec.md section 9):
 // re-read the global kernel index so that the static kernels are used from the next op call on.
 // StaticKernelCompiler calls the hook once per install, after the install is complete (the shared
 // files are already rewritten), with where the package went. A runtime typically reads

@@ -142,7 +142,7 @@ consteval bool diagnose_storage() {
         requires(const S& s, std::string_view n) {
             { s.list(n) } -> std::same_as<std::vector<std::string>>;
         },
-        "skc: the Storage policy needs a member `std::vector<std::string> list(std::string_view prefix) const`");
+        "skc: the Storage policy needs a member `std::vector<std::string> list(std::string_view folder) const`");
     static_assert(
         requires(const S& s, std::string_view n, const ChunkFn& fn) {
             { s.read_chunks(n, fn) } -> std::same_as<bool>;

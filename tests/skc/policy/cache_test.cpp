@@ -346,7 +346,7 @@ TEST_CASE("NoCache: always compiles, never stores") {
     CHECK(cache.stats().compiles == 2);
 }
 
-TEST_CASE("open_cache: the layout of SPEC section 4") {
+TEST_CASE("open_cache: the layout of docs/spec.md section 4") {
     skc_test::TempDir dir;
     Compiler compiler{dir.path()};
     const skc::Layout layout(dir.path());

@@ -1,4 +1,4 @@
-// The gather policies (SPEC section 10): local_ranks_from_env with an injected environment,
+// The gather policies (docs/spec.md section 10): local_ranks_from_env with an injected environment,
 // detail::OpUnion, and LocalFsGather with real processes: the ranks of one node are
 // tests/workers/gather_worker.cpp programs on one base directory, compiling with a real script
 // compiler that packs real makeself packages, killed by the test at chosen moments. SingleRank

@@ -57,7 +57,7 @@ bool alive(pid_t pid) {
 
 }  // namespace
 
-TEST_CASE("the command line of SPEC section 8, passed without a shell") {
+TEST_CASE("the command line of docs/spec.md section 8, passed without a shell") {
     skc_test::TempDir dir;
     const skc::CompileRequest r = request(dir);
     const skc::ProcessInvoker inv("/opt/op_compiler", {"--fixed"});
