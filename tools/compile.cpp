@@ -409,48 +409,44 @@ int run_compile(const CompileArgs& a) {
     try {
         // Progress only for a person watching: not with --json, not into a file or a pipe.
         const bool show_progress = !a.json && ::isatty(2) == 1;
-        auto run_with = [&](auto gather) {
-            std::optional<ProgressDisplay> display;  // outlives the compiler, whose cache logs through it
-            skc::CompilerSettings settings = s;
-            if (show_progress) {
-                display.emplace();
-                settings.cache.log = display->log_sink(cache_log_level);
-                interruption::on_terminal = 1;
-            }
-            settings.progress = [&display, n = ops.size(), &library = s.op_library](const skc::CompileProgress& pr) {
-                interruption::follow(pr, n, library);
-                if (display) display->update(pr);
-            };
-            interruption::set("recording and selecting " + std::to_string(ops.size()) +
-                              " ops: nothing was compiled or stored");
-            skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_gather<decltype(gather)>,
-                                      skc::with_remote<ToolRemote>>
-                compiler(skc::ProcessInvoker(a.key.compiler), o, settings, std::move(gather));
-            const skc::CompileReport r = compiler.compile(std::move(ops));
-            interruption::set("printing the report: the compile and install are complete");
-            if (display) display->finish();
-            if (a.json) out(skc::dump_json(r.to_value(), 2) + "\n");
-            else print_report(r, s.op_library, s.backend);
-            return exit_ok;
-        };
 #ifdef SKC_TOOL_WITH_MPI
-        if (a.mpi) {
-            // skc owns MPI here; the MpiGather (in the compiler) goes before MPI_Finalize.
-            struct MpiSession {
-                MpiSession() {
-                    if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS)
-                        throw skc::Error(skc::Errc::io_error, "MPI_Init failed");
-                }
-                MpiSession(const MpiSession&) = delete;
-                MpiSession& operator=(const MpiSession&) = delete;
-                ~MpiSession() { MPI_Finalize(); }
-            } mpi;
-            return run_with(skc::MpiGather(MPI_COMM_WORLD, o.compile_timeout));
-        }
+        // skc owns MPI here; the MpiGather (in the compiler, declared later) goes before MPI_Finalize.
+        struct MpiSession {
+            MpiSession() {
+                if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) throw skc::Error(skc::Errc::io_error, "MPI_Init failed");
+            }
+            MpiSession(const MpiSession&) = delete;
+            MpiSession& operator=(const MpiSession&) = delete;
+            ~MpiSession() { MPI_Finalize(); }
+        };
+        std::optional<MpiSession> mpi;
+        if (a.mpi) mpi.emplace();
+        skc::AnyGather gather = a.mpi ? skc::AnyGather(skc::MpiGather(MPI_COMM_WORLD, o.compile_timeout))
+                                      : skc::AnyGather::from_env(o.compile_timeout, a.run_id.value_or(""));
+#else
+        skc::AnyGather gather = skc::AnyGather::from_env(o.compile_timeout, a.run_id.value_or(""));
 #endif
-        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env(a.run_id.value_or("")))
-            return run_with(skc::LocalFsGather(std::move(*ranks), o.compile_timeout));
-        return run_with(skc::SingleRank());
+        std::optional<ProgressDisplay> display;  // outlives the compiler, whose cache logs through it
+        skc::CompilerSettings settings = s;
+        if (show_progress) {
+            display.emplace();
+            settings.cache.log = display->log_sink(cache_log_level);
+            interruption::on_terminal = 1;
+        }
+        settings.progress = [&display, n = ops.size(), &library = s.op_library](const skc::CompileProgress& pr) {
+            interruption::follow(pr, n, library);
+            if (display) display->update(pr);
+        };
+        interruption::set("recording and selecting " + std::to_string(ops.size()) +
+                          " ops: nothing was compiled or stored");
+        skc::NodeCompiler<skc::ProcessInvoker, ToolRemote> compiler(skc::ProcessInvoker(a.key.compiler), o, settings,
+                                                                    std::move(gather));
+        const skc::CompileReport r = compiler.compile(std::move(ops));
+        interruption::set("printing the report: the compile and install are complete");
+        if (display) display->finish();
+        if (a.json) out(skc::dump_json(r.to_value(), 2) + "\n");
+        else print_report(r, s.op_library, s.backend);
+        return exit_ok;
     } catch (const skc::Error& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "%s%s\n", prefix.c_str(), printable(e.what(), /*keep_newlines=*/true).c_str());

@@ -34,9 +34,9 @@ struct CompileProgress {
     Phase phase = Phase::compiling;
     std::size_t done = 0;                 // compiling: op info files done
     std::size_t total = 0;                // compiling: op info files in all
-    std::string op;                       // compiling: the op info file just done; empty in the first report
-    std::string waiting_for;              // waiting: what for, in words
-    std::string key;                      // the cache key in hex once known (empty while waiting for ranks)
+    std::string op{};                     // compiling: the op info file just done; empty in the first report
+    std::string waiting_for{};            // waiting: what for, in words
+    std::string key{};                    // the cache key in hex once known (empty while waiting for ranks)
     std::chrono::nanoseconds elapsed{0};  // since the phase began: the wait, the lookup, the compiler's start
 };
 
@@ -53,7 +53,7 @@ constexpr std::string_view to_string(CompileProgress::Phase p) noexcept {
 
 /// How a compile() ended.
 enum class CompileOutcome : unsigned char {
-    skipped,     // nothing selected (SPEC section 6, step 5)
+    skipped,     // nothing selected (docs/spec.md section 6, step 5)
     hit,         // the cache had the package
     waited,      // another process compiled it while this one waited
     compiled,    // compiled here, stored in the cache

@@ -132,6 +132,7 @@ struct GatheredSet;
 struct SingleRank;
 struct LocalRanks;
 class LocalFsGather;
+class AnyGather;
 
 struct SelectedOp;
 struct RecordedOp;
@@ -147,25 +148,31 @@ struct CompileProgress;
 enum class CompileOutcome : unsigned char;
 struct CompileReport;
 struct CompilerSettings;
-/// Policies by position or by name (with_gather<...>, ...): compiler.hpp, "named configurations".
+/// The roles of a StaticKernelCompiler's policies, in the order they are given by position. The one
+/// list of them: the selectors below, the defaults and the checks (policies.hpp) and the host's member
+/// types follow it.
+enum class PolicyRole : unsigned char { storage, lock, install, reselect, gather, support, targets, remote };
+/// Policies by position or by name (with_gather<...>, ...): policies.hpp.
 template <class Invoker, class... Policies>
 class StaticKernelCompiler;
+template <PolicyRole Role, class P>
+struct with_policy;
 template <class P>
-struct with_storage;
+using with_storage = with_policy<PolicyRole::storage, P>;
 template <class P>
-struct with_lock;
+using with_lock = with_policy<PolicyRole::lock, P>;
 template <class P>
-struct with_install;
+using with_install = with_policy<PolicyRole::install, P>;
 template <class P>
-struct with_reselect;
+using with_reselect = with_policy<PolicyRole::reselect, P>;
 template <class P>
-struct with_gather;
+using with_gather = with_policy<PolicyRole::gather, P>;
 template <class P>
-struct with_support;
+using with_support = with_policy<PolicyRole::support, P>;
 template <class P>
-struct with_targets;
+using with_targets = with_policy<PolicyRole::targets, P>;
 template <class P>
-struct with_remote;
+using with_remote = with_policy<PolicyRole::remote, P>;
 
 struct RemoteConfig;
 struct RemoteLease;

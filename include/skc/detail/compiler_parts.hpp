@@ -1,0 +1,298 @@
+// skc/detail/compiler_parts.hpp: the pieces of StaticKernelCompiler's steps that need none of its
+// policies: checking the settings, the compiler's fingerprint, the requests and options it hands
+// on, the message from the node's leader to the other ranks, and its reports.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../cache_explain.hpp"
+#include "../compile_report.hpp"
+#include "../compiler_check.hpp"
+#include "../compiler_settings.hpp"
+#include "../error.hpp"
+#include "../layout.hpp"
+#include "../log.hpp"
+#include "../op_info_io.hpp"
+#include "../policy/gather_core.hpp"
+#include "../policy/storage.hpp"
+#include "../options.hpp"
+#include "../policy/installer.hpp"
+#include "../policy/invoker.hpp"
+#include "../policy/remote.hpp"
+#include "../session_files.hpp"
+#include "../value.hpp"
+
+namespace skc::detail {
+
+/// Checks what the constructor is given (Error naming the option or name) and applies the cache
+/// mode the options ask for to `settings`; returns the cache namespace's stem.
+inline std::string check_settings(const Options& options, CompilerSettings& settings) {
+    if (!options.static_kernel_compile)
+        throw Error(Errc::invalid_option, "static kernel compilation is off (static_kernel_compile is false)",
+                    ErrorContext{{}, {}, "static_kernel_compile"});
+    if (settings.device.empty()) throw Error(Errc::invalid_argument, "the device name is empty");
+    if (settings.toolchain_version.empty()) throw Error(Errc::invalid_argument, "the toolchain version is empty");
+    if (options.jobs == 0) throw Error(Errc::invalid_option, "jobs must be at least 1", ErrorContext{{}, {}, "jobs"});
+    std::string stem = Layout::cache_stem(settings.toolchain_version, settings.device);  // checks both names
+    if (!settings.op_library.empty()) check_path_safety(settings.op_library, "op_library");
+    if (const std::optional<CacheMode> m = requested_cache_mode(options)) settings.cache.mode = *m;
+    return stem;
+}
+
+/// The remote tier the options or the environment ask for (resolve_remote_config); nullptr when
+/// none is. A bad URL is an error; a program whose Remote policy is NoRemote says once that it has
+/// none.
+template <class Remote>
+std::unique_ptr<RemoteTier> open_remote(const Options& options, const LogSink& log) {
+    const std::optional<RemoteConfig> rc = resolve_remote_config(options);
+    if (!rc) return nullptr;
+    std::unique_ptr<RemoteTier> tier = Remote::open(*rc);
+    if (!tier && log)
+        log(LogLevel::warning,
+            "a remote cache is configured (remote_cache or SKC_REMOTE_CACHE), but this program "
+            "has no remote tier (its Remote policy is NoRemote): the local cache only");
+    return tier;
+}
+
+/// The fingerprint of the kernel compiler at `compiler` as options.compiler_check says, remembered
+/// beside the cache when it is on (it is then read and written anyway).
+inline std::string fingerprint(const std::filesystem::path& compiler, const Options& options, const Layout& layout,
+                               CacheMode mode) {
+    const bool read_only = mode == CacheMode::read_only;
+    std::filesystem::path memo;
+    if (options.cache_enabled()) {
+        memo = resolve_cache_dir(options, layout.cache_dir(), mode);
+        if (!read_only) make_cache_dir(memo);
+    }
+    return compiler_fingerprint(compiler, options.compiler_check, memo,
+                                read_only ? MemoAccess::read_only : MemoAccess::read_write);
+}
+
+/// `ops` as a recording session would have recorded them, in order; repeated contents count once.
+template <class Targets, class Support>
+std::shared_ptr<std::vector<RecordedOp>> record_ops(std::vector<OpRecord> ops, const Targets& targets,
+                                                    const Support& support) {
+    auto recorded = std::make_shared<std::vector<RecordedOp>>();
+    recorded->reserve(ops.size());
+    std::unordered_set<Digest, DigestHash> seen;
+    for (OpRecord& r : ops) {
+        validate(r);
+        const Digest d = digest(r);
+        if (!seen.insert(d).second) continue;
+        const bool target = targets.is_target(r.op_type), supported = support.supports(r.op_type);
+        recorded->push_back(RecordedOp{d, std::move(r), target, supported});
+    }
+    return recorded;
+}
+
+/// The cache key of the gathered set: its digests (named, when the ranks gave names) and every
+/// kernel-changing input.
+inline CacheKey cache_key_for(const GatheredSet& set, const Options& options, const CompilerSettings& settings) {
+    CacheKey k = make_cache_key(
+        set.digests, key_inputs(options, settings.toolchain_version, settings.device, settings.compiler_fingerprint));
+    if (set.names.size() == set.digests.size())
+        for (std::size_t i = 0; i < set.digests.size(); ++i) k.ops.push_back(KeyOp{set.digests[i], set.names[i]});
+    return k;
+}
+
+/// A cache entry's package copied out of a storage that keeps no files (MemoryStorage) into `dir`.
+template <class Storage>
+std::filesystem::path package_copy(const Storage& storage, const CacheEntry& entry, const std::filesystem::path& dir) {
+    const std::optional<std::string> bytes = storage.read(entry.package);
+    if (!bytes)
+        throw Error(Errc::corrupt, "the cache entry's package disappeared while in use",
+                    ErrorContext{entry.package, {}, {}});
+    FilesystemStorage(dir).write(entry.key + ".run", *bytes);
+    return dir / (entry.key + ".run");
+}
+
+/// The selection's counts into the report.
+inline void count_selection(const SessionPlan& plan, CompileReport& rep) {
+    rep.recorded = plan.recorded.recorded;
+    rep.targets = plan.recorded.targets;
+    rep.supported = plan.recorded.supported;
+    rep.selected = plan.selected.size();
+    rep.blacklisted = plan.count(Verdict::blacklisted);
+    rep.already_compiled = plan.count(Verdict::already_compiled);
+    rep.unsupported = plan.count(Verdict::unsupported);
+    rep.duplicates = plan.count(Verdict::duplicate);
+}
+
+/// The kernel compiler's request for the op info files in `json_dir`, its output in `output_dir`.
+inline CompileRequest compile_request(const Options& options, const CompilerSettings& settings,
+                                      std::filesystem::path json_dir, std::filesystem::path output_dir) {
+    CompileRequest req;
+    req.json_dir = std::move(json_dir);
+    req.device = settings.device;
+    req.jobs = options.jobs;
+    req.output_dir = std::move(output_dir);
+    req.log_level = options.log_level;
+    req.extra_args = options.compiler_options;
+    req.timeout = options.compile_timeout;
+    return req;
+}
+
+inline CompileOutcome compile_outcome(CacheResult r) noexcept {
+    switch (r) {
+    case CacheResult::hit: return CompileOutcome::hit;
+    case CacheResult::waited: return CompileOutcome::waited;
+    case CacheResult::compiled: return CompileOutcome::compiled;
+    case CacheResult::disabled: return CompileOutcome::disabled;
+    case CacheResult::downloaded: return CompileOutcome::downloaded;
+    }
+    return CompileOutcome::compiled;
+}
+
+/// On a miss in the cache folder `cache_root` (empty: the cache is not on disk): one line naming the
+/// nearest entry and what differs, when one is near (cache_explain.hpp). A miss is about to
+/// compile: reading the entries is cheap beside it.
+inline void explain_miss_in_log(const std::filesystem::path& cache_root, const CacheKey& key, const LogSink& log) {
+    if (cache_root.empty() || !log) return;
+    try {
+        if (const std::optional<MissExplanation> x = explain_miss(cache_root, key); x && x->near())
+            log(LogLevel::info, "cache miss for key " + key.hex() + ": " + x->summary());
+    } catch (const std::exception& e) {  // an explanation is never worth a failed compile
+        log(LogLevel::debug, std::string("cannot explain the cache miss: ") + e.what());
+    }
+}
+
+inline InstallOptions install_options(const CompilerSettings& settings, bool cache_on) {
+    InstallOptions io;
+    io.backend = settings.backend;
+    io.persistent = settings.persistent_install;
+    io.timeout = settings.install_timeout;
+    // Extractions are kept for the next process within the cache's size limit; packages without a
+    // cache have fresh names every time, so keeping one would never pay.
+    io.keep_bytes = !cache_on                              ? 0
+                    : settings.cache.limits.max_bytes != 0 ? settings.cache.limits.max_bytes
+                                                           : default_cache_limits.max_bytes;
+    return io;
+}
+
+/// Hands `p` to settings.progress, if any; what it throws ends here.
+inline void report_progress(const CompilerSettings& settings, const CompileProgress& p) noexcept {
+    if (!settings.progress) return;
+    try {
+        settings.progress(p);
+    } catch (const std::exception& e) {
+        try {
+            if (settings.log) settings.log(LogLevel::debug, std::string("the progress callback failed: ") + e.what());
+        } catch (...) {}
+    } catch (...) {}
+}
+
+/// Reports the compile of `total` op info files under `key` as starting, and has `req` forward the
+/// kernel compiler's progress lines to settings.progress with the time since it started (`done`
+/// strictly increases).
+inline void report_compiling(CompileRequest& req, const CompilerSettings& settings, const std::string& key,
+                             std::size_t total) {
+    if (settings.progress)
+        req.on_progress = [&settings, key, started = std::chrono::steady_clock::now(), last_done = std::size_t{0}](
+                              std::size_t done, std::size_t all, std::string_view op) mutable {
+            if (done <= last_done) return;
+            last_done = done;
+            report_progress(settings, {.phase = CompileProgress::Phase::compiling,
+                                       .done = done,
+                                       .total = all,
+                                       .op = std::string(op),
+                                       .key = key,
+                                       .elapsed = std::chrono::steady_clock::now() - started});
+        };
+    report_progress(settings, {.phase = CompileProgress::Phase::compiling, .total = total, .key = key});
+}
+
+/// The kernel compiler's run on a miss, for the host's cache: the op info files of every rank (the
+/// host's writer done, the others' linked in), the Invoker, and a package that can be installed (a
+/// full disk can cut one short; it never enters the cache). `elapsed`: the compiler's time.
+template <class Invoker, class Host>
+struct KernelCompile {
+    Invoker& invoker;
+    Host& host;
+    const RunLayout& run;
+    const GatheredSet& set;
+    const CacheKey& key;
+    std::chrono::nanoseconds elapsed{0};
+
+    std::filesystem::path operator()() {
+        const CompilerSettings& settings = host.settings_;
+        if (settings.cache.mode != CacheMode::recache && host.cache_)
+            explain_miss_in_log(host.cache_root_, key, settings.cache.log);
+        host.writer_.wait();
+        if (set.materialize) set.materialize();
+        CompileRequest req = compile_request(host.options_, settings, set.dir, run.dir());
+        report_compiling(req, settings, key.hex(), set.digests.size());
+        CompileResult res = invoker.compile(req);
+        elapsed = res.elapsed;
+        if (std::optional<std::string> fault = host.package_fault(res.package))
+            throw Error(Errc::compile_failed,
+                        "the compiler's package is unusable, so it is neither stored nor installed: " + *fault,
+                        ErrorContext{res.package.string(), {}, {}});
+        return res.package;
+    }
+};
+
+/// Whether another process compiles `key` in `cache` right now, so that the lookup is about to wait
+/// (IndexCache::busy); asked only when someone hears of it (settings.progress), false on any doubt
+/// (the lookup waits anyway).
+template <class Cache>
+bool key_busy(Cache& cache, const CacheKey& key, const CompilerSettings& settings) noexcept {
+    if (!settings.progress) return false;
+    try {
+        return cache.busy(key);
+    } catch (...) {
+        return false;
+    }
+}
+
+/// Waits for the op info folders still being written; an error in writing them is logged (for a
+/// destructor, which cannot throw it).
+inline void wait_for_writer(FileWriter& writer, const LogSink& log) noexcept {
+    try {
+        writer.wait();
+    } catch (const std::exception& e) {
+        try {
+            if (log)
+                log(LogLevel::warning,
+                    std::string("the op info folders of the last compile are incomplete: ") + e.what());
+        } catch (...) {}
+    }
+}
+
+/// What the node's leader tells the other ranks: the outcome, the key, the package and whether it
+/// was installed.
+inline Value leader_message(const CompileReport& rep) {
+    return Value(Object{{"outcome", Value(to_string(rep.outcome))},
+                        {"key", Value(rep.key)},
+                        {"package", Value(rep.package.string())},
+                        {"installed", Value(rep.installed)},
+                        {"gathered", Value(rep.gathered)}});
+}
+
+/// The leader's message into a follower's report; whether the leader installed the package.
+inline bool read_leader_message(const Value& message, CompileReport& rep) {
+    auto text = [&](std::string_view k) {
+        const Value* v = message.find(k);
+        return v && v->is_string() ? v->as_string() : std::string();
+    };
+    const std::string outcome = text("outcome");
+    for (CompileOutcome o : {CompileOutcome::skipped, CompileOutcome::hit, CompileOutcome::waited,
+                             CompileOutcome::compiled, CompileOutcome::disabled, CompileOutcome::downloaded})
+        if (to_string(o) == outcome) rep.outcome = o;
+    rep.key = text("key");
+    rep.package = text("package");
+    if (const Value* g = message.find("gathered"); g && g->is_number())
+        rep.gathered = static_cast<std::size_t>(g->as_double());
+    return !text("installed").empty();
+}
+
+}  // namespace skc::detail
