@@ -32,6 +32,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "detail/atomic_file.hpp"
+#include "detail/unique_fd.hpp"
 #include "policy/cache.hpp"
 
 namespace skc {
@@ -52,46 +54,28 @@ namespace detail {
 
 inline constexpr std::string_view export_magic = "skc-cache-export 1\n";
 
-/// Writes a file through a temporary beside it, fsync'd and renamed into place at commit().
+/// Writes a file through an AtomicFile, renamed into place at commit(), keeping the checksum of
+/// what was written. Its errors are io_error and name the file it writes.
 class AtomicOut {
 public:
-    explicit AtomicOut(std::filesystem::path path)
-        : path_(std::move(path)), tmp_(path_.string() + ".tmp." + std::to_string(::getpid())) {
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd_ < 0) fail("cannot create");
-    }
-    AtomicOut(const AtomicOut&) = delete;
-    AtomicOut& operator=(const AtomicOut&) = delete;
-    ~AtomicOut() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!committed_) ::unlink(tmp_.c_str());
-    }
+    explicit AtomicOut(std::filesystem::path path) : file_(std::move(path), 0644, &fail) {}
     void write(std::string_view s) {
         hasher_.update(s);
-        while (!s.empty()) {
-            const ssize_t n = ::write(fd_, s.data(), s.size());
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) fail("cannot write");
-            s.remove_prefix(static_cast<std::size_t>(n));
-        }
+        file_.write(s);
     }
     [[nodiscard]] Digest digest() const { return hasher_.digest(); }
     /// Renames the file into place, after an fsync when `durable` (not for scratch files).
-    void commit(bool durable = true) {
-        if (durable && ::fsync(fd_) != 0) fail("cannot fsync");
-        ::close(std::exchange(fd_, -1));
-        if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename into place");
-        committed_ = true;
-    }
+    void commit(bool durable = true) { file_.commit(durable ? Durability::file : Durability::none); }
 
 private:
-    [[noreturn]] void fail(const char* what) const {
-        throw Error(Errc::io_error, std::string(what) + ": " + std::strerror(errno),
-                    ErrorContext{path_.string(), {}, {}});
+    [[noreturn]] static void fail(AtomicStep step, const std::filesystem::path&, const std::filesystem::path& path,
+                                  int err) {
+        static constexpr const char* what[] = {"cannot create", "cannot write", "cannot fsync",
+                                               "cannot rename into place"};
+        throw Error(Errc::io_error, std::string(what[static_cast<int>(step)]) + ": " + std::strerror(err),
+                    ErrorContext{path.string(), {}, {}});
     }
-    std::filesystem::path path_, tmp_;
-    int fd_ = -1;
-    bool committed_ = false;
+    AtomicFile file_;
     Hasher hasher_;
 };
 
@@ -256,13 +240,7 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
     ImportReport report;
     detail::make_dir(root);
     const std::filesystem::path tmp = root / (".import." + std::to_string(::getpid()));
-    struct Cleanup {
-        std::filesystem::path p;
-        ~Cleanup() {
-            std::error_code ec;
-            std::filesystem::remove(p, ec);
-        }
-    } cleanup{tmp};
+    const detail::RemovedAtExit cleanup(tmp);
     detail::ExportReader in(file);
     (void)in.line();
     std::map<std::string, std::unique_ptr<IndexCache<FilesystemStorage, FileLock>>> caches;

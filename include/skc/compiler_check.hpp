@@ -29,9 +29,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "detail/atomic_file.hpp"
 #include "detail/hash.hpp"
 #include "detail/process.hpp"
 #include "detail/text.hpp"
+#include "detail/unique_fd.hpp"
 #include "error.hpp"
 #include "options.hpp"
 
@@ -70,25 +72,23 @@ inline std::int64_t mtime_ns(const struct stat& st) {
 
 /// The hash of a file's bytes, read in 1 MiB chunks (following symbolic links: compilers often are).
 inline Digest hash_file(const std::filesystem::path& p) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    const UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd)
         throw Error(errno == EACCES ? Errc::permission_denied : Errc::io_error,
                     std::string("cannot read the compiler: ") + std::strerror(errno), ErrorContext{p.string(), {}, {}});
     Hasher h;
     std::string buf(std::size_t{1} << 20, '\0');
     for (;;) {
-        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             const int err = errno;
-            ::close(fd);
             throw Error(Errc::io_error, std::string("cannot read the compiler: ") + std::strerror(err),
                         ErrorContext{p.string(), {}, {}});
         }
         if (n == 0) break;
         h.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));
     }
-    ::close(fd);
     return h.digest();
 }
 
@@ -102,8 +102,9 @@ inline std::optional<std::string> memo_lookup(const std::filesystem::path& memo,
     return std::nullopt;
 }
 
-/// Adds or replaces the line of `path_hex`, keeping at most 64 compilers; written to a temporary and
-/// renamed, so a reader sees the old file or the new one. Best effort: a memo is only a shortcut.
+/// Adds or replaces the line of `path_hex`, keeping at most 64 compilers; written whole through an
+/// AtomicFile (not fsync'd), so a reader sees the old file or the new one. Best effort: a memo is
+/// only a shortcut.
 inline void memo_store(const std::filesystem::path& memo, const std::string& path_hex, const std::string& line) {
     std::vector<std::string> lines{line};
     {
@@ -112,46 +113,40 @@ inline void memo_store(const std::filesystem::path& memo, const std::string& pat
         while (std::getline(in, l) && lines.size() < 64)
             if (l.compare(0, path_hex.size() + 1, path_hex + " ") != 0 && !l.empty()) lines.push_back(l);
     }
-    const std::filesystem::path tmp = memo.string() + ".tmp." + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        for (const std::string& l : lines) out << l << '\n';
-        if (!out) return;
+    std::string text;
+    for (const std::string& l : lines) text += l + '\n';
+    try {
+        AtomicFile out(memo, 0666);  // as a stream makes it: readable and writable as the umask allows
+        out.write(text);
+        out.commit(Durability::none);
+    } catch (const Error&) {  // not remembered: the next run hashes the compiler again
     }
-    std::error_code ec;
-    std::filesystem::rename(tmp, memo, ec);
-    if (ec) std::filesystem::remove(tmp, ec);
 }
 
-/// The standard output of `/bin/sh -c cmd`; Error when it fails or outlives `timeout`.
+/// The standard output and error of `/bin/sh -c cmd`; Error when it fails or outlives `timeout`.
 inline std::string command_output(const std::string& cmd, std::chrono::seconds timeout) {
     char tmpl[] = "/tmp/skc-compiler-check-XXXXXX";
-    const int fd = ::mkstemp(tmpl);
-    if (fd < 0) throw Error(Errc::io_error, std::string("cannot create a temporary file: ") + std::strerror(errno));
+    const UniqueFd fd(::mkstemp(tmpl));
+    if (!fd) throw Error(Errc::io_error, std::string("cannot create a temporary file: ") + std::strerror(errno));
     ::unlink(tmpl);
-    pid_t pid = -1;
-    const int rc = spawn_in_group({"/bin/sh", "-c", cmd}, fd, false, pid);
-    if (rc != 0) {
-        ::close(fd);
-        throw Error(Errc::io_error, "cannot run the compiler check command: " + std::string(std::strerror(rc)));
-    }
-    int status = 0;
-    if (!wait_until(pid, std::chrono::steady_clock::now() + timeout, status)) {
-        ::kill(-pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-        ::close(fd);
+    ChildOptions opt;
+    opt.output_fd = fd.get();
+    opt.deadline = std::chrono::steady_clock::now() + timeout;
+    const ChildRun run = run_child({"/bin/sh", "-c", cmd}, opt);
+    if (run.fault != ChildRun::Fault::none)
+        throw Error(Errc::io_error, "cannot run the compiler check command: " + std::string(std::strerror(run.error)));
+    if (!run.finished)
         throw Error(Errc::timeout, "the compiler check command ran longer than " + std::to_string(timeout.count()) +
                                        " s: " + quote(cmd, 200));
-    }
     std::string out;
     char buf[4096];
     for (off_t at = 0;;) {
-        const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+        const ssize_t n = ::pread(fd.get(), buf, sizeof buf, at);
         if (n <= 0) break;
         out.append(buf, static_cast<std::size_t>(n));
         at += n;
     }
-    ::close(fd);
+    const int status = run.status;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw Error(Errc::invalid_option,
                     "the compiler check command " + quote(cmd, 200) + " failed (" +

@@ -30,9 +30,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/atomic_file.hpp"
 #include "detail/names.hpp"
 #include "detail/posix.hpp"
 #include "detail/text.hpp"
+#include "detail/unique_fd.hpp"
 #include "error.hpp"
 #include "op_record.hpp"
 #include "value.hpp"
@@ -260,10 +262,7 @@ inline std::string read_file(const std::filesystem::path& p, std::size_t max_byt
                         ErrorContext{p.string(), {}, {}});
         detail::throw_errno("cannot open for reading", p, err);
     }
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
+    const detail::UniqueFd owner(fd);
     struct stat st {};
     if (::fstat(fd, &st) != 0) detail::throw_errno("cannot stat", p, errno);
     if (!S_ISREG(st.st_mode)) throw Error(Errc::io_error, "not a regular file", ErrorContext{p.string(), {}, {}});
@@ -337,41 +336,18 @@ inline std::string op_info_file_name(const OpRecord& r, std::uint64_t counter) {
 
 namespace detail {
 
-/// Writes `content` to `dir/name` atomically: a temporary file created with O_EXCL | O_NOFOLLOW,
-/// fsync'd when asked, then linked to its final name (link() fails rather than replace an
-/// existing file), then the temporary is removed.
+/// Writes `content` to `dir/name` atomically: an AtomicFile (a temporary beside it, created with
+/// O_EXCL | O_NOFOLLOW), fsync'd when asked, then linked to its final name (the link fails rather
+/// than replace an existing file), then the temporary name is removed.
 inline void write_new_file(const std::filesystem::path& dir, const std::string& name, std::string_view content,
                            bool sync) {
     if (!is_plain_file_name(name))
         throw Error(Errc::invalid_name, "file name " + quote(name) + " is not a plain file name",
                     ErrorContext{dir.string(), {}, {}});
     reject_nul(dir);
-    static std::atomic<std::uint64_t> tmp_counter{0};
-    const std::filesystem::path final_path = dir / name;
-    const std::filesystem::path tmp =
-        dir / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(tmp_counter.fetch_add(1)) + "." + name);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) throw_errno("cannot create", tmp, errno);
-    try {
-        write_all(fd, content, tmp);
-    } catch (const Error&) {
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw;
-    }
-    if (sync && ::fsync(fd) != 0) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw_errno("cannot fsync", tmp, err);
-    }
-    ::close(fd);
-    if (::link(tmp.c_str(), final_path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        throw_errno("cannot publish", final_path, err);
-    }
-    ::unlink(tmp.c_str());
+    AtomicFile f(dir / name);
+    f.write(content);
+    f.commit_new(sync ? Durability::file : Durability::none);
 }
 
 }  // namespace detail

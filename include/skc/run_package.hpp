@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +28,7 @@
 
 #include "detail/process.hpp"
 #include "detail/text.hpp"
+#include "detail/unique_fd.hpp"
 
 namespace skc {
 
@@ -98,22 +98,18 @@ inline std::optional<std::string> run_package_fault(const std::filesystem::path&
                                                     std::chrono::seconds timeout = std::chrono::seconds(300)) {
     constexpr std::size_t head_max = std::size_t{1} << 20;
     {
-        const int fd = ::open(package.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return std::string("cannot read the package: ") + std::strerror(errno);
+        const detail::UniqueFd fd(::open(package.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) return std::string("cannot read the package: ") + std::strerror(errno);
         struct stat st {};
-        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd);
-            return "the package is not a regular file";
-        }
+        if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "the package is not a regular file";
         std::string head(std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), head_max), '\0');
         std::size_t got = 0;
         while (got < head.size()) {
-            const ssize_t n = ::pread(fd, head.data() + got, head.size() - got, static_cast<off_t>(got));
+            const ssize_t n = ::pread(fd.get(), head.data() + got, head.size() - got, static_cast<off_t>(got));
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) break;
             got += static_cast<std::size_t>(n);
         }
-        ::close(fd);
         head.resize(got);
         if (auto fault = run_package_header_fault(head, static_cast<std::uint64_t>(st.st_size))) return fault;
     }
@@ -121,26 +117,21 @@ inline std::optional<std::string> run_package_fault(const std::filesystem::path&
     const detail::MemoryLog log;
     if (log.fd() < 0) return std::string("cannot check the package: memfd_create failed: ") + std::strerror(errno);
     const std::vector<std::string> args{shell.string(), std::filesystem::absolute(package).string(), "--check"};
-    pid_t pid = -1;
-    const int rc = detail::spawn_in_group(args, log.fd(), false, pid);
-    if (rc != 0) return "cannot run " + shell.string() + " to check the package: " + std::strerror(rc);
-    int status = 0;
-    bool done;
-    {
-        detail::GroupGuard guard(pid);
-        done = detail::wait_until(pid, std::chrono::steady_clock::now() + timeout, status);
-        ::kill(-pid, SIGKILL);
-        guard.release();
-    }
-    if (!done)
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    detail::ChildOptions run;
+    run.output_fd = log.fd();
+    run.deadline = std::chrono::steady_clock::now() + timeout;
+    const detail::ChildRun r = detail::run_child(args, run);
+    if (r.fault != detail::ChildRun::Fault::none)
+        return "cannot run " + shell.string() + " to check the package: " + std::strerror(r.error);
     std::string out = log.tail(10);
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     const std::string said = out.empty() ? std::string() : ": " + out;
-    if (!done) return "makeself's integrity check did not finish within " + std::to_string(timeout.count()) + " s";
-    if (WIFSIGNALED(status)) return "makeself's integrity check was killed by " + detail::signal_name(WTERMSIG(status));
-    if (WEXITSTATUS(status) != 0)
-        return "makeself's integrity check failed (status " + std::to_string(WEXITSTATUS(status)) + ")" + said;
+    if (!r.finished)
+        return "makeself's integrity check did not finish within " + std::to_string(timeout.count()) + " s";
+    if (WIFSIGNALED(r.status))
+        return "makeself's integrity check was killed by " + detail::signal_name(WTERMSIG(r.status));
+    if (WEXITSTATUS(r.status) != 0)
+        return "makeself's integrity check failed (status " + std::to_string(WEXITSTATUS(r.status)) + ")" + said;
     return std::nullopt;
 }
 

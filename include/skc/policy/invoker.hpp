@@ -20,7 +20,6 @@
 #include <cerrno>
 #include <chrono>
 #include <concepts>
-#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,17 +29,15 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../detail/process.hpp"
+#include "../detail/unique_fd.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
 
@@ -188,80 +185,28 @@ private:
     std::size_t last_ = 0;
 };
 
-/// The compiler's output: read from the pipe's read end as it comes, written to the log and, when
-/// there is a callback, scanned for progress lines. Owns both descriptors.
+/// The compiler's output as run_child() reads it from the pipe: written to the log and, when there
+/// is a callback, scanned for progress lines. Owns the log's descriptor.
 class OutputCopier {
 public:
-    OutputCopier(int from, int log_fd, const ProgressCallback& report)
-        : from_(from), log_(log_fd), scanner_(report), scan_(static_cast<bool>(report)), buf_(65536, '\0') {
-        ::fcntl(from_, F_SETFL,
-                ::fcntl(from_, F_GETFL) | O_NONBLOCK);  // only the read end: the compiler's writes block
-    }
-    OutputCopier(const OutputCopier&) = delete;
-    OutputCopier& operator=(const OutputCopier&) = delete;
-    ~OutputCopier() {
-        if (from_ >= 0) ::close(from_);
-        ::close(log_);
-    }
+    OutputCopier(int log_fd, const ProgressCallback& report)
+        : log_(log_fd), scanner_(report), scan_(static_cast<bool>(report)) {}
 
-    /// Copies output until `pid` ends (true, and `status`) or `deadline` passes (false).
-    bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status) {
-        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-        struct Closer {
-            int fd;
-            ~Closer() {
-                if (fd >= 0) ::close(fd);
-            }
-        } closer{pidfd};
-        for (;;) {
-            const pid_t w = ::waitpid(pid, &status, WNOHANG);
-            if (w == pid) return true;
-            if (w < 0 && errno != EINTR)
-                throw Error(Errc::io_error, std::string("waitpid failed: ") + std::strerror(errno));
-            const auto now = std::chrono::steady_clock::now();
-            if (now >= deadline) return false;
-            const long long left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-            // Without a pidfd (old kernels) the end is noticed by a short poll.
-            pollfd p[2] = {{from_, POLLIN, 0}, {pidfd, POLLIN, 0}};
-            const int n = ::poll(p, 2, static_cast<int>(std::min<long long>(left, pidfd >= 0 ? 60'000 : 10)));
-            if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_some();
-        }
-    }
-
-    /// After the end: what is still in the pipe, without waiting for writers that may be left.
-    void drain() {
-        for (std::size_t bytes = 0; from_ >= 0 && bytes < (std::size_t{256} << 20);) {
-            const std::size_t n = read_some();
-            if (n == 0) break;
-            bytes += n;
-        }
-        if (scan_) scanner_.finish();
-    }
-
-private:
-    /// One read: the bytes read (0 at the end of the output or when nothing is there now).
-    std::size_t read_some() {
-        if (from_ < 0) return 0;
-        ssize_t n;
-        do n = ::read(from_, buf_.data(), buf_.size());
-        while (n < 0 && errno == EINTR);
-        if (n == 0 || (n < 0 && errno != EAGAIN)) {  // every writer has gone
-            ::close(from_);
-            from_ = -1;
-            return 0;
-        }
-        if (n < 0) return 0;
-        const std::string_view chunk(buf_.data(), static_cast<std::size_t>(n));
+    /// A piece of the output.
+    void take(std::string_view chunk) {
         write_log(chunk);
         if (!log_ok_) {  // what the log cannot keep is still quoted in errors: the last 8 KiB
             tail_.append(chunk);
             if (tail_.size() > 8192) tail_.erase(0, tail_.size() - 8192);
         }
         if (scan_) scanner_.feed(chunk);
-        return chunk.size();
     }
 
-public:
+    /// The end of the output (a last line without a line feed is scanned too).
+    void finish() {
+        if (scan_) scanner_.finish();
+    }
+
     /// Why the log could not be written (an errno value; 0 when it could), and what the compiler
     /// printed since then (its last 8 KiB), for the error message.
     [[nodiscard]] int log_error() const noexcept { return log_error_; }
@@ -272,7 +217,7 @@ private:
     /// (the tail) and the compile goes on, as it would have for a compiler writing the log itself.
     void write_log(std::string_view chunk) {
         while (!chunk.empty() && log_ok_) {
-            const ssize_t w = ::write(log_, chunk.data(), chunk.size());
+            const ssize_t w = ::write(log_.get(), chunk.data(), chunk.size());
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) {
                 log_ok_ = false;
@@ -284,14 +229,12 @@ private:
         }
     }
 
-    int from_;
-    int log_;
+    UniqueFd log_;
     ProgressScanner scanner_;
     bool scan_;
     bool log_ok_ = true;
     int log_error_ = 0;
     std::string tail_;
-    std::string buf_;
 };
 
 }  // namespace detail
@@ -333,41 +276,27 @@ public:
         if (log_fd < 0)
             throw Error(Errc::io_error, std::string("cannot open the compiler log: ") + std::strerror(errno),
                         ErrorContext{res.log.string(), {}, {}});
-
-        int out[2];
-        if (::pipe2(out, O_CLOEXEC) != 0) {
-            const int err = errno;
-            ::close(log_fd);
-            throw Error(Errc::io_error,
-                        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(err));
-        }
-        detail::OutputCopier copier(out[0], log_fd, r.on_progress);
+        detail::OutputCopier copier(log_fd, r.on_progress);
 
         const auto t0 = std::chrono::steady_clock::now();
-        pid_t pid = -1;
-        const int rc = detail::spawn_in_group(command(r), out[1], !compiler_.has_parent_path(), pid);
-        ::close(out[1]);
-        if (rc != 0)
-            throw Error(rc == ENOENT ? Errc::invalid_argument : Errc::io_error,
-                        "cannot start the compiler: " + std::string(std::strerror(rc)),
+        detail::ChildOptions opt;
+        opt.search_path = !compiler_.has_parent_path();
+        opt.on_output = [&copier](std::string_view chunk) { copier.take(chunk); };
+        opt.deadline = t0 + r.timeout;
+        opt.term_grace = kill_grace_;
+        const detail::ChildRun run = detail::run_child(command(r), opt);
+        if (run.fault == detail::ChildRun::Fault::pipe)
+            throw Error(Errc::io_error,
+                        std::string("cannot create a pipe for the compiler's output: ") + std::strerror(run.error));
+        if (run.fault == detail::ChildRun::Fault::spawn)
+            throw Error(run.error == ENOENT ? Errc::invalid_argument : Errc::io_error,
+                        "cannot start the compiler: " + std::string(std::strerror(run.error)),
                         ErrorContext{compiler_.string(), {}, {}});
-
-        detail::GroupGuard guard(pid);  // a SIGKILLed caller takes its compiler down with it
-        int status = 0;
-        const bool finished = copier.wait_until(pid, t0 + r.timeout, status);
-        if (!finished) {
-            ::kill(-pid, SIGTERM);
-            if (!copier.wait_until(pid, std::chrono::steady_clock::now() + kill_grace_, status)) {
-                ::kill(-pid, SIGKILL);
-                while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-            }
-        }
-        ::kill(-pid, SIGKILL);  // whatever the compiler left running in its group
-        guard.release();
-        copier.drain();  // the log is complete before it is quoted
+        copier.finish();  // the log is complete before it is quoted
         res.elapsed = std::chrono::steady_clock::now() - t0;
 
-        if (!finished)
+        const int status = run.status;
+        if (!run.finished)
             fail(Errc::timeout,
                  "the compiler did not finish within " + std::to_string(r.timeout.count()) +
                      " s; its process group was killed",

@@ -54,6 +54,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../detail/atomic_file.hpp"
 #include "../detail/dir_handle.hpp"
 #include "../detail/names.hpp"
 #include "../detail/posix.hpp"
@@ -285,7 +286,7 @@ public:
     }
 
     void write(std::string_view name, std::string_view data) {
-        publish(name, [&](int fd, const std::filesystem::path& tmp) { detail::write_all(fd, data, tmp); });
+        publish(name, [&](detail::AtomicFile& f) { f.write(data); });
     }
 
     /// Publishes several objects, each replaced atomically as by write(), with as few journal
@@ -294,48 +295,39 @@ public:
     /// left to do; each folder is fsync'd once, after every rename. The set is not atomic as a
     /// whole: a failure leaves the objects before it published, as successive write()s do.
     void write_many(const std::vector<std::pair<std::string, std::string>>& objects) {
-        std::vector<Temp> temps;
+        std::vector<detail::AtomicFile> temps;
         temps.reserve(objects.size());
-        try {
-            for (const auto& [name, data] : objects) {
-                temps.push_back(open_temp(name));
-                detail::write_all(temps.back().fd, data, temps.back().tmp);
-                (void)::sync_file_range(temps.back().fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // start, do not wait
-            }
-            for (const Temp& t : temps)
-                if (::fsync(t.fd) != 0) detail::throw_errno("cannot fsync", t.tmp, errno);
-        } catch (...) {
-            for (Temp& t : temps) t.discard();
-            throw;
+        for (const auto& [name, data] : objects) {
+            temps.push_back(open_temp(name));
+            temps.back().write(data);
+            (void)::sync_file_range(temps.back().fd(), 0, 0, SYNC_FILE_RANGE_WRITE);  // start, do not wait
         }
+        for (detail::AtomicFile& t : temps) t.sync();
         std::vector<std::filesystem::path> dirs;
-        for (std::size_t i = 0; i < temps.size(); ++i) {
-            try {
-                temps[i].rename();
-            } catch (...) {
-                for (std::size_t j = i + 1; j < temps.size(); ++j) temps[j].discard();
-                for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
-                throw;
+        try {
+            for (detail::AtomicFile& t : temps) {
+                t.commit(detail::Durability::none);  // fsync'd above; the folders below
+                std::filesystem::path d = t.target().parent_path();
+                if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(std::move(d));
             }
-            std::filesystem::path d = temps[i].final.parent_path();
-            if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(std::move(d));
+        } catch (...) {
+            for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
+            throw;
         }
         for (const std::filesystem::path& d : dirs) detail::fsync_dir(d);
     }
 
     ObjectInfo write_stream(std::string_view name, const std::function<void(const ChunkFn&)>& produce) {
-        publish(name, [&](int fd, const std::filesystem::path& tmp) {
-            produce([&](std::string_view c) { detail::write_all(fd, c, tmp); });
-        });
+        publish(name, [&](detail::AtomicFile& f) { produce([&](std::string_view c) { f.write(c); }); });
         return stat(name).value();
     }
 
     ObjectInfo import_file(std::string_view name, const std::filesystem::path& file) {
-        publish(name, [&](int fd, const std::filesystem::path& tmp) {
+        publish(name, [&](detail::AtomicFile& f) {
             const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
             if (in < 0) detail::throw_errno("cannot open", file, errno);
             char buf[1 << 16];
-            drain(in, file, buf, sizeof buf, [&](std::string_view c) { detail::write_all(fd, c, tmp); });
+            drain(in, file, buf, sizeof buf, [&](std::string_view c) { f.write(c); });
         });
         return stat(name).value();
     }
@@ -580,54 +572,23 @@ private:
         return std::filesystem::path(std::move(p));
     }
 
-    /// Temporary file in the target folder, filled by `fill`, fsync'd, renamed into place, folder
-    /// fsync'd. On any failure the temporary file is removed and the old object stays.
+    /// An AtomicFile for object `name` (its folder made when missing), filled by `fill`, fsync'd,
+    /// renamed into place, folder fsync'd. On any failure the temporary file is removed and the old
+    /// object stays.
     template <class Fill>
     void publish(std::string_view name, Fill&& fill) {
-        Temp t = open_temp(name);
-        try {
-            fill(t.fd, t.tmp);
-            if (::fsync(t.fd) != 0) detail::throw_errno("cannot fsync", t.tmp, errno);
-        } catch (...) {
-            t.discard();
-            throw;
-        }
-        t.rename();
-        detail::fsync_dir(t.final.parent_path());
+        detail::AtomicFile f = open_temp(name);
+        fill(f);
+        f.commit(detail::Durability::full);
     }
 
-    /// A temporary beside the object it will become.
-    struct Temp {
-        std::filesystem::path tmp, final;
-        int fd = -1;
-        void discard() {
-            if (fd >= 0) ::close(fd);
-            fd = -1;
-            ::unlink(tmp.c_str());
-        }
-        void rename() {
-            if (fd >= 0) ::close(fd);
-            fd = -1;
-            if (::rename(tmp.c_str(), final.c_str()) != 0) {
-                const int err = errno;
-                ::unlink(tmp.c_str());
-                detail::throw_errno("cannot publish", final, err);
-            }
-        }
-    };
-
-    Temp open_temp(std::string_view name) {
-        Temp t;
-        t.final = path(name);
-        const std::filesystem::path dir = t.final.parent_path();
+    /// The temporary of object `name`, beside it (detail::temporary_beside: collect_garbage() knows
+    /// its name).
+    detail::AtomicFile open_temp(std::string_view name) {
+        const std::filesystem::path final = path(name);
         std::error_code ec;
-        std::filesystem::create_directories(dir, ec);
-        static std::atomic<std::uint64_t> counter{0};
-        t.tmp = dir / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
-                       t.final.filename().string());
-        t.fd = ::open(t.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (t.fd < 0) detail::throw_errno("cannot create", t.tmp, errno);
-        return t;
+        std::filesystem::create_directories(final.parent_path(), ec);
+        return detail::AtomicFile(final);
     }
 
     std::string root_;  // the root folder's path (a path object costs an allocation per component)
