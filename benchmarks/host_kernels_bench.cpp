@@ -97,25 +97,35 @@ constexpr double blas_tolerance = 2e-4;
 /// a few microseconds moved by 10 to 40% with the placement of separately allocated buffers.
 struct Data {
     std::vector<float> arena;
-    std::vector<std::size_t> in_n, out_n;  // element counts (0: absent slot)
+    std::vector<std::size_t> in_n, out_n;      // floats (0: absent slot)
+    std::vector<const skc::TensorDesc*> in_t;  // each input tensor (a bool one: in_n floats hold its bytes)
     std::vector<const float*> in_p;
     std::vector<float*> out_p;
     [[nodiscard]] std::size_t outputs() const { return out_n.size(); }
 };
 
-std::vector<std::size_t> counts(const std::vector<skc::TensorSlot>& slots) {
+/// The floats each tensor needs, in the kernels' calling convention (a list slot's tensors one
+/// after the other; a bool tensor one byte an element), and the tensors (null for absent slots).
+std::vector<std::size_t> counts(const std::vector<skc::TensorSlot>& slots,
+                                std::vector<const skc::TensorDesc*>* tensors = nullptr) {
     std::vector<std::size_t> out;
+    auto one = [&](const skc::TensorDesc* t) {
+        const bool b = t != nullptr && t->dtype == "bool";
+        const auto n = t == nullptr ? 0 : static_cast<std::size_t>(t->shape.element_count().value());
+        out.push_back(b ? (n + 3) / 4 : t == nullptr || t->dtype != "float" ? 0 : n);
+        if (tensors != nullptr) tensors->push_back(t);
+    };
     for (const skc::TensorSlot& s : slots) {
-        const auto* t = std::get_if<skc::TensorDesc>(&s);
-        out.push_back(t == nullptr || t->dtype != "float" ? 0
-                                                          : static_cast<std::size_t>(t->shape.element_count().value()));
+        if (const auto* list = std::get_if<std::vector<skc::TensorDesc>>(&s))
+            for (const skc::TensorDesc& t : *list) one(&t);
+        else one(std::get_if<skc::TensorDesc>(&s));
     }
     return out;
 }
 
 Data make_data(const HostCase& c) {
     Data d;
-    d.in_n = counts(c.record.inputs);
+    d.in_n = counts(c.record.inputs, &d.in_t);
     d.out_n = counts(c.record.outputs);
     constexpr std::size_t page = 1024, line = 16;  // in floats: 4 KiB, 64 bytes
     std::vector<std::size_t> offsets;
@@ -131,14 +141,35 @@ Data make_data(const HostCase& c) {
     std::mt19937 rng(20261202);
     std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
     k = 0;
-    for (std::size_t n : d.in_n) {
+    for (std::size_t i = 0; i < d.in_n.size(); ++i) {
+        const std::size_t n = d.in_n[i];
         float* p = base + offsets[k++];
-        for (std::size_t e = 0; e < n; ++e) p[e] = dist(rng);
+        if (const skc::TensorDesc* t = d.in_t[i]; t != nullptr && t->dtype == "bool") {
+            // A causal mask: true above the diagonal of the last two dims, as attention's.
+            const std::int64_t cols = t->shape.rank() > 0 ? t->shape[t->shape.rank() - 1] : 1;
+            auto* b = reinterpret_cast<unsigned char*>(p);
+            for (std::int64_t e = 0; e < t->shape.element_count().value(); ++e)
+                b[e] = static_cast<unsigned char>(e % cols > e / cols % cols ? 1 : 0);
+        } else {
+            for (std::size_t e = 0; e < n; ++e) p[e] = dist(rng);
+        }
         d.in_p.push_back(n == 0 ? nullptr : p);
     }
     for (std::size_t n : d.out_n) {
         float* p = base + offsets[k++];
         d.out_p.push_back(n == 0 ? nullptr : p);
+    }
+    // LogSoftmaxGrad's x (inputs[1]) is a log softmax output, as training gives it: each row's
+    // e^x sums to 1.
+    if (c.record.op_type == "LogSoftmaxGrad") {
+        const auto* t = std::get_if<skc::TensorDesc>(&c.record.inputs[1]);
+        const auto cols = static_cast<std::size_t>(t->shape[t->shape.rank() - 1]);
+        auto* x = const_cast<float*>(d.in_p[1]);
+        for (std::size_t r = 0; r < d.in_n[1]; r += cols) {
+            double sum = 0;
+            for (std::size_t e = 0; e < cols; ++e) sum += std::exp(static_cast<double>(x[r + e]));
+            for (std::size_t e = 0; e < cols; ++e) x[r + e] = static_cast<float>(x[r + e] - std::log(sum));
+        }
     }
     return d;
 }

@@ -180,6 +180,47 @@ inline std::vector<HostCase> cases() {
                   attr("epsilon", "float", 1e-5)}),
             {}, false);
     }
+    // What the torch plugin records for an RMSNorm's mean of squares, a concatenation, a model's
+    // log-probabilities and their gradient, and an attention's causal mask (where, masked_fill).
+    for (const Size& z : sizes) {  // mean over the last dim, keepdim
+        const RuntimeShape x{z.s, z.h};
+        skc::TensorDesc axes = tensor({1}, "int64");
+        axes.const_data = detail::int_array({1});
+        add("ReduceMean", z, dims(x) + ", last axis",
+            make("ReduceMean", {tensor(x), axes}, {tensor({z.s, 1})},
+                 {attr("keep_dims", "bool", true), attr("noop_with_empty_axes", "bool", false)}),
+            {}, false);
+    }
+    for (const Size& z : sizes) {  // two [S, H] side by side
+        const RuntimeShape x{z.s, z.h};
+        add("ConcatD", z, dims(x) + " ++ " + dims(x) + ", last axis",
+            make("ConcatD", {std::vector<skc::TensorDesc>{tensor(x), tensor(x)}}, {tensor({z.s, 2 * z.h})},
+                 {attr("concat_dim", "int", -1), attr("N", "int", 2)}),
+            {}, false);
+    }
+    for (const Size& z : sizes) {  // log-probabilities over a vocabulary of 4H
+        const RuntimeShape x{z.s, 4 * z.h};
+        add("LogSoftmaxV2", z, dims(x) + ", last axis",
+            make("LogSoftmaxV2", {tensor(x)}, {tensor(x)}, {attr("axes", "list_int", detail::int_array({-1}))}), {},
+            false);
+    }
+    for (const Size& z : sizes) {
+        const RuntimeShape x{z.s, 4 * z.h};
+        add("LogSoftmaxGrad", z, dims(x) + ", last axis",
+            make("LogSoftmaxGrad", {tensor(x), tensor(x)}, {tensor(x)},
+                 {attr("axis", "list_int", detail::int_array({-1}))}),
+            {}, false);
+    }
+    for (const Size& z : sizes) {  // where(causal [S, S], scores [4, S, S], a number)
+        const RuntimeShape x{4, z.s, z.s};
+        add("SelectV2", z, dims({z.s, z.s}) + " ? " + dims(x) + " : scalar",
+            make("SelectV2", {tensor({z.s, z.s}, "bool"), tensor(x), tensor({})}, {tensor(x)}), {}, false);
+    }
+    for (const Size& z : sizes) {  // scores [4, S, S] masked_fill(causal [S, S], value)
+        const RuntimeShape x{4, z.s, z.s};
+        add("MaskedFill", z, dims(x) + " with " + dims({z.s, z.s}),
+            make("MaskedFill", {tensor(x), tensor({z.s, z.s}, "bool"), tensor({})}, {tensor(x)}), {}, false);
+    }
     return c;
 }
 

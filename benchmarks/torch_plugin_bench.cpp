@@ -18,7 +18,11 @@
 // it, bias [256] + x [64, 256] @ W[256, 256].t(); and one call of every other op type the plugin
 // records, at [64, 512] where elementwise: sub, mul, div, a [64, 1] broadcast, neg, tanh, rsqrt,
 // silu, pow 2, layer_norm, bmm, a transpose's contiguous(), and the backward kernels of relu,
-// gelu, silu, softmax and layer_norm.
+// gelu, silu, softmax and layer_norm; mean over the last dim (keepdim, as RMSNorm), cat of two
+// [64, 512] along the last dim and of rotary's two slices of [2, 64, 4, 32] (views), log_softmax
+// over the last dim and its backward, where under a causal mask [64, 64] against [4, 64, 64] with
+// a -inf 0-dim tensor (as torch.where(mask, x, -inf) passes it), masked_fill with -inf under the
+// same mask, add with alpha -0.1 (Axpy, as SGD's step computes it) and 1 - x (rsub, recorded as Sub).
 //
 // SKC_BENCH_ITERATIONS=N runs exactly N iterations once per benchmark, for counting instructions
 // with valgrind --tool=callgrind (each phase is its own instantiation, so the profile tells them
@@ -29,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -65,6 +70,10 @@ struct Inputs {
     at::Tensor beta = at::randn({512});
     at::Tensor relu_out = at::relu(x);
     std::tuple<at::Tensor, at::Tensor, at::Tensor> ln = at::native_layer_norm(x, {512}, gamma, beta, 1e-5);
+    at::Tensor logp = at::_log_softmax(x, -1, false);
+    at::Tensor causal = at::ones({64, 64}, at::TensorOptions().dtype(at::kBool)).triu(1);
+    at::Tensor minus_inf = at::full({}, -std::numeric_limits<float>::infinity());
+    at::Tensor rotary = at::randn({2, 64, 4, 32});  // [B, T, H, D]
 };
 
 Inputs& inputs() {
@@ -143,6 +152,23 @@ constexpr Op op_list[] = {
          return first(at::native_layer_norm_backward(in.y, in.x, {512}, std::get<1>(in.ln), std::get<2>(in.ln),
                                                      in.gamma, in.beta, {true, true, true}));
      }},
+    {"ReduceMean", [] { return at::mean(inputs().x, {-1}, true); }},
+    {"ConcatD",
+     [] {
+         return at::cat({inputs().x, inputs().y}, -1);
+     }},
+    {"ConcatDViews",
+     [] {
+         const at::Tensor& r = inputs().rotary;  // rotate_half's halves, the second one negated first
+         return at::cat({r.slice(3, 16, 32), r.slice(3, 0, 16)}, -1);
+     }},
+    {"LogSoftmaxV2", [] { return at::_log_softmax(inputs().x, -1, false); }},
+    {"LogSoftmaxGrad", [] { return at::_log_softmax_backward_data(inputs().y, inputs().logp, -1, at::kFloat); }},
+    {"SelectV2", [] { return at::where(inputs().causal, inputs().minus_inf, inputs().scores); }},
+    {"Axpy", [] { return at::add(inputs().x, inputs().y, -0.1); }},
+    {"Rsub", [] { return at::rsub(inputs().x, 1); }},
+    {"MaskedFill",
+     [] { return at::masked_fill(inputs().scores, inputs().causal, -std::numeric_limits<float>::infinity()); }},
 };
 constexpr std::size_t op_count = sizeof op_list / sizeof op_list[0];
 

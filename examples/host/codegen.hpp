@@ -25,26 +25,32 @@
 //     else 8 x 8 blocks transposed in vector registers where the sizes allow.
 //   - Tanh, Swish, Rsqrt and Power's square roots: vectors too, with the prelude's exp and the
 //     square root instruction.
-//   - Add, Sub, Mul, RealDiv: a loop of constant count per dim of the broadcast (the output's dims
-//     merged where the operands allow), the last one a run the compiler vectorises for the target,
-//     a broadcast operand read once a run.
+//   - Add, Sub, Mul, RealDiv, Axpy: a loop of constant count per dim of the broadcast (the
+//     output's dims merged where the operands allow), the last one a run the compiler vectorises
+//     for the target, a broadcast operand read once a run.
 //   - Relu, Neg, Power's other exponents: the generic loops with constant counts, which the
 //     compiler vectorises for the target.
 //   - ReluGrad likewise; GeluGrad (both forms) and SiluGrad: the prelude's vector functions of dy
 //     and x, the tail through zero-padded vectors; SoftmaxGrad: a row at a time, sum(dy * y) in
 //     vector lanes, then (dy - sum) * y; LayerNormGradV3 likewise, its two row sums in lanes,
 //     dgamma and dbeta added a row at a time.
-// The elementwise ops and SoftmaxV2 take no __restrict pointers: like their generic twins they
-// may run in place (plan.hpp), each element read before the same index is written.
+//   - ReduceMean: a row at a time, its sum in vector lanes in blocks added from zero (the cascade
+//     of kernels::sum(), emit_row_sum()), then one division; LogSoftmaxV2 as SoftmaxV2 (its short
+//     rows in registers), the row's log once; LogSoftmaxGrad: sum(dy) as ReduceMean's, then
+//     dy - e^y sum in vectors.
+//   - ConcatD: y in order, each input's contiguous runs copied in vectors (an element loop where a
+//     view's last dim is strided); SelectV2 and MaskedFill: the broadcast loops of the binary ops, the
+//     condition read as bytes, a run whose condition is broadcast copied (or filled) whole.
+// The elementwise ops, MaskedFill and SoftmaxV2 take no __restrict pointers: like their generic
+// twins they may run in place (plan.hpp), each element read before the same index is written.
 // Results differ from the generic kernels' by rounding only: fused multiply-adds, the prelude's
 // exp and erf (and Cephes' tanh), sums in vector lanes. Add, Sub, Mul, RealDiv, Neg, Rsqrt and
 // Power round the same correctly rounded operations as the generic kernels (and torch's), in the
-// same order, and agree with them bit for bit. generated_tolerance() is the bound the tests
-// (tests/examples/host_kernels_test.cpp, also against a double-precision reference) and the
-// benchmark (benchmarks/host_kernels_bench.cpp) hold them to. The source compiles warning-free
-// with kernel_flags() and `-Wall -Wextra -Wpedantic`, uses at most 6 KiB of stack, and several
-// sources can be concatenated into one translation unit (the vector prelude is guarded; the rest
-// is inside the function).
+// same order, and agree with them bit for bit; ConcatD, SelectV2 and MaskedFill copy bits.
+// generated_tolerance() is the bound the tests (tests/examples/host_kernels_test.cpp, also against
+// a double-precision reference) and the benchmark (benchmarks/host_kernels_bench.cpp) hold them to. The source compiles
+// warning-free with kernel_flags() and `-Wall -Wextra -Wpedantic`, uses at most 6 KiB of stack, and several sources can
+// be concatenated into one translation unit (the vector prelude is guarded; the rest is inside the function).
 #pragma once
 
 #include <algorithm>
@@ -181,6 +187,15 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line(
         "const vf hi = vexp_in_range(vsel(x > 88.72283172607422f, vsplat(87.0f), x) - 1.0f) * 2.71828182845904524f;");
     s.line("return vsel(x > 88.72283172607422f, vsplat(__builtin_inff()), vsel(x > 88.0f, hi, vexp(x)));");
+    s.close();
+    // e^x with the subnormal results the C library's (and torch's Sleef's) exp gives below
+    // ln(FLT_MIN): from -104 to -87, e^(x + 32 ln2) 2^-32 (a power of two: the only rounding that of
+    // the subnormal result); 0 below -104 and at -inf. LogSoftmaxGrad's e^y needs them: a subnormal
+    // e^y times an infinite sum is infinite, 0 times it NaN.
+    s.open("[[maybe_unused]] inline vf vexp_sub(vf x)");
+    s.line("const vf c = vsel(x < -104.0f, vsplat(-104.0f), vsel(x > -87.0f, vsplat(-87.0f), x));");
+    s.line("const vf lo = vexp_in_range(c + 22.18070977791825f) * 2.3283064365386963e-10f;");
+    s.line("return vsel(x < -104.0f, vf{}, vsel(x < -87.0f, lo, vexp(x)));");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
     // The square root as the instruction (correctly rounded, as std::sqrt): a loop of std::sqrt
@@ -599,10 +614,12 @@ inline void emit(Src& s, const MatMulPlan& p, std::int64_t w) {
 /// operand is then read through y (one copy of the loops per operand that may be y), as
 /// kernels::binary_run does, so that the run vectorises without an overlap check.
 inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
-    const char* op = p.kind == BinaryKind::add   ? " + "
-                     : p.kind == BinaryKind::sub ? " - "
-                     : p.kind == BinaryKind::mul ? " * "
-                                                 : " / ";
+    // Axpy: x1 + alpha x2, which -ffp-contract=fast makes one fused multiply-add (kernel_flags()).
+    const std::string op = p.kind == BinaryKind::add   ? " + "
+                           : p.kind == BinaryKind::sub ? " - "
+                           : p.kind == BinaryKind::mul ? " * "
+                           : p.kind == BinaryKind::div ? " / "
+                                                       : " + " + float_literal(p.alpha) + " * ";
     const std::size_t r = p.dims.size();
     std::vector<std::int64_t> ys(r);  // y's dense strides
     std::int64_t acc = 1;
@@ -1163,13 +1180,310 @@ inline void emit(Src& s, const TransposePlan& p, std::int64_t /*w*/) {
     for (int i = 0; i < opened; ++i) s.close();
 }
 
+/// Vectors a block of a row sum adds from zero (in 4 accumulators of 16 terms each), and block
+/// sums a group adds from zero: kernels::sum()'s cascade (sum_block and sum_group) in vector lanes.
+constexpr std::int64_t sum_block_vectors = 64, sum_group_blocks = 16;
+
+/// `float <out>`, the sum of the COLS floats at `ptr` (a C++ expression), in W lanes: blocks of
+/// sum_block_vectors vectors, each summed from zero in 4 accumulators, groups of
+/// sum_group_blocks block sums summed from zero, the group sums in order; the last cols % W
+/// floats through a zero-padded vector; then across the lanes. Every zero is +0.0 (a sum of only
+/// -0.0 is +0.0, as torch's sum kernel gives it) or, with `minus_zero`, -0.0, the identity of IEEE
+/// addition (a sum of only -0.0 is -0.0, as torch's vec::reduce_all, which starts from the data,
+/// gives it).
+inline void emit_row_sum(Src& s, const std::string& out, const std::string& ptr, std::int64_t cols, std::int64_t w,
+                         bool minus_zero = false) {
+    const std::int64_t v = cols / w, rest = cols % w, per_group = sum_block_vectors * sum_group_blocks;
+    const std::int64_t groups = v / per_group, blocks = v % per_group / sum_block_vectors, left = v % sum_block_vectors;
+    const std::string zero = minus_zero ? "(vf)(vi{} - 0x7fffffff - 1)" : "vf{}";  // -0.0f: the sign bit alone
+    s.line("float " + out + " = 0.0f;");
+    s.open("");
+    s.line("const float* __restrict p = " + ptr + ";");
+    s.line("vf total = " + zero + ";");
+    // One block of `nv` vectors from `base` (a C++ expression) added to `to`.
+    auto block = [&](const std::string& base, std::int64_t nv, const std::string& to) {
+        s.open("");
+        s.line("vf a0 = " + zero + ", a1 = " + zero + ", a2 = " + zero + ", a3 = " + zero + ";");
+        if (nv >= 4) {
+            s.open("for (idx j = 0; j < " + n(nv / 4 * 4) + "; j += 4)");
+            s.line("const float* q = p + " + base + " + j * W;");
+            s.line("a0 += vload(q), a1 += vload(q + W), a2 += vload(q + 2 * W), a3 += vload(q + 3 * W);");
+            s.close();
+        }
+        for (std::int64_t k = nv / 4 * 4; k < nv; ++k)
+            s.line("a" + n(k % 4) + " += vload(p + " + base + " + " + n(k) + " * W);");
+        s.line(to + " += (a0 + a1) + (a2 + a3);");
+        s.close();
+    };
+    const std::string bw = n(sum_block_vectors) + " * W";
+    if (groups > 0) {
+        s.open("for (idx g = 0; g < " + n(groups) + "; ++g)");
+        s.line("vf group = " + zero + ";");
+        s.open("for (idx b = 0; b < " + n(sum_group_blocks) + "; ++b)");
+        block("(g * " + n(sum_group_blocks) + " + b) * " + bw, sum_block_vectors, "group");
+        s.close();
+        s.line("total += group;");
+        s.close();
+    }
+    if (blocks > 0) {
+        s.open("");
+        s.line("vf group = " + zero + ";");
+        s.open("for (idx b = 0; b < " + n(blocks) + "; ++b)");
+        block("(" + n(groups * sum_group_blocks) + " + b) * " + bw, sum_block_vectors, "group");
+        s.close();
+        s.line("total += group;");
+        s.close();
+    }
+    if (left > 0) block(n((groups * sum_group_blocks + blocks) * sum_block_vectors) + " * W", left, "total");
+    if (rest > 0) {
+        s.open("");
+        s.line("float t[W];");
+        s.line("vstore(t, " + zero + ");");
+        s.line("std::memcpy(t, p + " + n(v * w) + ", " + n(rest) + " * sizeof(float));");
+        s.line("total += vload(t);");
+        s.close();
+    }
+    s.line(out + " = vhsum(total);");
+    s.close();
+}
+
+/// ReduceMean over trailing axes, a row at a time: the row's sum (emit_row_sum()), then one
+/// division by the count, as torch's mean.
+inline void emit(Src& s, const ReduceMeanPlan& p, std::int64_t w) {
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("const float* __restrict x = inputs[0];");
+    s.line("float* __restrict y = outputs[0];");
+    s.loop("r", "0", n(p.rows));
+    emit_row_sum(s, "sum", "x + r * " + n(p.cols), p.cols, w);
+    s.line("y[r] = sum / " + float_literal(static_cast<float>(p.cols)) + ";");
+    s.close();
+}
+
+/// LogSoftmaxV2, torch's order: per row the maximum (lanes, then across them), the sum of
+/// e^(x - max) in W lanes (the last COLS % W columns through a zero-padded vector), its log, then
+/// y = (x - max) - log. Rows of at most 8 whole vectors stay in registers, in groups (row_groups()).
+inline void emit(Src& s, const LogSoftmaxPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w, rest = p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("[[maybe_unused]] constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    if (const RowGroups g = row_groups(p.cols, w); g.vectors > 0) {
+        emit_row_groups(s, p.rows, g, [&](std::int64_t rows) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("const float* __restrict x" + n(r) + " = inputs[0] + (r0 + " + n(r) + ") * COLS;");
+                for (std::int64_t v = 0; v < g.vectors; ++v)
+                    s.line("const vf " + reg("x", r, v) + " = vload(x" + n(r) + " + " + n(v * w) + ");");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::string m = reg("x", r, 0);
+                for (std::int64_t v = 1; v < g.vectors; ++v) m = "vmax(" + reg("x", r, v) + ", " + m + ")";
+                s.line("const float mx" + n(r) + " = vhmax(" + m + ");");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::string sum;
+                for (std::int64_t v = 0; v < g.vectors; ++v) {
+                    s.line("const vf " + reg("d", r, v) + " = " + reg("x", r, v) + " - mx" + n(r) + ";");
+                    sum += (v ? " + " : "") + std::string("vexp(") + reg("d", r, v) + ")";
+                }
+                s.line("const float ls" + n(r) + " = std::log(vhsum(" + sum + "));");
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+                s.line("float* __restrict y" + n(r) + " = outputs[0] + (r0 + " + n(r) + ") * COLS;");
+                for (std::int64_t v = 0; v < g.vectors; ++v)
+                    s.line("vstore(y" + n(r) + " + " + n(v * w) + ", " + reg("d", r, v) + " - ls" + n(r) + ");");
+            }
+        });
+        return;
+    }
+    s.loop("r", "0", "ROWS");
+    s.line("const float* __restrict xr = inputs[0] + r * COLS;");
+    s.line("float* __restrict yr = outputs[0] + r * COLS;");
+    s.line("float mx = xr[0];");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf m = vsplat(mx);");
+        s.line("for (idx c = 0; c < " + n(whole) + "; c += W) m = vmax(vload(xr + c), m);");
+        s.line("mx = vhmax(m);");
+        s.close();
+    }
+    if (rest > 0) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) mx = xr[c] > mx ? xr[c] : mx;");
+    s.line("float sum = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf acc = vf{};");
+        s.line("for (idx c = 0; c < " + n(whole) + "; c += W) acc += vexp(vload(xr + c) - mx);");
+        s.line("sum = vhsum(acc);");
+        s.close();
+    }
+    if (rest > 0) {
+        s.open("");
+        s.line("float t[W] = {};");
+        s.line("std::memcpy(t, xr + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("vstore(t, vexp(vload(t) - mx));");
+        s.line("for (idx c = 0; c < " + n(rest) + "; ++c) sum += t[c];");
+        s.close();
+    }
+    s.line("const float ls = std::log(sum);");
+    if (whole > 0) s.line("for (idx c = 0; c < " + n(whole) + "; c += W) vstore(yr + c, (vload(xr + c) - mx) - ls);");
+    if (rest > 0) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) yr[c] = (xr[c] - mx) - ls;");
+    s.close();
+}
+
+/// LogSoftmaxGrad, a row at a time: s = the sum of dy (emit_row_sum() from -0.0, as torch's
+/// reduce_all: a row of -0.0 sums to -0.0, and dx = -0.0 - e^y (-0.0) is +0.0), then dx = dy - e^y s in
+/// vectors, the last COLS % W columns through zero-padded vectors, e^y with its subnormal values
+/// (vexp_sub(): a subnormal e^y times an infinite sum is infinite, as stock's, not NaN).
+inline void emit(Src& s, const LogSoftmaxGradPlan& p, std::int64_t w) {
+    const std::int64_t whole = p.cols - p.cols % w, rest = p.cols % w;
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("constexpr idx ROWS = " + n(p.rows) + ", COLS = " + n(p.cols) + ";");
+    s.loop("r", "0", "ROWS");
+    s.line("const float* __restrict dyr = inputs[0] + r * COLS;");
+    s.line("const float* __restrict yr = inputs[1] + r * COLS;");
+    s.line("float* __restrict dxr = outputs[0] + r * COLS;");
+    emit_row_sum(s, "sum", "dyr", p.cols, w, true);
+    if (whole > 0)
+        s.line("for (idx c = 0; c < " + n(whole) +
+               "; c += W) vstore(dxr + c, vload(dyr + c) - vexp_sub(vload(yr + c)) * sum);");
+    if (rest > 0) {
+        s.open("");
+        s.line("float a[W] = {}, b[W] = {};");
+        s.line("std::memcpy(a, dyr + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("std::memcpy(b, yr + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("vstore(a, vload(a) - vexp_sub(vload(b)) * sum);");
+        s.line("std::memcpy(dxr + " + n(whole) + ", a, " + n(rest) + " * sizeof(float));");
+        s.close();
+    }
+    s.close();
+}
+
+/// ConcatD, in y's order as torch's serial cat kernel writes it: a loop of constant count per
+/// outer dim of the plan, and inside, each input's slice in turn, a loop per merged dim of its
+/// part; a run contiguous on both sides is copied in vectors (and the last run % W floats by one
+/// memcpy of constant size), another run an element at a time.
+inline void emit(Src& s, const ConcatPlan& p, std::int64_t w) {
+    s.line("using namespace skc_v" + n(w) + ";");
+    s.line("float* __restrict y = outputs[0];");
+    auto term = [&](std::string& e, const std::string& v, std::int64_t stride) {
+        if (stride != 0) e += (e.empty() ? "" : " + ") + v + (stride == 1 ? "" : " * " + n(stride));
+    };
+    auto at = [](const std::string& e) { return e.empty() ? std::string("0") : e; };
+    std::string yo;  // y's offset of the outer index
+    std::vector<std::string> xo(p.parts.size());
+    for (std::size_t d = 0; d < p.outer.size(); ++d) {
+        if (p.outer[d] == 1) continue;
+        const std::string v = "o" + n(static_cast<std::int64_t>(d));
+        s.loop(v, "0", n(p.outer[d]));
+        term(yo, v, p.outer_dst[d]);
+        for (std::size_t k = 0; k < p.parts.size(); ++k) term(xo[k], v, p.parts[k].outer_src[d]);
+    }
+    for (std::size_t k = 0; k < p.parts.size(); ++k) {
+        const ConcatPart& part = p.parts[k];
+        const std::size_t r = part.dims.size();
+        s.open("");
+        s.line("const float* __restrict x = inputs[" + n(static_cast<std::int64_t>(k)) + "]" +
+               (xo[k].empty() ? "" : " + " + xo[k]) + ";");
+        std::string xi, yi = yo;
+        if (part.offset != 0) yi += (yi.empty() ? "" : " + ") + n(part.offset);
+        for (std::size_t d = 0; d + 1 < r; ++d) {
+            const std::string v = "i" + n(static_cast<std::int64_t>(d));
+            s.loop(v, "0", n(part.dims[d]));
+            term(xi, v, part.src[d]), term(yi, v, part.dst[d]);
+        }
+        const std::int64_t inner = part.dims[r - 1], whole = inner - inner % w;
+        if (part.src[r - 1] == 1 && part.dst[r - 1] == 1) {
+            s.line("const float* __restrict xr = x + " + at(xi) + ";");
+            s.line("float* __restrict yr = y + " + at(yi) + ";");
+            if (whole > 0) s.line("for (idx i = 0; i < " + n(whole) + "; i += W) vstore(yr + i, vload(xr + i));");
+            if (whole < inner)
+                s.line("std::memcpy(yr + " + n(whole) + ", xr + " + n(whole) + ", " + n(inner - whole) +
+                       " * sizeof(float));");
+        } else {
+            std::string xe = xi, ye = yi;
+            term(xe, "i", part.src[r - 1]), term(ye, "i", part.dst[r - 1]);
+            s.line("for (idx i = 0; i < " + n(inner) + "; ++i) y[" + at(ye) + "] = x[" + at(xe) + "];");
+        }
+        for (std::size_t d = 0; d + 1 < r; ++d) s.close();
+        s.close();
+    }
+    for (std::size_t d = 0; d < p.outer.size(); ++d)
+        if (p.outer[d] != 1) s.close();
+}
+
+/// SelectV2 and MaskedFill: a loop of constant count over each dim of the plan, the last
+/// innermost, y = c ? a : b with each operand read at its constant strides, or once a run where
+/// it is broadcast along the last dim (MaskedFill's value once). MaskedFill may run in place (y
+/// is x, its b): then a copy of the loops reads b through y (see the binary ops), hence no
+/// __restrict.
+inline void emit(Src& s, const SelectPlan& p, std::int64_t /*w: scalar code*/) {
+    const std::size_t r = p.dims.size();
+    std::vector<std::int64_t> ys(r);  // y's dense strides
+    std::int64_t acc = 1;
+    for (std::size_t d = r; d-- > 0;) ys[d] = acc, acc *= p.dims[d];
+    s.line("const unsigned char* c = reinterpret_cast<const unsigned char*>(inputs[" +
+           n(static_cast<std::int64_t>(p.c_slot)) + "]);");
+    s.line("const float* a = inputs[" + n(static_cast<std::int64_t>(p.a_slot)) + "];");
+    s.line("const float* b = inputs[" + n(static_cast<std::int64_t>(p.b_slot)) + "];");
+    s.line("float* y = outputs[0];");
+    bool a_const = true;
+    for (std::int64_t v : p.a) a_const = a_const && v == 0;
+    if (a_const) s.line("const float sa = a[0];");
+    auto loops = [&](const std::string& bname) {
+        std::string yi, ci, ai, bi;
+        auto term = [&](std::string& e, const std::string& v, std::int64_t stride) {
+            if (stride != 0) e += (e.empty() ? "" : " + ") + v + (stride == 1 ? "" : " * " + n(stride));
+        };
+        for (std::size_t d = 0; d + 1 < r; ++d) {
+            const std::string v = "i" + n(static_cast<std::int64_t>(d));
+            s.loop(v, "0", n(p.dims[d]));
+            term(yi, v, ys[d]), term(ci, v, p.c[d]), term(ai, v, p.a[d]), term(bi, v, p.b[d]);
+        }
+        auto at = [](const std::string& e) { return e.empty() ? std::string("0") : e; };
+        auto plus_i = [](const std::string& e) { return e.empty() ? std::string("i") : e + " + i"; };
+        const bool c_run = p.c[r - 1] == 1, a_run = p.a[r - 1] == 1, b_run = p.b[r - 1] == 1;
+        if (!a_run && !a_const) s.line("const float sa = a[" + at(ai) + "];");
+        if (!b_run) s.line("const float sb = " + bname + "[" + at(bi) + "];");
+        const std::string av = a_run ? "a[" + plus_i(ai) + "]" : "sa";
+        const std::string bv = b_run ? bname + "[" + plus_i(bi) + "]" : "sb";
+        const std::string run = "for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) + "] = ";
+        if (c_run) {
+            s.line(run + "c[" + plus_i(ci) + "] != 0 ? " + av + " : " + bv + ";");
+        } else {  // one condition for the whole run: a copy (or fill) of one operand
+            s.open("if (c[" + at(ci) + "] != 0)");
+            s.line(run + av + ";");
+            s.close();
+            if (!(bname == "y" && b_run)) {  // in place, a false run is y as it is
+                s.open("else");
+                s.line(run + bv + ";");
+                s.close();
+            }
+        }
+        for (std::size_t d = 0; d + 1 < r; ++d) s.close();
+    };
+    if (p.b_slot == 0 && p.b == ys) {  // MaskedFill with x of y's shape: maybe in place
+        s.open("if (b == y)");
+        loops("y");
+        s.close().open("else");
+        loops("b");
+        s.close();
+        return;
+    }
+    loops("b");
+}
+
 inline std::string describe(const skc::OpRecord& op) {
     std::string d = op.op_type;
-    for (const skc::TensorSlot& slot : op.inputs)
-        if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) {
-            d += " " + dims_str(t->shape);
-            if (t->is_view.value_or(false) && t->stride) d += " (stride " + dims_str(*t->stride) + ")";
+    auto one = [&](const skc::TensorDesc& t) {
+        d += " " + dims_str(t.shape);
+        if (t.is_view.value_or(false) && t.stride) d += " (stride " + dims_str(*t.stride) + ")";
+    };
+    for (const skc::TensorSlot& slot : op.inputs) {
+        if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) one(*t);
+        if (const auto* list = std::get_if<std::vector<skc::TensorDesc>>(&slot)) {
+            d += " (";
+            for (const skc::TensorDesc& t : *list) one(t);
+            d += " )";
         }
+    }
     d += " ->";
     for (const skc::TensorSlot& slot : op.outputs)
         if (const auto* t = std::get_if<skc::TensorDesc>(&slot)) d += " " + dims_str(t->shape);
@@ -1218,7 +1532,10 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
             using P = std::decay_t<decltype(p)>;
             if constexpr (std::is_same_v<P, UnaryPlan>) return detail::vector_unary(p.kind);
             else if constexpr (std::is_same_v<P, GradPlan>) return detail::vector_grad(p.kind) != nullptr;
-            else if constexpr (std::is_same_v<P, SoftmaxGradPlan> || std::is_same_v<P, LayerNormGradPlan>) return true;
+            else if constexpr (std::is_same_v<P, SoftmaxGradPlan> || std::is_same_v<P, LayerNormGradPlan> ||
+                               std::is_same_v<P, ReduceMeanPlan> || std::is_same_v<P, LogSoftmaxPlan> ||
+                               std::is_same_v<P, LogSoftmaxGradPlan> || std::is_same_v<P, ConcatPlan>)
+                return true;
             else
                 return std::is_same_v<P, MatMulPlan> || std::is_same_v<P, SoftmaxPlan> ||
                        std::is_same_v<P, LayerNormPlan>;

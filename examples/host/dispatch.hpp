@@ -5,9 +5,12 @@
 // inputs[i] / outputs[i] are the data of input / output slot i.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "kernels.hpp"
 #include "plan.hpp"
@@ -56,6 +59,9 @@ inline void run_binary(const BinaryPlan& p, const float* a, const float* b, floa
     case BinaryKind::div:
         k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [](float u, float v) { return u / v; });
         return;
+    case BinaryKind::axpy:
+        k::broadcast_binary(a, b, y, p.dims, p.a, p.b, [alpha = p.alpha](float u, float v) { return u + alpha * v; });
+        return;
     }
 }
 
@@ -89,6 +95,30 @@ inline void run_grad(const GradPlan& p, const float* dy, const float* x, float* 
     }
 }
 
+/// ConcatD: for each index of the outer dims (an odometer), each input's slice copied in turn.
+inline void run_concat(const ConcatPlan& p, const float* const* inputs, float* y) {
+    const std::size_t r = p.outer.size();
+    std::vector<std::int64_t> pos(r, 0), src(p.parts.size(), 0);
+    std::int64_t dst = 0;
+    for (;;) {
+        for (std::size_t k = 0; k < p.parts.size(); ++k) {
+            const ConcatPart& part = p.parts[k];
+            kernels::strided_copy(inputs[k] + src[k], y + dst + part.offset, part.dims, part.src, part.dst);
+        }
+        std::size_t d = r;  // odometer over the outer dims
+        for (;;) {
+            if (d == 0) return;
+            --d;
+            dst += p.outer_dst[d];
+            for (std::size_t k = 0; k < p.parts.size(); ++k) src[k] += p.parts[k].outer_src[d];
+            if (++pos[d] < p.outer[d]) break;
+            dst -= p.outer_dst[d] * p.outer[d];
+            for (std::size_t k = 0; k < p.parts.size(); ++k) src[k] -= p.parts[k].outer_src[d] * p.outer[d];
+            pos[d] = 0;
+        }
+    }
+}
+
 }  // namespace detail
 
 /// Runs the plan of an analysed op.
@@ -116,6 +146,18 @@ inline void run_plan(const Plan& plan, const float* const* inputs, float* const*
             } else if constexpr (std::is_same_v<P, LayerNormGradPlan>) {
                 k::layer_norm_grad(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], outputs[0], outputs[1],
                                    outputs[2], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, ReduceMeanPlan>) {
+                k::reduce_mean(inputs[0], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, LogSoftmaxPlan>) {
+                k::log_softmax(inputs[0], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, LogSoftmaxGradPlan>) {
+                k::log_softmax_grad(inputs[0], inputs[1], outputs[0], p.rows, p.cols);
+            } else if constexpr (std::is_same_v<P, ConcatPlan>) {
+                detail::run_concat(p, inputs, outputs[0]);
+            } else if constexpr (std::is_same_v<P, SelectPlan>) {
+                // The condition's bytes, through the float pointer the calling convention gives (plan.hpp).
+                const auto* c = reinterpret_cast<const unsigned char*>(inputs[p.c_slot]);
+                k::select(c, inputs[p.a_slot], inputs[p.b_slot], outputs[0], p.dims, p.c, p.a, p.b);
             } else {
                 static_assert(std::is_same_v<P, TransposePlan>);
                 k::transpose(inputs[0], outputs[0], p.in_dims, p.perm);

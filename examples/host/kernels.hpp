@@ -8,9 +8,10 @@
 // generator with it.
 //
 // Arrays are dense and row-major, except the matmul operands, read through element strides.
-// Outputs do not overlap inputs (__restrict), except in the elementwise kernels (binary, unary)
-// and softmax, whose output may be exactly an input of the same size (in place; see plan.hpp):
-// they read every element before they write the same index, and take no __restrict pointers.
+// Outputs do not overlap inputs (__restrict), except in the elementwise kernels (binary, unary,
+// select) and softmax, whose output may be exactly an input of the same size (in place; see
+// plan.hpp): they read every element before they write the same index, and take no __restrict
+// pointers.
 #pragma once
 
 #include <algorithm>
@@ -345,6 +346,112 @@ inline void layer_norm_grad(const float* __restrict dy, const float* __restrict 
             dx[r * cols + c] = a * dyr[c] * gamma[c] + b * xr[c] + cc;
             dgamma[c] += dyr[c] * (a * xr[c] + nb);
             dbeta[c] += dyr[c];
+        }
+    }
+}
+
+/// Elements a block of sum() adds from zero, and block sums a group adds from zero: a cascade as
+/// torch's sum kernel has (levels of 16, 4 accumulators), so that the rounding error grows with the
+/// depth of the cascade, not with the length of the row.
+constexpr idx sum_block = 64, sum_group = 16;
+
+/// The sum of p[0 .. n): blocks of sum_block elements each summed from zero, groups of sum_group
+/// block sums summed from zero, the group sums in order. Every zero is `zero`: +0.0 (a sum of only
+/// -0.0 is +0.0, as torch's sum kernel gives it) or -0.0, the identity of IEEE addition (a sum of
+/// only -0.0 is -0.0, as torch's vec::reduce_all, which starts from the data, gives it).
+inline float sum(const float* __restrict p, idx n, float zero = 0.0f) {
+    float total = zero;
+    for (idx g = 0; g < n; g += sum_block * sum_group) {
+        float group = zero;
+        for (idx b = g; b < std::min(n, g + sum_block * sum_group); b += sum_block) {
+            float block = zero;
+            for (idx i = b; i < std::min(n, b + sum_block); ++i) block += p[i];
+            group += block;
+        }
+        total += group;
+    }
+    return total;
+}
+
+/// The mean of each row of [rows, cols]: sum() / cols, as torch's mean (sum, then div_ by the count).
+inline void reduce_mean(const float* __restrict x, float* __restrict y, idx rows, idx cols) {
+    for (idx r = 0; r < rows; ++r) y[r] = sum(x + r * cols, cols) / static_cast<float>(cols);
+}
+
+/// Log softmax over the last axis of [rows, cols], torch's order: mx the maximum, s the sum of
+/// e^(x - mx), y = (x - mx) - log(s).
+inline void log_softmax(const float* __restrict x, float* __restrict y, idx rows, idx cols) {
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict xr = x + r * cols;
+        float* __restrict yr = y + r * cols;
+        float mx = xr[0];
+        for (idx c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
+        float s = 0.0f;
+        for (idx c = 0; c < cols; ++c) s += std::exp(xr[c] - mx);
+        const float ls = std::log(s);
+        for (idx c = 0; c < cols; ++c) yr[c] = (xr[c] - mx) - ls;
+    }
+}
+
+/// Log softmax's gradient over the last axis of [rows, cols], from its output y: s the sum of dy
+/// (sum() from -0.0, as torch's reduce_all starts from the data: a row of -0.0 sums to -0.0),
+/// dx = dy - e^y s (torch's order).
+inline void log_softmax_grad(const float* __restrict dy, const float* __restrict y, float* __restrict dx, idx rows,
+                             idx cols) {
+    for (idx r = 0; r < rows; ++r) {
+        const float* __restrict dyr = dy + r * cols;
+        const float* __restrict yr = y + r * cols;
+        const float s = sum(dyr, cols, -0.0f);
+        for (idx c = 0; c < cols; ++c) dx[r * cols + c] = dyr[c] - std::exp(yr[c]) * s;
+    }
+}
+
+/// One strided copy: dims[k] elements along dim k, read with the element strides src[k] and
+/// written with dst[k] (the last dim a run), from x and y on.
+inline void strided_copy(const float* __restrict x, float* __restrict y, const std::vector<std::int64_t>& dims,
+                         const std::vector<std::int64_t>& src, const std::vector<std::int64_t>& dst) {
+    const std::size_t r = dims.size();
+    const idx inner = dims[r - 1], si = src[r - 1], di = dst[r - 1];
+    std::vector<idx> pos(r, 0);
+    idx ox = 0, oy = 0;
+    for (;;) {
+        if (si == 1 && di == 1)
+            for (idx i = 0; i < inner; ++i) y[oy + i] = x[ox + i];
+        else
+            for (idx i = 0; i < inner; ++i) y[oy + i * di] = x[ox + i * si];
+        std::size_t d = r - 1;  // odometer over the outer dims
+        for (;;) {
+            if (d == 0) return;
+            --d;
+            ox += src[d], oy += dst[d];
+            if (++pos[d] < dims[d]) break;
+            ox -= src[d] * dims[d], oy -= dst[d] * dims[d];
+            pos[d] = 0;
+        }
+    }
+}
+
+/// y = c ? a : b, every operand read with its element strides along `dims` (0: broadcast; the
+/// last 0 or 1), c one byte an element (not 0: true). y may be b where b has y's shape (in place:
+/// each element read before the same index is written).
+inline void select(const unsigned char* c, const float* a, const float* b, float* y,
+                   const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& sc,
+                   const std::vector<std::int64_t>& sa, const std::vector<std::int64_t>& sb) {
+    const std::size_t r = dims.size();
+    const idx inner = dims[r - 1], ic = sc[r - 1], ia = sa[r - 1], ib = sb[r - 1];
+    std::vector<idx> pos(r, 0);
+    idx oc = 0, oa = 0, ob = 0;
+    for (float* out = y;;) {
+        for (idx i = 0; i < inner; ++i) out[i] = c[oc + i * ic] != 0 ? a[oa + i * ia] : b[ob + i * ib];
+        out += inner;
+        std::size_t d = r - 1;
+        for (;;) {
+            if (d == 0) return;
+            --d;
+            oc += sc[d], oa += sa[d], ob += sb[d];
+            if (++pos[d] < dims[d]) break;
+            oc -= sc[d] * dims[d], oa -= sa[d] * dims[d], ob -= sb[d] * dims[d];
+            pos[d] = 0;
         }
     }
 }

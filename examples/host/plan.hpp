@@ -6,17 +6,23 @@
 // which ops are supported; an unsupported op gets a one-line reason instead.
 //
 // Calling convention shared by the generic and the generated kernels: `inputs[i]` is the data of
-// input slot i of the record, `outputs[i]` that of output slot i, all float. A tensor is dense and
+// input slot i of the record, `outputs[i]` that of output slot i, float, except the bool
+// condition of SelectV2 and mask of MaskedFill (one byte an element, 0 false, anything else true;
+// their pointer is the tensor's address as a `const float*`, which the kernels read as bytes). A
+// dynamic (list) input slot takes one pointer per tensor of the list, in list order, in its place:
+// ConcatD's only input is its list, so inputs[k] is the k-th tensor. A tensor is dense and
 // row-major, except the x1 and x2 inputs of the matrix products (MatMul, MatMulV2, BatchMatMulV2,
-// FusedMatMul), which may be views (`is_view` with element `stride`s, 0 for a broadcast dim, no
-// `offset`): their pointer is the address of the view's first element, and element (i0, i1, ..)
-// is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs are always dense.
+// FusedMatMul) and ConcatD's inputs, which may be views (`is_view` with element `stride`s, 0 for a
+// broadcast dim, no `offset`): their pointer is the address of the view's first element, and
+// element (i0, i1, ..) is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs are always
+// dense.
 //
 // No output overlaps an input, with one exception: the elementwise ops (Add, Sub, Mul, RealDiv,
-// Relu, Gelu, Neg, Tanh, Rsqrt, Swish, Power) and SoftmaxV2 may run in place, an output pointer
-// equal to an input pointer whose tensor has the output's shape (torch's add_, mul_, relu_,
-// `_softmax.out(x, out=x)`); their kernels read each element before writing the same index, so the
-// result is the out-of-place one. A partial overlap is never allowed.
+// Relu, Gelu, Neg, Tanh, Rsqrt, Swish, Power, MaskedFill's x) and SoftmaxV2 may run in place, an
+// output pointer equal to an input pointer whose tensor has the output's shape (torch's add_,
+// mul_, relu_, masked_fill_, `_softmax.out(x, out=x)`); their kernels read each element before
+// writing the same index, so the result is the out-of-place one. A partial overlap is never
+// allowed.
 // Absent (null) slots and value-dependent inputs whose values are baked into the kernel
 // (Transpose's perm) are not read: their pointer may be null.
 #pragma once
@@ -92,10 +98,12 @@ struct MatMulPlan {
     std::optional<UnaryKind> activation;
 };
 
-/// Add x1 + x2, Sub x1 - x2, Mul x1 * x2, RealDiv x1 / x2 (in float; the operands in this order).
-enum class BinaryKind { add, sub, mul, div };
+/// Add x1 + x2, Sub x1 - x2, Mul x1 * x2, RealDiv x1 / x2, Axpy x1 + alpha x2 (in float; the
+/// operands in this order; Axpy's product and sum one fused multiply-add where the target has
+/// them, as torch's vectorised add with alpha computes it).
+enum class BinaryKind { add, sub, mul, div, axpy };
 
-/// Add / Sub / Mul / RealDiv of two dense operands under NumPy broadcasting. y (dense, the
+/// Add / Sub / Mul / RealDiv / Axpy of two dense operands under NumPy broadcasting. y (dense, the
 /// broadcast shape) is seen as the dims `dims` (the output's dims with those of size 1 dropped and
 /// neighbours merged where both operands step through them alike), and the operands through their
 /// element strides along them, `a` for x1 and `b` for x2: 0 where the operand is broadcast, else
@@ -106,6 +114,7 @@ struct BinaryPlan {
     BinaryKind kind = BinaryKind::add;
     std::vector<std::int64_t> dims;  // at least one; the product is y's element count
     std::vector<std::int64_t> a, b;  // element strides of x1 and x2 along dims
+    float alpha = 1.0f;              // Axpy's attr alpha, as a float
 };
 
 /// The unary ops: y[i] = f(x[i]) for n elements, f of UnaryKind.
@@ -170,8 +179,66 @@ struct LayerNormGradPlan {
     std::int64_t rows = 0, cols = 0;
 };
 
+/// ReduceMean over trailing axes: x viewed as [rows, cols], cols the product of the reduced dims
+/// (the last ones), y[r] = (the sum of row r) / cols, the sum in blocks as torch's cascade sum (each
+/// block summed from zero, the block sums in blocks again), then one division by cols, as torch's
+/// mean (sum, then div_ by the count). A sum of only zeros is +0.0, as stock's.
+struct ReduceMeanPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
+/// LogSoftmaxV2 over the last axis of [rows, cols], torch's formula and order:
+/// y = (x - max) - log(sum of e^(x - max)) per row (NaN anywhere in a row, or +inf, or a row of
+/// -inf makes the row NaN; -inf gives -inf).
+struct LogSoftmaxPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
+/// LogSoftmaxGrad over the last axis of [rows, cols], inputs grad (dy, inputs[0]) and x (the
+/// forward's output y, inputs[1]): dx = dy - e^y * sum(dy) per row, as torch's
+/// _log_softmax_backward_data.
+struct LogSoftmaxGradPlan {
+    std::int64_t rows = 0, cols = 0;
+};
+
+/// One input of ConcatD within one slice of y (ConcatPlan): its dims from concat_dim on, `dims`
+/// (those of size 1 dropped and neighbours merged where both sides step through them alike; at
+/// least one), read with the element strides `src` (a view's own, or its dense ones) and written
+/// with `dst` (y's dense strides) from the slice's element `offset` on; the last dim a run (a
+/// contiguous copy where both of its strides are 1). `outer_src`: the input's strides along the
+/// plan's outer dims.
+struct ConcatPart {
+    std::vector<std::int64_t> outer_src;
+    std::vector<std::int64_t> dims, src, dst;
+    std::int64_t offset = 0;
+};
+
+/// ConcatD: y (dense) is the inputs side by side along attr concat_dim, in list order, written in
+/// order as torch's serial cat kernel writes it: for each index of y's dims before concat_dim
+/// (`outer`, merged where y and every input allow; {1} when there are none), each input's slice in
+/// turn. The input is one dynamic (list) slot: inputs[k] is the k-th tensor of the list (plan.hpp's
+/// header).
+struct ConcatPlan {
+    std::vector<std::int64_t> outer, outer_dst;  // at least one dim; y's strides along them
+    std::vector<ConcatPart> parts;               // one per input
+};
+
+/// SelectV2 y = condition ? x1 : x2 and MaskedFill y = mask ? value : x, every operand broadcast
+/// to y as in BinaryPlan: `dims` are y's dims (merged), `c`, `a` and `b` the element strides along
+/// them of the condition (bool, one byte an element), of the value where it is true and of the
+/// value where it is false (0 where broadcast), read from input slots c_slot, a_slot, b_slot.
+/// SelectV2 (condition, x1, x2): slots 0, 1, 2; MaskedFill (x, mask, value): slots 1, 2 (value, a
+/// float of shape [], every stride 0) and 0. A condition byte other than 0 is true. MaskedFill
+/// may run in place (y is x, masked_fill_); a pure selection: the results are bitwise the inputs'.
+struct SelectPlan {
+    std::vector<std::int64_t> dims;     // at least one
+    std::vector<std::int64_t> c, a, b;  // strides along dims
+    std::size_t c_slot = 0, a_slot = 1, b_slot = 2;
+};
+
 using Plan = std::variant<MatMulPlan, BinaryPlan, UnaryPlan, SoftmaxPlan, LayerNormPlan, TransposePlan, GradPlan,
-                          SoftmaxGradPlan, LayerNormGradPlan>;
+                          SoftmaxGradPlan, LayerNormGradPlan, ReduceMeanPlan, LogSoftmaxPlan, LogSoftmaxGradPlan,
+                          ConcatPlan, SelectPlan>;
 
 /// The plan of a supported op, or the reason it is not supported.
 struct Analysis {
@@ -330,6 +397,14 @@ inline void expect_count(const skc::OpRecord& op, std::size_t i, std::int64_t wa
                     std::to_string(want) + " elements");
 }
 
+/// Float attr `name`, or `dflt` when absent.
+inline double float_attr(const skc::OpRecord& op, std::string_view name, double dflt) {
+    const skc::Attr* a = find_attr(op, name);
+    if (a == nullptr || a->value.is_null()) return dflt;
+    if (!a->value.is_number()) unsupported("attr " + std::string(name) + " is not a number");
+    return a->value.as_double();
+}
+
 enum class MatMulOp { matmul, batch_matmul, fused_matmul };
 
 /// op(t) of a matmul operand of rank 2 or 3, its last two dims swapped when `trans`: dims
@@ -438,6 +513,14 @@ inline BinaryPlan plan_binary(const skc::OpRecord& op, BinaryKind kind) {
     const std::vector<std::int64_t> sa = broadcast_strides(x1.shape, want), sb = broadcast_strides(x2.shape, want);
     BinaryPlan p;
     p.kind = kind;
+    if (kind == BinaryKind::axpy) {
+        const skc::Attr* a = find_attr(op, "alpha");
+        if (a == nullptr || a->value.is_null()) unsupported("attr alpha is missing");
+        const double alpha = float_attr(op, "alpha", 1.0);
+        if (std::isfinite(alpha) && std::abs(alpha) > static_cast<double>(std::numeric_limits<float>::max()))
+            unsupported("attr alpha is beyond float's range");
+        p.alpha = static_cast<float>(alpha);
+    }
     // Dims of size 1 dropped; a dim merged into the one before it where both operands step from
     // one into the other as through a single dim (a stride = the next one's stride times its size).
     for (std::size_t d = 0; d < r; ++d) {
@@ -469,14 +552,6 @@ inline UnaryKind gelu_kind(const skc::OpRecord& op) {
     if (!a || *a == "tanh") return UnaryKind::gelu_tanh;
     if (*a == "none") return UnaryKind::gelu_erf;
     unsupported("attr approximate " + skc::detail::quote(*a, 64) + " is not supported (none or tanh)");
-}
-
-/// Float attr `name`, or `dflt` when absent.
-inline double float_attr(const skc::OpRecord& op, std::string_view name, double dflt) {
-    const skc::Attr* a = find_attr(op, name);
-    if (a == nullptr || a->value.is_null()) return dflt;
-    if (!a->value.is_number()) unsupported("attr " + std::string(name) + " is not a number");
-    return a->value.as_double();
 }
 
 /// Swish: y = x / (1 + e^(-scale x)); only scale 1 (SiLU) is supported.
@@ -678,12 +753,250 @@ inline LayerNormGradPlan plan_layer_norm_grad(const skc::OpRecord& op) {
     return p;
 }
 
+/// ReduceMean (x, axes) with axes a const_data input (int32 or int64) or, as ReduceMeanD has it,
+/// an attr `axes`; attr keep_dims (default false). The axes must be the last ones, any order (dims
+/// of size 1 do not count: reduced or kept, anywhere); none at all reduces every dim (torch's mean
+/// over dim=[] or None; attr noop_with_empty_axes must then be false or absent).
+inline ReduceMeanPlan plan_reduce_mean(const skc::OpRecord& op) {
+    const skc::TensorDesc& x = in(op, 0);
+    no_more(op.inputs, 2, "inputs", "only x and axes are supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    std::vector<std::int64_t> axes;
+    if (const skc::TensorDesc* a = slot(op.inputs, 1, "inputs"); a != nullptr) {
+        if (!a->const_data) unsupported("axes input has no const_data: its values must be known when compiling");
+        axes = int_list(*a->const_data, "axes const_data");
+    } else if (const skc::Attr* at = find_attr(op, "axes"); at != nullptr && !at->value.is_null()) {
+        axes = int_list(at->value, "attr axes");
+    } else {
+        unsupported("no axes (neither a const_data input nor an attr)");
+    }
+    const auto r = static_cast<std::int64_t>(x.shape.rank());
+    if (axes.empty() && bool_attr(op, "noop_with_empty_axes", false))
+        unsupported("empty axes with noop_with_empty_axes: a copy, not a mean");
+    std::vector<bool> reduced(x.shape.rank(), axes.empty());
+    const std::int64_t wrap = std::max<std::int64_t>(r, 1);  // a scalar takes axis 0 or -1, as torch's
+    for (std::int64_t v : axes) {
+        const std::int64_t a = v < 0 ? v + wrap : v;
+        if (a < 0 || a >= wrap || (r > 0 && reduced[static_cast<std::size_t>(a)]))
+            unsupported("axes " + dims_str(skc::RuntimeShape(axes)) + " are not distinct axes of rank " +
+                        std::to_string(r));
+        if (r > 0) reduced[static_cast<std::size_t>(a)] = true;
+    }
+    ReduceMeanPlan p;
+    p.rows = 1, p.cols = 1;
+    const bool keep = bool_attr(op, "keep_dims", false);
+    skc::RuntimeShape want;
+    bool past = false;  // a reduced dim of more than one element came before: x is [rows, cols]
+    for (std::size_t d = 0; d < x.shape.rank(); ++d) {
+        if (x.shape[d] != 1 && reduced[d]) past = true;
+        if (x.shape[d] != 1 && !reduced[d] && past)
+            unsupported("axes " + dims_str(skc::RuntimeShape(axes)) + " of x " + dims_str(x.shape) +
+                        " are not the last ones: only a mean over trailing axes is supported");
+        if (reduced[d]) {
+            p.cols *= x.shape[d];
+            if (keep) want.push_back(1);
+        } else {
+            p.rows *= x.shape[d];
+            want.push_back(x.shape[d]);
+        }
+    }
+    expect_shape(op, 0, want);
+    return p;
+}
+
+/// LogSoftmaxV2 over the last axis only (attr axes, default the last; a scalar is one row of one,
+/// its axis 0 or -1, as torch's).
+inline LogSoftmaxPlan plan_log_softmax(const skc::OpRecord& op) {
+    const skc::TensorDesc& x = in(op, 0);
+    no_more(op.inputs, 1, "inputs", "only one input is supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    last_axis_only(op, "axes", std::max<std::size_t>(x.shape.rank(), 1));
+    expect_shape(op, 0, x.shape);
+    const std::int64_t cols = x.shape.rank() == 0 ? 1 : x.shape[x.shape.rank() - 1];
+    return LogSoftmaxPlan{count(x.shape) / cols, cols};
+}
+
+/// LogSoftmaxGrad (grad, x) over the last axis only (attr axis, default the last; a scalar as
+/// LogSoftmaxV2's).
+inline LogSoftmaxGradPlan plan_log_softmax_grad(const skc::OpRecord& op) {
+    const skc::TensorDesc& dy = in(op, 0);
+    const skc::TensorDesc& y = in(op, 1);
+    no_more(op.inputs, 2, "inputs", "only grad and x are supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    if (!(dy.shape == y.shape))
+        unsupported("inputs have shapes " + dims_str(dy.shape) + " and " + dims_str(y.shape) + ": they must be equal");
+    last_axis_only(op, "axis", std::max<std::size_t>(y.shape.rank(), 1));
+    expect_shape(op, 0, y.shape);
+    const std::int64_t cols = y.shape.rank() == 0 ? 1 : y.shape[y.shape.rank() - 1];
+    return LogSoftmaxGradPlan{count(y.shape) / cols, cols};
+}
+
+/// The tensors of the dynamic (list) input slot i: at least one, each a float tensor in a plain
+/// format with elements, views allowed.
+inline const std::vector<skc::TensorDesc>& list_in(const skc::OpRecord& op, std::size_t i) {
+    const std::string at = "inputs[" + std::to_string(i) + "]";
+    if (i >= op.inputs.size() || !std::holds_alternative<std::vector<skc::TensorDesc>>(op.inputs[i]))
+        unsupported(at + " is not a dynamic (list) parameter");
+    const auto& list = std::get<std::vector<skc::TensorDesc>>(op.inputs[i]);
+    if (list.empty()) unsupported(at + " is an empty list");
+    for (std::size_t k = 0; k < list.size(); ++k) float_tensor(&list[k], k, at, true);
+    return list;
+}
+
+/// `dims` with those of size 1 dropped and a dim merged into the one before it where every
+/// operand steps from one into the other as through a single dim (its stride is the next one's
+/// times the next one's size); `st[k]`, operand k's strides along `dims`, merged alike. Returns the
+/// merged dims, at least one ({1} with strides 0 for one element).
+inline std::vector<std::int64_t> merge_dims(const std::vector<std::int64_t>& dims,
+                                            std::vector<std::vector<std::int64_t>>& st) {
+    std::vector<std::int64_t> out;
+    std::vector<std::vector<std::int64_t>> merged(st.size());
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] == 1) continue;
+        bool joins = !out.empty();
+        for (std::size_t k = 0; joins && k < st.size(); ++k) joins = merged[k].back() == st[k][d] * dims[d];
+        if (joins) {
+            out.back() *= dims[d];
+            for (std::size_t k = 0; k < st.size(); ++k) merged[k].back() = st[k][d];
+            continue;
+        }
+        out.push_back(dims[d]);
+        for (std::size_t k = 0; k < st.size(); ++k) merged[k].push_back(st[k][d]);
+    }
+    if (out.empty()) {
+        out = {1};
+        for (auto& m : merged) m = {0};
+    }
+    st = std::move(merged);
+    return out;
+}
+
+/// ConcatD (x: a list of N tensors, views allowed) along attr concat_dim (negative counts from the
+/// end); attr N, when given, must be the list's size. Every input has y's rank (at least 1) and
+/// y's dims but along concat_dim.
+inline ConcatPlan plan_concat(const skc::OpRecord& op) {
+    const std::vector<skc::TensorDesc>& xs = list_in(op, 0);
+    no_more(op.inputs, 1, "inputs", "only the list x is supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    if (const std::optional<std::int64_t> n = int_attr(op, "N"); n && *n != static_cast<std::int64_t>(xs.size()))
+        unsupported("attr N is " + std::to_string(*n) + " for a list of " + std::to_string(xs.size()) + " tensors");
+    const std::size_t r = xs[0].shape.rank();
+    if (r == 0) unsupported("inputs[0][0] is a scalar: concatenation needs rank 1 or more");
+    const std::optional<std::int64_t> cd = int_attr(op, "concat_dim");
+    if (!cd) unsupported("attr concat_dim is missing");
+    const std::int64_t axis = axis_attr(op, "concat_dim", r);
+    skc::RuntimeShape want = xs[0].shape;
+    want[static_cast<std::size_t>(axis)] = 0;
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+        const skc::RuntimeShape& s = xs[k].shape;
+        bool same = s.rank() == r;
+        for (std::size_t d = 0; same && d < r; ++d)
+            same = d == static_cast<std::size_t>(axis) || s[d] == xs[0].shape[d];
+        if (!same)
+            unsupported("inputs[0][" + std::to_string(k) + "] has shape " + dims_str(s) + ", inputs[0][0] " +
+                        dims_str(xs[0].shape) + ": they must differ along concat_dim " + std::to_string(axis) +
+                        " only");
+        want[static_cast<std::size_t>(axis)] += s[static_cast<std::size_t>(axis)];
+    }
+    expect_shape(op, 0, want);
+    std::vector<std::int64_t> ys(r);
+    std::int64_t acc = 1;
+    for (std::size_t d = r; d-- > 0;) ys[d] = acc, acc *= want[d];
+    const auto a = static_cast<std::size_t>(axis);
+    const auto before = [&](const std::vector<std::int64_t>& v) {
+        return std::vector<std::int64_t>(v.begin(), v.begin() + axis);
+    };
+    const auto from = [&](const std::vector<std::int64_t>& v) {
+        return std::vector<std::int64_t>(v.begin() + axis, v.end());
+    };
+    // The outer dims, merged where y and every input step through them alike.
+    std::vector<std::vector<std::int64_t>> outer{before(ys)};
+    for (const skc::TensorDesc& x : xs) outer.push_back(before(strides_of(x)));
+    ConcatPlan p;
+    p.outer = merge_dims(before(std::vector<std::int64_t>(want.begin(), want.end())), outer);
+    p.outer_dst = std::move(outer[0]);
+    std::int64_t at = 0;  // where the next input starts along the axis
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+        const skc::TensorDesc& x = xs[k];
+        std::vector<std::vector<std::int64_t>> st{from(strides_of(x)), from(ys)};
+        ConcatPart part;
+        part.outer_src = std::move(outer[k + 1]);
+        part.dims = merge_dims(from(std::vector<std::int64_t>(x.shape.begin(), x.shape.end())), st);
+        part.src = std::move(st[0]);
+        part.dst = std::move(st[1]);
+        part.offset = at * ys[a];
+        at += x.shape[a];
+        p.parts.push_back(std::move(part));
+    }
+    return p;
+}
+
+/// A dense bool tensor in a plain format with elements (SelectV2's condition, MaskedFill's mask).
+inline const skc::TensorDesc& bool_in(const skc::OpRecord& op, std::size_t i) {
+    const skc::TensorDesc* t = slot(op.inputs, i, "inputs");
+    const std::string at = "inputs[" + std::to_string(i) + "]";
+    if (t == nullptr) unsupported(at + " is missing");
+    if (t->dtype != "bool") unsupported(at + " has dtype " + t->dtype + ": only bool is supported");
+    if (!plain_format(t->format))
+        unsupported(at + " has format " + t->format + ": only plain (ND-like) formats are supported");
+    if (t->is_view.value_or(false)) unsupported(at + " is a view: only dense tensors are supported");
+    if (count(t->shape) <= 0) unsupported(at + " has no elements (shape " + dims_str(t->shape) + ")");
+    return *t;
+}
+
+/// The broadcast of `shapes` (NumPy's: aligned to the last dim, each dim equal or 1).
+inline skc::RuntimeShape broadcast_all(const std::vector<const skc::RuntimeShape*>& shapes) {
+    std::size_t r = 0;
+    for (const skc::RuntimeShape* s : shapes) r = std::max(r, s->rank());
+    skc::RuntimeShape want;
+    for (std::size_t d = 0; d < r; ++d) want.push_back(1);
+    for (const skc::RuntimeShape* s : shapes)
+        for (std::size_t k = 0; k < s->rank(); ++k) {
+            const std::int64_t v = (*s)[s->rank() - 1 - k];
+            std::int64_t& w = want[r - 1 - k];
+            if (v != w && v != 1 && w != 1) {
+                std::string all;
+                for (const skc::RuntimeShape* t : shapes) all += (all.empty() ? "" : " and ") + dims_str(*t);
+                unsupported("shapes " + all + " do not broadcast");
+            }
+            if (v != 1) w = v;
+        }
+    return want;
+}
+
+/// SelectV2 (condition, x1, x2) -> y, and MaskedFill (x, mask, value) -> y with value a float of
+/// shape [] (or [1]): each broadcast to y.
+inline SelectPlan plan_select(const skc::OpRecord& op, bool masked_fill) {
+    SelectPlan p;
+    if (masked_fill) p.c_slot = 1, p.a_slot = 2, p.b_slot = 0;
+    const skc::TensorDesc& c = bool_in(op, p.c_slot);
+    const skc::TensorDesc& a = in(op, p.a_slot);
+    const skc::TensorDesc& b = in(op, p.b_slot);
+    no_more(op.inputs, 3, "inputs", masked_fill ? "only x, mask and value are supported" : "only three are supported");
+    no_more(op.outputs, 1, "outputs", "only one output is supported");
+    if (masked_fill && count(a.shape) != 1)
+        unsupported("value (inputs[2]) has shape " + dims_str(a.shape) + ": only one value is supported");
+    const skc::RuntimeShape want =
+        masked_fill ? broadcast_all({&b.shape, &c.shape}) : broadcast_all({&c.shape, &a.shape, &b.shape});
+    expect_shape(op, 0, want);
+    std::vector<std::vector<std::int64_t>> st{
+        broadcast_strides(c.shape, want),
+        masked_fill ? std::vector<std::int64_t>(want.rank(), 0) : broadcast_strides(a.shape, want),
+        broadcast_strides(b.shape, want)};
+    p.dims = merge_dims(std::vector<std::int64_t>(want.begin(), want.end()), st);
+    p.c = std::move(st[0]);
+    p.a = std::move(st[1]);
+    p.b = std::move(st[2]);
+    return p;
+}
+
 }  // namespace detail
 
 /// The op types analyze() supports, as its reason for any other type lists them.
 inline constexpr std::string_view supported_op_types =
     "MatMul, MatMulV2, BatchMatMulV2, FusedMatMul, Add, Sub, Mul, RealDiv, Relu, Gelu, Neg, Tanh, Rsqrt, Swish, "
-    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose, ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad, LayerNormGradV3";
+    "Power, SoftmaxV2, LayerNorm, LayerNormV3, Transpose, ReluGrad, GeluGrad, SiluGrad, SoftmaxGrad, LayerNormGradV3, "
+    "ReduceMean, ReduceMeanD, LogSoftmaxV2, LogSoftmaxGrad, ConcatD, SelectV2, MaskedFill, Axpy";
 
 /// The plan of `op`, or why the host kernels do not support it.
 inline Analysis analyze(const skc::OpRecord& op) {
@@ -697,6 +1010,7 @@ inline Analysis analyze(const skc::OpRecord& op) {
         else if (t == "Sub") p = detail::plan_binary(op, BinaryKind::sub);
         else if (t == "Mul") p = detail::plan_binary(op, BinaryKind::mul);
         else if (t == "RealDiv") p = detail::plan_binary(op, BinaryKind::div);
+        else if (t == "Axpy") p = detail::plan_binary(op, BinaryKind::axpy);
         else if (t == "Relu") p = detail::plan_unary(op, UnaryKind::relu);
         else if (t == "Neg") p = detail::plan_unary(op, UnaryKind::neg);
         else if (t == "Tanh") p = detail::plan_unary(op, UnaryKind::tanh);
@@ -713,6 +1027,12 @@ inline Analysis analyze(const skc::OpRecord& op) {
         else if (t == "SiluGrad") p = detail::plan_grad(op, GradKind::silu);
         else if (t == "SoftmaxGrad") p = detail::plan_softmax_grad(op);
         else if (t == "LayerNormGradV3") p = detail::plan_layer_norm_grad(op);
+        else if (t == "ReduceMean" || t == "ReduceMeanD") p = detail::plan_reduce_mean(op);
+        else if (t == "LogSoftmaxV2") p = detail::plan_log_softmax(op);
+        else if (t == "LogSoftmaxGrad") p = detail::plan_log_softmax_grad(op);
+        else if (t == "ConcatD") p = detail::plan_concat(op);
+        else if (t == "SelectV2") p = detail::plan_select(op, false);
+        else if (t == "MaskedFill") p = detail::plan_select(op, true);
         else
             return {std::nullopt, t + ": op type " + t + " is not supported by the host kernels (supported: " +
                                       std::string(supported_op_types) + ")"};

@@ -8,11 +8,12 @@
 //              supported: done once per distinct key, remembered by the plugin in an skc::CallMap.
 // The record is a function of what key_of() writes, so equal keys always mean equal records.
 //
-// What the records look like (docs/torch.md lists them): float32 tensors in format ND; a dense
-// tensor is described by its shape, a matrix operand of a product that is a transposed dense
-// matrix by its stored shape and a transpose attr (as the original does for Linear's weight.t()),
-// and any other strided operand as a view (`is_view`, `stride`; the kernel gets the address of its
-// first element, so no offset). Elementwise and row ops need dense (contiguous) tensors.
+// What the records look like (docs/torch.md lists them): float32 tensors in format ND (where's
+// condition and masked_fill's mask: bool); a dense tensor is described by its shape, a matrix
+// operand of a product that is a transposed dense matrix by its stored shape and a transpose attr
+// (as the original does for Linear's weight.t()), and any other strided operand of a product, or
+// tensor of cat (a dynamic list), as a view (`is_view`, `stride`; the kernel gets the address of
+// its first element, so no offset). Elementwise and row ops need dense (contiguous) tensors.
 #pragma once
 
 #include <algorithm>
@@ -56,17 +57,50 @@ enum class OpType : std::uint8_t {
     GeluGrad,
     SoftmaxGrad,
     SiluGrad,
-    LayerNormGradV3
+    LayerNormGradV3,
+    ReduceMean,
+    ConcatD,
+    LogSoftmaxV2,
+    LogSoftmaxGrad,
+    SelectV2,
+    MaskedFill,
+    Axpy
 };
-inline constexpr std::size_t op_type_count = 22;
+inline constexpr std::size_t op_type_count = 29;
 
 constexpr std::string_view name(OpType t) noexcept {
-    constexpr std::array<std::string_view, op_type_count> names{
-        "MatMulV2",       "FusedMatMul", "BatchMatMulV2", "Add",      "Mul",      "Relu",        "Gelu",
-        "SoftmaxV2",      "LayerNormV3", "Transpose",     "Sub",      "RealDiv",  "Neg",         "Tanh",
-        "Rsqrt",          "Swish",       "Power",         "ReluGrad", "GeluGrad", "SoftmaxGrad", "SiluGrad",
-        "LayerNormGradV3"};
-    return names[static_cast<std::size_t>(t)];
+    switch (t) {
+    case OpType::MatMulV2: return "MatMulV2";
+    case OpType::FusedMatMul: return "FusedMatMul";
+    case OpType::BatchMatMulV2: return "BatchMatMulV2";
+    case OpType::Add: return "Add";
+    case OpType::Mul: return "Mul";
+    case OpType::Relu: return "Relu";
+    case OpType::Gelu: return "Gelu";
+    case OpType::SoftmaxV2: return "SoftmaxV2";
+    case OpType::LayerNormV3: return "LayerNormV3";
+    case OpType::Transpose: return "Transpose";
+    case OpType::Sub: return "Sub";
+    case OpType::RealDiv: return "RealDiv";
+    case OpType::Neg: return "Neg";
+    case OpType::Tanh: return "Tanh";
+    case OpType::Rsqrt: return "Rsqrt";
+    case OpType::Swish: return "Swish";
+    case OpType::Power: return "Power";
+    case OpType::ReluGrad: return "ReluGrad";
+    case OpType::GeluGrad: return "GeluGrad";
+    case OpType::SoftmaxGrad: return "SoftmaxGrad";
+    case OpType::SiluGrad: return "SiluGrad";
+    case OpType::LayerNormGradV3: return "LayerNormGradV3";
+    case OpType::ReduceMean: return "ReduceMean";
+    case OpType::ConcatD: return "ConcatD";
+    case OpType::LogSoftmaxV2: return "LogSoftmaxV2";
+    case OpType::LogSoftmaxGrad: return "LogSoftmaxGrad";
+    case OpType::SelectV2: return "SelectV2";
+    case OpType::MaskedFill: return "MaskedFill";
+    case OpType::Axpy: return "Axpy";
+    }
+    return {};
 }
 
 /// The aten ops the plugin overrides (in-place and out= variants share their op's entry).
@@ -93,7 +127,14 @@ enum class Aten : std::uint8_t {
     gelu_backward,
     softmax_backward_data,
     silu_backward,
-    native_layer_norm_backward
+    native_layer_norm_backward,
+    mean,
+    cat,
+    log_softmax,
+    log_softmax_backward_data,
+    where,
+    masked_fill,
+    axpy
 };
 
 constexpr OpType op_type_of(Aten a) noexcept {
@@ -121,14 +162,22 @@ constexpr OpType op_type_of(Aten a) noexcept {
     case Aten::softmax_backward_data: return OpType::SoftmaxGrad;
     case Aten::silu_backward: return OpType::SiluGrad;
     case Aten::native_layer_norm_backward: return OpType::LayerNormGradV3;
+    case Aten::mean: return OpType::ReduceMean;
+    case Aten::cat: return OpType::ConcatD;
+    case Aten::log_softmax: return OpType::LogSoftmaxV2;
+    case Aten::log_softmax_backward_data: return OpType::LogSoftmaxGrad;
+    case Aten::where: return OpType::SelectV2;
+    case Aten::masked_fill: return OpType::MaskedFill;
+    case Aten::axpy: return OpType::Axpy;
     }
     return OpType::MatMulV2;
 }
 
 using Dims = std::span<const std::int64_t>;
 
-/// A tensor argument as the framework hands it over. Only float32 tensors are ever described;
-/// the plugin counts calls with other dtypes as unsupported before it builds a Call.
+/// A tensor argument as the framework hands it over. Only float32 tensors are ever described (and
+/// the bool condition of where and mask of masked_fill, which the plugin checks to be bool); the
+/// plugin counts calls with other dtypes as unsupported before it builds a Call.
 struct TensorArg {
     Dims sizes;
     Dims strides;
@@ -145,8 +194,15 @@ struct Call {
     std::int64_t i0 = 0;           // softmax: dim; layer norm: number of normalized dims;
                                    // gelu: 1 for tanh; addmm_activation: 1 for gelu;
                                    // gelu_backward: 1 for tanh; _softmax_backward_data: dim;
-                                   // native_layer_norm_backward: number of normalized dims
-    double f0 = 0;                 // layer norm: eps; pow: the exponent; threshold_backward: threshold
+                                   // native_layer_norm_backward: number of normalized dims;
+                                   // mean: the reduced dims, bit d for dim d; cat: dim;
+                                   // _log_softmax, _log_softmax_backward_data: dim (all wrapped)
+    double f0 = 0;                 // layer norm: eps; pow: the exponent; threshold_backward: threshold;
+                                   // axpy: alpha (as a float)
+    std::int64_t i1 = 0;           // mean: 1 for keepdim
+
+    /// cat: its tensors (t and n are unused).
+    std::span<const TensorArg> list{};
 };
 
 /// Dense row-major (torch's is_contiguous: strides of size-1 dims do not matter; no elements is dense).
@@ -165,21 +221,25 @@ inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.s
 /// Whether the records of `a` depend on Call::i0, and on Call::f0.
 constexpr bool uses_i0(Aten a) noexcept {
     return a == Aten::addmm_activation || a == Aten::gelu || a == Aten::softmax || a == Aten::native_layer_norm ||
-           a == Aten::gelu_backward || a == Aten::softmax_backward_data || a == Aten::native_layer_norm_backward;
+           a == Aten::gelu_backward || a == Aten::softmax_backward_data || a == Aten::native_layer_norm_backward ||
+           a == Aten::mean || a == Aten::cat || a == Aten::log_softmax || a == Aten::log_softmax_backward_data;
 }
 constexpr bool uses_f0(Aten a) noexcept {
-    return a == Aten::native_layer_norm || a == Aten::pow || a == Aten::threshold_backward;
+    return a == Aten::native_layer_norm || a == Aten::pow || a == Aten::threshold_backward || a == Aten::axpy;
 }
 
 /// The call's raw arguments as a key: the op, every tensor's sizes and strides (none for a tensor
-/// marked dense: an empty list, which no non-dense tensor has), the attributes the op's records
-/// use.
+/// marked dense: an empty list, which no non-dense tensor has), cat's list of tensors likewise
+/// (its length first, in the first word), the attributes the op's records use.
 template <std::size_t Words>
 void key_of(const Call& c, skc::BasicCallKey<Words>& k) noexcept {
-    k.word(static_cast<std::uint64_t>(c.aten) | (static_cast<std::uint64_t>(c.n) << 8));
+    k.word(static_cast<std::uint64_t>(c.aten) | (static_cast<std::uint64_t>(c.n) << 8) |
+           (static_cast<std::uint64_t>(c.list.size()) << 16));
     for (std::size_t i = 0; i < c.n; ++i) k.tensor(0, c.t[i].sizes, c.t[i].dense ? Dims{} : c.t[i].strides);
+    for (const TensorArg& t : c.list) k.tensor(0, t.sizes, t.dense ? Dims{} : t.strides);
     if (uses_i0(c.aten)) k.integer(c.i0);
     if (uses_f0(c.aten)) k.real(c.f0);
+    if (c.aten == Aten::mean) k.integer(c.i1);
 }
 
 /// What a call is recorded as, or why it is not recorded.
@@ -338,14 +398,18 @@ inline std::optional<std::vector<std::int64_t>> broadcast(Dims a, Dims b) {
 }
 
 /// add(self, other), add_, sub, sub_, mul, mul_, div, div_ (true division): x1 = self, x2 = other,
-/// any broadcast of the two.
+/// any broadcast of the two; add and sub with alpha != 1 (axpy) as Axpy x1 + alpha x2 with attr
+/// alpha (f0: alpha for add, -alpha for sub, as the float torch computes with); rsub(self, other,
+/// alpha) as Sub or Axpy of (other, self).
 inline skc::OpRecord binary(const Call& c) {
     const TensorArg& a = dense_input(c, 0, "self");
     const TensorArg& b = dense_input(c, 1, "other");
     const auto y = broadcast(a.sizes, b.sizes);
     if (!y) unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not broadcast");
+    std::vector<skc::Attr> attrs;
+    if (c.aten == Aten::axpy) attrs.push_back(attr("alpha", "float", 0, c.f0));
     return op(std::string(name(op_type_of(c.aten))), {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)},
-              {dense("y", 0, *y)}, {});
+              {dense("y", 0, *y)}, std::move(attrs));
 }
 
 /// relu(self), relu_, gelu(self, approximate), neg, neg_, tanh, tanh_, rsqrt, rsqrt_, silu, silu_
@@ -496,6 +560,114 @@ inline skc::OpRecord layer_norm_grad(const Call& c) {
               {dense("pd_x", 0, x.sizes), dense("pd_gamma", 1, g.sizes), dense("pd_beta", 2, g.sizes)}, {});
 }
 
+/// mean.dim(self, dim, keepdim) with dtype None or float, the reduced dims a bit mask (i0, bit d
+/// for dim d; every dim for dim=None or [], as aten's mean; a 0-dim self reduces its one element),
+/// keepdim i1: ReduceMean (x, axes) -> y, axes an int64 input with the reduced dims in ascending
+/// order as const_data (as the original's ReduceMean takes them), attrs keep_dims and
+/// noop_with_empty_axes = false. The host compiles only a mean over the last dims.
+inline skc::OpRecord reduce_mean(const Call& c) {
+    const TensorArg& x = dense_input(c, 0, "self");
+    const std::size_t r = x.sizes.size();
+    if (r > 62) unsupported("self has rank " + std::to_string(r) + ": at most 62 is supported");
+    std::vector<std::int64_t> y;
+    skc::Array axes;
+    for (std::size_t d = 0; d < r; ++d) {
+        const bool reduced = ((static_cast<std::uint64_t>(c.i0) >> d) & 1U) != 0;
+        if (reduced) axes.emplace_back(static_cast<std::int64_t>(d));
+        if (!reduced) y.push_back(x.sizes[d]);
+        else if (c.i1 != 0) y.push_back(1);
+    }
+    skc::TensorDesc a = dense("axes", 1, std::vector<std::int64_t>{static_cast<std::int64_t>(axes.size())});
+    a.dtype = "int64";
+    a.const_data = skc::Value(std::move(axes));
+    return op("ReduceMean", {dense("x", 0, x.sizes), std::move(a)}, {dense("y", 0, y)},
+              {attr("keep_dims", "bool", 0, c.i1 != 0), attr("noop_with_empty_axes", "bool", 1, false)});
+}
+
+/// cat(tensors, dim) of the tensors in `list` (i0 the dim, wrapped): ConcatD (x, a dynamic list) ->
+/// y, attrs concat_dim and N. Every tensor has elements and the first one's rank (at least 1) and
+/// dims but along dim. A tensor is described by its shape when dense, else as a view (`is_view`,
+/// `stride`: a slice of a wider tensor, a transposed one), as the matrix products' operands.
+inline skc::OpRecord concat(const Call& c) {
+    if (c.list.empty()) unsupported("no tensors");
+    const std::size_t r = c.list[0].sizes.size();
+    if (r == 0) unsupported("a 0-dim tensor cannot be concatenated");
+    if (c.i0 < 0 || c.i0 >= static_cast<std::int64_t>(r))
+        unsupported("dim " + std::to_string(c.i0) + " is out of range for rank " + std::to_string(r));
+    const auto axis = static_cast<std::size_t>(c.i0);
+    std::vector<std::int64_t> y(c.list[0].sizes.begin(), c.list[0].sizes.end());
+    y[axis] = 0;
+    std::vector<skc::TensorDesc> xs;
+    for (std::size_t k = 0; k < c.list.size(); ++k) {
+        const TensorArg& t = c.list[k];
+        const std::string what = "tensors[" + std::to_string(k) + "]";
+        if (numel(t.sizes) == 0) unsupported(what + " has no elements");
+        bool same = t.sizes.size() == r;
+        for (std::size_t d = 0; same && d < r; ++d) same = d == axis || t.sizes[d] == c.list[0].sizes[d];
+        if (!same)
+            unsupported(what + " has shape " + dims_str(t.sizes) + ", tensors[0] " + dims_str(c.list[0].sizes) +
+                        ": they must differ along dim " + std::to_string(axis) + " only");
+        y[axis] += t.sizes[axis];
+        skc::TensorDesc d = dense("x", 0, t.sizes);
+        d.param_type = skc::ParamType::dynamic;
+        if (!is_dense(t)) {
+            d.is_view = true;
+            d.stride = shape(t.strides);
+        }
+        xs.push_back(std::move(d));
+    }
+    const auto n = static_cast<std::int64_t>(xs.size());
+    return op("ConcatD", {std::move(xs)}, {dense("y", 0, y)},
+              {attr("concat_dim", "int", 0, c.i0), attr("N", "int", 1, n)});
+}
+
+/// _log_softmax(self, dim, false) as LogSoftmaxV2 (logits) -> logsoftmax with attr axes [dim];
+/// _log_softmax_backward_data(grad_output, output, dim, float) as LogSoftmaxGrad (grad, x: the
+/// forward's output) -> y with attr axis [dim]. dim already wrapped (0 for a 0-dim tensor).
+inline skc::OpRecord log_softmax(const Call& c) {
+    if (c.aten == Aten::log_softmax) {
+        const TensorArg& x = dense_input(c, 0, "self");
+        return op("LogSoftmaxV2", {dense("logits", 0, x.sizes)}, {dense("logsoftmax", 0, x.sizes)},
+                  {attr("axes", "list_int", 0, skc::Array{skc::Value(c.i0)})});
+    }
+    const Dims y = grad_inputs(c, "output");
+    return op("LogSoftmaxGrad", {dense("grad", 0, y), dense("x", 1, y)}, {dense("y", 0, y)},
+              {attr("axis", "list_int", 0, skc::Array{skc::Value(c.i0)})});
+}
+
+/// A dense bool tensor described (the plugin has checked the dtype).
+inline skc::TensorDesc bool_desc(const Call& c, std::size_t i, std::string name, std::int64_t index,
+                                 std::string_view what) {
+    const TensorArg& t = dense_input(c, i, what);
+    return skc::plain_tensor(std::move(name), index, shape(t.sizes), "bool");
+}
+
+/// where(condition, self, other) as SelectV2 (condition, x1, x2) -> y: the condition bool, self and
+/// other float32 (a Python number comes as a 0-dim float32 tensor), any broadcast of the three.
+/// masked_fill(self, mask, value) and masked_fill_ (value a number, or a 0-dim float32 tensor) as
+/// MaskedFill (x, mask, value) -> y, value a float input of shape [] (the kernel reads it: the
+/// value is not part of the op), y the broadcast of self and mask.
+inline skc::OpRecord select(const Call& c) {
+    if (c.aten == Aten::where) {
+        skc::TensorDesc cond = bool_desc(c, 0, "condition", 0, "condition");
+        const TensorArg& a = dense_input(c, 1, "self");
+        const TensorArg& b = dense_input(c, 2, "other");
+        const auto ab = broadcast(a.sizes, b.sizes);
+        const auto y = ab ? broadcast(c.t[0].sizes, *ab) : std::nullopt;
+        if (!y)
+            unsupported("shapes " + dims_str(c.t[0].sizes) + ", " + dims_str(a.sizes) + " and " + dims_str(b.sizes) +
+                        " do not broadcast");
+        return op("SelectV2", {std::move(cond), dense("x1", 1, a.sizes), dense("x2", 2, b.sizes)}, {dense("y", 0, *y)},
+                  {});
+    }
+    const TensorArg& x = dense_input(c, 0, "self");
+    skc::TensorDesc mask = bool_desc(c, 1, "mask", 1, "mask");
+    const auto y = broadcast(x.sizes, c.t[1].sizes);
+    if (!y) unsupported("shapes " + dims_str(x.sizes) + " and " + dims_str(c.t[1].sizes) + " do not broadcast");
+    return op("MaskedFill", {dense("x", 0, x.sizes), std::move(mask), dense("value", 2, std::vector<std::int64_t>{})},
+              {dense("y", 0, *y)}, {});
+}
+
 }  // namespace detail
 
 /// What `c` is recorded as. Never throws for unsupported arguments: the reason is returned.
@@ -511,7 +683,8 @@ inline Description describe(const Call& c) {
         case Aten::add:
         case Aten::sub:
         case Aten::mul:
-        case Aten::div: d.record = detail::binary(c); break;
+        case Aten::div:
+        case Aten::axpy: d.record = detail::binary(c); break;
         case Aten::relu:
         case Aten::gelu:
         case Aten::neg:
@@ -527,6 +700,12 @@ inline Description describe(const Call& c) {
         case Aten::silu_backward: d.record = detail::activation_grad(c); break;
         case Aten::softmax_backward_data: d.record = detail::softmax_grad(c); break;
         case Aten::native_layer_norm_backward: d.record = detail::layer_norm_grad(c); break;
+        case Aten::mean: d.record = detail::reduce_mean(c); break;
+        case Aten::cat: d.record = detail::concat(c); break;
+        case Aten::log_softmax:
+        case Aten::log_softmax_backward_data: d.record = detail::log_softmax(c); break;
+        case Aten::where:
+        case Aten::masked_fill: d.record = detail::select(c); break;
         }
     } catch (const detail::Unsupported& u) {
         d.reason = std::string(name(d.type)) + ": " + u.reason;

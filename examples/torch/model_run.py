@@ -45,8 +45,8 @@ deltas over the same runs, the time counted static is S * min(1, s / N): an op t
 partly static counts its time in proportion to its static calls (N includes calls the plugin does
 not see, e.g. those a stock kernel makes itself, so they count as stock). The share is that time
 summed over the groups, divided by the self CPU time of all aten ops in the same runs (the ops the
-plugin does not override, e.g. aten::cat, aten::embedding, aten::nll_loss, the backward kernels,
-and the allocations, count as not static). The share is computed for each profiled run and the
+plugin does not override, e.g. aten::embedding, aten::nll_loss and its backward, aten::fill_, and
+the allocations, count as not static). The share is computed for each profiled run and the
 median is reported, with the range: the profiler's own work (its memory, its processing) slows random
 ops of some runs, static or not. Self time is used, so nothing is counted twice; an allocation a
 static call makes (aten::empty, its child) is not counted as static. An op type in the counters
@@ -72,9 +72,9 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# The aten ops (profiler names) behind each op type of the plugin's counters. The first block is
-# what the plugin overrides today; the rest are the names of ops being added (or likely to be),
-# so that their static calls count as soon as the plugin has them.
+# The aten ops (profiler names) behind each op type of the plugin's counters: every op type the
+# plugin records (mapping.hpp), the backward ones included; then names of op types it may come to
+# record (Div, Silu, Pow, ReduceMeanD, ConcatV2), so that their static calls count as soon as it does.
 OP_TYPE_ATEN = {
     "MatMulV2": ["aten::mm", "aten::addmm"],
     "FusedMatMul": ["aten::_addmm_activation"],
@@ -86,23 +86,30 @@ OP_TYPE_ATEN = {
     "SoftmaxV2": ["aten::_softmax"],
     "LayerNormV3": ["aten::native_layer_norm"],
     "Transpose": ["aten::clone"],
-    "Sub": ["aten::sub", "aten::sub_"],
+    "Sub": ["aten::sub", "aten::sub_", "aten::rsub"],
+    "Axpy": ["aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::rsub"],
     "RealDiv": ["aten::div", "aten::div_"],
-    "Div": ["aten::div", "aten::div_"],
     "Neg": ["aten::neg", "aten::neg_"],
     "Tanh": ["aten::tanh", "aten::tanh_"],
     "Rsqrt": ["aten::rsqrt", "aten::rsqrt_"],
     "Swish": ["aten::silu", "aten::silu_"],
-    "Silu": ["aten::silu", "aten::silu_"],
     "Power": ["aten::pow", "aten::pow_"],
-    "Pow": ["aten::pow", "aten::pow_"],
     "ReduceMean": ["aten::mean"],
-    "ReduceMeanD": ["aten::mean"],
-    "ConcatV2": ["aten::cat"],
     "ConcatD": ["aten::cat"],
     "LogSoftmaxV2": ["aten::_log_softmax"],
     "SelectV2": ["aten::where"],
     "MaskedFill": ["aten::masked_fill", "aten::masked_fill_"],
+    "ReluGrad": ["aten::threshold_backward"],
+    "GeluGrad": ["aten::gelu_backward"],
+    "SiluGrad": ["aten::silu_backward"],
+    "SoftmaxGrad": ["aten::_softmax_backward_data"],
+    "LogSoftmaxGrad": ["aten::_log_softmax_backward_data"],
+    "LayerNormGradV3": ["aten::native_layer_norm_backward"],
+    "Div": ["aten::div", "aten::div_"],
+    "Silu": ["aten::silu", "aten::silu_"],
+    "Pow": ["aten::pow", "aten::pow_"],
+    "ReduceMeanD": ["aten::mean"],
+    "ConcatV2": ["aten::cat"],
 }
 
 

@@ -8,12 +8,14 @@
 //   torch.ops.skc.counters() -> str     per op type: static, stock, recorded, unsupported calls
 //   torch.ops.skc.disable()             stock kernels again, nothing recorded
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
-// add_, sub, sub_, mul, mul_, div, div_ (true division), relu, relu_, gelu, neg, neg_, tanh, tanh_,
-// rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and pow_, _softmax (and its out=),
-// native_layer_norm and clone, and the backward kernels training calls (threshold_backward,
-// gelu_backward, _softmax_backward_data, silu_backward, native_layer_norm_backward), as CPU
-// extensions that replace aten kernels do. While the plugin is off, each override calls the stock
-// kernel (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
+// add_, sub, sub_ (alpha 1, or another as Axpy), rsub, mul, mul_, div, div_ (true division), relu,
+// relu_, gelu, neg, neg_, tanh, tanh_, rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and
+// pow_, _softmax (and its out=), _log_softmax, native_layer_norm, clone, mean.dim, cat, where.self,
+// masked_fill and masked_fill_ (a number or a 0-dim tensor value), and the backward kernels
+// training calls (threshold_backward, gelu_backward, _softmax_backward_data,
+// _log_softmax_backward_data, silu_backward, native_layer_norm_backward), as CPU extensions that
+// replace aten kernels do. While the plugin is off, each override calls the stock kernel
+// (at::cpu::...) and nothing else. While it is on, a call of float32 tensors is keyed by
 // its raw arguments (mapping.hpp, skc::CallKey); the first call of each distinct key describes the
 // op as an skc::OpRecord once and remembers its digest (skc::CallMap). While recording, a new op
 // goes to the session (skc::OpRecorder); after compile(), a call whose op has a static kernel in
@@ -36,6 +38,7 @@
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/relu_cpu_dispatch.h>
+#include <ATen/ops/rsub_cpu_dispatch.h>
 #include <ATen/ops/rsqrt_cpu_dispatch.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
@@ -45,6 +48,13 @@
 #include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
 #include <ATen/ops/silu_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_cpu_dispatch.h>
+#include <ATen/ops/cat_cpu_dispatch.h>
+#include <ATen/ops/masked_fill_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/masked_fill_cpu_dispatch.h>
+#include <ATen/ops/mean_cpu_dispatch.h>
+#include <ATen/ops/where_cpu_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -52,15 +62,18 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -341,13 +354,18 @@ public:
 
     /// Runs the static kernel with the data of each input and output slot.
     void run_static(const Decision& d, std::initializer_list<const float*> in, std::initializer_list<float*> out) {
-        d.counters->static_calls.fetch_add(1, std::memory_order_relaxed);
         const float* ins[4] = {};
         float* outs[3] = {};
         std::size_t i = 0;
         for (const float* p : in) ins[i++] = p;
         i = 0;
         for (float* p : out) outs[i++] = p;
+        run_static(d, ins, outs);
+    }
+
+    /// Runs the static kernel with the pointer arrays of the calling convention (host/plan.hpp).
+    void run_static(const Decision& d, const float* const* ins, float* const* outs) {
+        d.counters->static_calls.fetch_add(1, std::memory_order_relaxed);
         if (!d.timing) {
             (*d.kernel)(ins, outs);
             return;
@@ -733,11 +751,26 @@ at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& 
 // Elementwise ops: add, sub, mul and div, out of place and in place.
 
 constexpr const char* binary_why =
-    "a tensor is not a plain float32 tensor, or alpha is not 1, or a rounding mode is given";
+    "a tensor is not a plain float32 tensor, or alpha is not a real number within float's range, or a rounding mode "
+    "is given";
 
-/// The second operand of add, sub, mul and div: a float32 tensor, or a Python number (a wrapped 0-dim
-/// tensor, which torch casts to self's float32): then described as a 0-dim float tensor, and the
-/// kernel reads the number as a float.
+/// alpha of add and sub as the float torch computes with (Scalar::to<float>: a real number within
+/// float's range, an infinity or NaN; an integer rounded once); nullopt for what torch rejects for
+/// a float result (a bool alpha, a complex one, a finite one beyond float's range).
+std::optional<float> alpha_value(const at::Scalar& a) {
+    if (a.isFloatingPoint()) {
+        const double x = a.toDouble();
+        if (std::isfinite(x) && std::abs(x) > static_cast<double>(std::numeric_limits<float>::max()))
+            return std::nullopt;
+        return static_cast<float>(x);
+    }
+    if (a.isIntegral(false)) return static_cast<float>(a.toLong());
+    return std::nullopt;
+}
+
+/// An operand of add, sub, mul and div (the second, or the first when the second is a tensor): a
+/// float32 tensor, or a Python number (a wrapped 0-dim tensor, which torch casts to the tensor's
+/// float32): then described as a 0-dim float tensor, and the kernel reads the number as a float.
 struct Other {
     bool ok = false;
     bool number = false;
@@ -763,24 +796,25 @@ Other other_operand(const at::Tensor& other) {
 }
 
 template <Aten A, class Stock>
-at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
+at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn, double f0 = 0) {
     if (!intercept()) return stock_fn();
-    const Other o = other_operand(other);
-    const Call c{A, {arg(self), o.arg}, 2};
-    const Decision d = Plugin::get().decide(describable && f32(self) && o.ok, c, binary_why);
+    // self may be the number (`1 - x`: rsub's stock kernel calls sub(number, x)), not both.
+    const Other s = other_operand(self), o = other_operand(other);
+    const Call c{A, {s.arg, o.arg}, 2, 0, f0};
+    const Decision d = Plugin::get().decide(describable && s.ok && o.ok && !(s.number && o.number), c, binary_why);
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(at::infer_size(self.sizes(), other.sizes()));
-        run(d, {in(self), o.data(other)}, {out(y)});
+        run(d, {s.data(self), o.data(other)}, {out(y)});
         return y;
     }
     return stock(d, stock_fn);
 }
 
 template <Aten A, class Stock>
-at::Tensor& binary_(at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn) {
+at::Tensor& binary_(at::Tensor& self, const at::Tensor& other, bool describable, Stock&& stock_fn, double f0 = 0) {
     if (!intercept()) return stock_fn();
     const Other o = other_operand(other);
-    const Call c{A, {arg(self), o.arg}, 2};
+    const Call c{A, {arg(self), o.arg}, 2, 0, f0};
     const Decision d = Plugin::get().decide(describable && f32(self) && o.ok, c, binary_why);
     if (d.kernel != nullptr && fits(self, at::infer_size(self.sizes(), other.sizes()), {&other})) {
         run(d, {in(self), o.data(other)}, {out(self)});
@@ -789,19 +823,55 @@ at::Tensor& binary_(at::Tensor& self, const at::Tensor& other, bool describable,
     return stock(d, stock_fn);
 }
 
+/// Axpy's alpha for add (or, `negate`, sub) with alpha: the float torch computes with, as a double
+/// (0 when there is none: the call is not describable then).
+double axpy_alpha(const std::optional<float>& a, bool negate) {
+    return a ? static_cast<double>(negate ? -*a : *a) : 0.0;
+}
+
+// add and sub with alpha 1 are Add and Sub; with another alpha, Axpy (self + alpha other; sub's
+// alpha negated, as torch's sub kernel is its add kernel with -alpha).
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return binary<Aten::add>(self, other, is_one(alpha), [&] { return at::cpu::add(self, other, alpha); });
+    auto stock_fn = [&] { return at::cpu::add(self, other, alpha); };
+    if (is_one(alpha)) return binary<Aten::add>(self, other, true, stock_fn);
+    const std::optional<float> a = alpha_value(alpha);
+    return binary<Aten::axpy>(self, other, a.has_value(), stock_fn, axpy_alpha(a, false));
 }
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return binary_<Aten::add>(self, other, is_one(alpha),
-                              [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); });
+    auto stock_fn = [&]() -> at::Tensor& { return at::cpu::add_(self, other, alpha); };
+    if (is_one(alpha)) return binary_<Aten::add>(self, other, true, stock_fn);
+    const std::optional<float> a = alpha_value(alpha);
+    return binary_<Aten::axpy>(self, other, a.has_value(), stock_fn, axpy_alpha(a, false));
 }
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return binary<Aten::sub>(self, other, is_one(alpha), [&] { return at::cpu::sub(self, other, alpha); });
+    auto stock_fn = [&] { return at::cpu::sub(self, other, alpha); };
+    if (is_one(alpha)) return binary<Aten::sub>(self, other, true, stock_fn);
+    const std::optional<float> a = alpha_value(alpha);
+    return binary<Aten::axpy>(self, other, a.has_value(), stock_fn, axpy_alpha(a, true));
 }
 at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return binary_<Aten::sub>(self, other, is_one(alpha),
-                              [&]() -> at::Tensor& { return at::cpu::sub_(self, other, alpha); });
+    auto stock_fn = [&]() -> at::Tensor& { return at::cpu::sub_(self, other, alpha); };
+    if (is_one(alpha)) return binary_<Aten::sub>(self, other, true, stock_fn);
+    const std::optional<float> a = alpha_value(alpha);
+    return binary_<Aten::axpy>(self, other, a.has_value(), stock_fn, axpy_alpha(a, true));
+}
+
+/// rsub(self, other, alpha) = other - alpha self (`1 - x` comes here with other the number): Sub
+/// (other, self), or Axpy (other, self) with -alpha; other may be a number (a 0-dim float).
+at::Tensor rsub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    auto stock_fn = [&] { return at::cpu::rsub(self, other, alpha); };
+    if (!intercept()) return stock_fn();
+    const bool one = is_one(alpha);
+    const std::optional<float> a = one ? std::optional<float>(1.0f) : alpha_value(alpha);
+    const Other o = other_operand(other);
+    const Call c{one ? Aten::sub : Aten::axpy, {o.arg, arg(self)}, 2, 0, one ? 0.0 : axpy_alpha(a, true)};
+    const Decision d = Plugin::get().decide(f32(self) && o.ok && a.has_value(), c, binary_why);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(at::infer_size(other.sizes(), self.sizes()));
+        run(d, {o.data(other), in(self)}, {out(y)});
+        return y;
+    }
+    return stock(d, stock_fn);
 }
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
     return binary<Aten::mul>(self, other, true, [&] { return at::cpu::mul(self, other); });
@@ -941,33 +1011,39 @@ std::int64_t softmax_dim(const at::Tensor& self, std::int64_t dim) {
     return dim < 0 ? dim + r : dim;
 }
 
-at::Tensor softmax(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
-    if (!intercept()) return at::cpu::_softmax(self, dim, half_to_float);
+/// softmax and log_softmax: a float32 tensor along one dim, without half_to_float.
+Decision decide_softmax(Aten op, const at::Tensor& self, std::int64_t dim, bool half_to_float) {
     const std::int64_t wrapped = softmax_dim(self, dim);
-    const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
-    const Decision d =
-        Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
-                             "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    return Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, Call{op, {arg(self)}, 1, wrapped},
+                                "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+}
+
+template <class Stock>
+at::Tensor softmax_like(Aten op, const at::Tensor& self, std::int64_t dim, bool half_to_float, Stock stock_fn) {
+    if (!intercept()) return stock_fn();
+    const Decision d = decide_softmax(op, self, dim, half_to_float);
     if (d.kernel != nullptr) {
         at::Tensor y = new_dense(self.sizes());
         run(d, {in(self)}, {out(y)});
         return y;
     }
-    return stock(d, [&] { return at::cpu::_softmax(self, dim, half_to_float); });
+    return stock(d, stock_fn);
+}
+
+at::Tensor softmax(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
+    return softmax_like(Aten::softmax, self, dim, half_to_float,
+                        [&] { return at::cpu::_softmax(self, dim, half_to_float); });
 }
 
 at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& result) {
-    if (!intercept()) return at::cpu::_softmax_outf(self, dim, half_to_float, result);
-    const std::int64_t wrapped = softmax_dim(self, dim);
-    const Call c{Aten::softmax, {arg(self)}, 1, wrapped};
-    const Decision d =
-        Plugin::get().decide(f32(self) && !half_to_float && wrapped >= 0, c,
-                             "self is not a plain float32 tensor, or half_to_float is set, or dim is out of range");
+    auto stock_fn = [&]() -> at::Tensor& { return at::cpu::_softmax_outf(self, dim, half_to_float, result); };
+    if (!intercept()) return stock_fn();
+    const Decision d = decide_softmax(Aten::softmax, self, dim, half_to_float);
     if (d.kernel != nullptr && fits(result, self.sizes(), {&self})) {  // the fast path runs it in place
         run(d, {in(self)}, {out(result)});
         return result;
     }
-    return stock(d, [&]() -> at::Tensor& { return at::cpu::_softmax_outf(self, dim, half_to_float, result); });
+    return stock(d, stock_fn);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input,
@@ -1109,6 +1185,222 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     return stock(d, stock_fn);
 }
 
+// Reductions, concatenation, log softmax and selections.
+
+/// mean.dim's reduced dims as a bit mask, bit d for dim d (every dim for dim=None or []; 0 for a
+/// 0-dim self, whose one element is its mean), or -1 when a dim is out of range or named twice
+/// (stock raises), or the rank is above 62.
+std::int64_t mean_dims(const at::Tensor& self, at::OptionalIntArrayRef dim) {
+    const std::int64_t r = self.dim();
+    if (r > 62) return -1;
+    if (!dim.has_value() || dim->empty()) return r == 0 ? 0 : (std::int64_t{1} << r) - 1;
+    if (r == 0 && dim->size() > 1) return -1;  // dim 0 and -1 are the same dim of a 0-dim tensor: named twice
+    const std::int64_t wrap = std::max<std::int64_t>(r, 1);
+    std::int64_t mask = 0;
+    for (const std::int64_t d : *dim) {
+        if (d < -wrap || d >= wrap) return -1;
+        if (r == 0) continue;
+        const std::int64_t w = d < 0 ? d + wrap : d;
+        if (((mask >> w) & 1) != 0) return -1;
+        mask |= std::int64_t{1} << w;
+    }
+    return mask;
+}
+
+/// torch.mean(self, dim, keepdim) (mean.dim; `mean(self)` comes here with no dims): a float32 result
+/// (dtype None or float) of a dense self, y = the sum of the reduced elements / their count. The
+/// host compiles a mean over the last dims (ReduceMean); other dims run stock.
+at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                c10::optional<at::ScalarType> dtype) {
+    auto stock_fn = [&] { return at::cpu::mean(self, dim, keepdim, dtype); };
+    if (!intercept()) return stock_fn();
+    const std::int64_t dims = mean_dims(self, dim);
+    const Call c{Aten::mean, {arg(self)}, 1, dims, 0, keepdim ? 1 : 0};
+    const Decision d = Plugin::get().decide(
+        f32(self) && (!dtype.has_value() || *dtype == at::kFloat) && dims >= 0, c,
+        "self is not a plain float32 tensor, or dtype is not float, or a dim is out of range or repeated");
+    if (d.kernel != nullptr) {
+        std::vector<std::int64_t> y;
+        for (std::int64_t i = 0; i < self.dim(); ++i) {
+            if (((dims >> i) & 1) == 0) y.push_back(self.size(i));
+            else if (keepdim) y.push_back(1);
+        }
+        at::Tensor out_t = new_dense(y);
+        run(d, {in(self), nullptr}, {out(out_t)});
+        return out_t;
+    }
+    return stock(d, stock_fn);
+}
+
+/// torch.cat(tensors, dim) of 1 to 16 float32 tensors, each with elements (stock skips a legacy
+/// empty [0] tensor) and at least one of them laid out contiguously (stock's output is then
+/// contiguous; when every input is channels-last, so is stock's output). Dense tensors and views
+/// (slices, transposes) alike; the output is a new dense tensor.
+at::Tensor cat(const at::ITensorListRef& tensors, std::int64_t dim) {
+    auto stock_fn = [&] { return at::cpu::cat(tensors, dim); };
+    if (!intercept()) return stock_fn();
+    constexpr std::size_t max_inputs = 16;
+    std::array<TensorArg, max_inputs> args{};
+    std::array<const float*, max_inputs> data{};
+    std::size_t n = 0;
+    bool plain = true, contiguous_format = false;
+    for (const at::Tensor& t : tensors) {
+        if (n == max_inputs || !f32(t)) {
+            plain = false;
+            break;
+        }
+        contiguous_format = contiguous_format || t.suggest_memory_format() == at::MemoryFormat::Contiguous;
+        data[n] = in(t);
+        args[n++] = arg(t);
+    }
+    const std::int64_t r = n > 0 ? static_cast<std::int64_t>(args[0].sizes.size()) : 0;
+    const std::int64_t wrapped = r > 0 && dim >= -r && dim < r ? (dim < 0 ? dim + r : dim) : -1;
+    Call c{Aten::cat, {}, 0, wrapped};
+    c.list = std::span<const TensorArg>(args.data(), n);
+    const Decision d = Plugin::get().decide(
+        plain && n > 0 && contiguous_format && wrapped >= 0, c,
+        "a tensor is not a plain float32 tensor, or more than 16 tensors, or none laid out contiguously, or dim is "
+        "out of range");
+    if (d.kernel != nullptr) {
+        std::vector<std::int64_t> y(args[0].sizes.begin(), args[0].sizes.end());
+        y[static_cast<std::size_t>(wrapped)] = 0;
+        for (std::size_t i = 0; i < n; ++i)
+            y[static_cast<std::size_t>(wrapped)] += args[i].sizes[static_cast<std::size_t>(wrapped)];
+        at::Tensor out_t = new_dense(y);
+        float* outs[1] = {out(out_t)};
+        KernelScope scope;
+        Plugin::get().run_static(d, data.data(), outs);
+        return out_t;
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor log_softmax(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
+    return softmax_like(Aten::log_softmax, self, dim, half_to_float,
+                        [&] { return at::cpu::_log_softmax(self, dim, half_to_float); });
+}
+
+at::Tensor log_softmax_backward_data(const at::Tensor& grad_output, const at::Tensor& output, std::int64_t dim,
+                                     at::ScalarType input_dtype) {
+    if (!intercept()) return at::cpu::_log_softmax_backward_data(grad_output, output, dim, input_dtype);
+    const std::int64_t wrapped = softmax_dim(output, dim);
+    const Call c{Aten::log_softmax_backward_data, {arg(grad_output), arg(output)}, 2, wrapped};
+    const Decision d = Plugin::get().decide(
+        f32(grad_output) && f32(output) && input_dtype == at::kFloat && wrapped >= 0, c,
+        "a tensor is not a plain float32 tensor, or input_dtype is not float, or dim is out of range");
+    return grad(d, grad_output, output, output.sizes(),
+                [&] { return at::cpu::_log_softmax_backward_data(grad_output, output, dim, input_dtype); });
+}
+
+/// A plain bool tensor: strided, no dimension names (where's condition, masked_fill's mask; a
+/// uint8 one, which stock converts with a deprecation warning, runs stock).
+bool bool_tensor(const at::Tensor& t) noexcept {
+    return t.defined() && t.scalar_type() == at::kBool && t.layout() == at::kStrided && !t.has_names();
+}
+
+/// where(condition, self, other): self and other float32 tensors, or one of them a Python number
+/// (torch.where(c, x, 0.0) gives a 0-dim float32 tensor; a wrapped number is read as the float
+/// torch casts it to), the output a new dense tensor of the broadcast shape.
+at::Tensor where(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+    if (!intercept()) return at::cpu::where(condition, self, other);
+    const Other a = other_operand(self), b = other_operand(other);
+    const Call c{Aten::where, {arg(condition), a.arg, b.arg}, 3};
+    const Decision d = Plugin::get().decide(
+        bool_tensor(condition) && a.ok && b.ok && !(a.number && b.number), c,
+        "condition is not a plain bool tensor, or self or other is not a plain float32 tensor (or a number)");
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(at::infer_size(condition.sizes(), at::infer_size(self.sizes(), other.sizes())));
+        run(d, {in(condition), a.data(self), b.data(other)}, {out(y)});
+        return y;
+    }
+    return stock(d, [&] { return at::cpu::where(condition, self, other); });
+}
+
+/// masked_fill's value as the float the kernel writes, when torch converts it without an error
+/// (Scalar::to<float>: a real number within float's range, an infinity or NaN, an integer rounded
+/// once, a bool); otherwise nullopt (stock raises, or it is complex).
+std::optional<float> fill_value(const at::Scalar& v) {
+    if (v.isFloatingPoint()) {
+        const double x = v.toDouble();
+        if (std::isfinite(x) && std::abs(x) > static_cast<double>(std::numeric_limits<float>::max()))
+            return std::nullopt;
+        return static_cast<float>(x);
+    }
+    if (v.isIntegral(false)) return static_cast<float>(v.toLong());
+    if (v.isBoolean()) return v.toBool() ? 1.0f : 0.0f;
+    return std::nullopt;
+}
+
+constexpr const char* masked_fill_why =
+    "self is not a plain float32 tensor, or mask is not a plain bool tensor, or value is not a real number within "
+    "float's range";
+
+/// masked_fill(self, mask, value) with a number: a new dense tensor of the broadcast of self and
+/// mask (stock's composite: expand, clone, masked_fill_), value where mask is true.
+at::Tensor masked_fill(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+    auto stock_fn = [&] { return at::compositeexplicitautograd::masked_fill(self, mask, value); };
+    if (!intercept()) return stock_fn();
+    const std::optional<float> v = fill_value(value);
+    const Call c{Aten::masked_fill, {arg(self), arg(mask)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && bool_tensor(mask) && v.has_value(), c, masked_fill_why);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(at::infer_size(self.sizes(), mask.sizes()));
+        const float fill = *v;
+        run(d, {in(self), in(mask), &fill}, {out(y)});
+        return y;
+    }
+    return stock(d, stock_fn);
+}
+
+/// masked_fill_(self, mask, value) with a number, in place: self dense with the broadcast's shape.
+at::Tensor& masked_fill_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+    auto stock_fn = [&]() -> at::Tensor& { return at::cpu::masked_fill_(self, mask, value); };
+    if (!intercept()) return stock_fn();
+    const std::optional<float> v = fill_value(value);
+    const Call c{Aten::masked_fill, {arg(self), arg(mask)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && bool_tensor(mask) && v.has_value(), c, masked_fill_why);
+    if (d.kernel != nullptr && fits(self, at::infer_size(self.sizes(), mask.sizes()), {})) {
+        const float fill = *v;
+        run(d, {in(self), in(mask), &fill}, {out(self)});
+        return self;
+    }
+    return stock(d, stock_fn);
+}
+
+/// masked_fill with a tensor value: a 0-dim float32 tensor, whose float the kernel reads (stock
+/// takes value.item(), the same float); other values (another dtype, more dims: stock raises) run
+/// stock.
+constexpr const char* masked_fill_tensor_why =
+    "self is not a plain float32 tensor, or mask is not a plain bool tensor, or value is not a 0-dim float32 tensor";
+
+at::Tensor masked_fill_t(const at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+    auto stock_fn = [&] { return at::compositeexplicitautograd::masked_fill(self, mask, value); };
+    if (!intercept()) return stock_fn();
+    const Call c{Aten::masked_fill, {arg(self), arg(mask)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && bool_tensor(mask) && f32(value) && value.dim() == 0, c,
+                                            masked_fill_tensor_why);
+    if (d.kernel != nullptr) {
+        at::Tensor y = new_dense(at::infer_size(self.sizes(), mask.sizes()));
+        run(d, {in(self), in(mask), in(value)}, {out(y)});
+        return y;
+    }
+    return stock(d, stock_fn);
+}
+
+at::Tensor& masked_fill_t_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+    auto stock_fn = [&]() -> at::Tensor& { return at::cpu::masked_fill_(self, mask, value); };
+    if (!intercept()) return stock_fn();
+    const Call c{Aten::masked_fill, {arg(self), arg(mask)}, 2};
+    const Decision d = Plugin::get().decide(f32(self) && bool_tensor(mask) && f32(value) && value.dim() == 0, c,
+                                            masked_fill_tensor_why);
+    // The value must not be an element of self: stock reads it once, before it writes.
+    if (d.kernel != nullptr && fits(self, at::infer_size(self.sizes(), mask.sizes()), {}) && !overlap(self, value)) {
+        run(d, {in(self), in(mask), in(value)}, {out(self)});
+        return self;
+    }
+    return stock(d, stock_fn);
+}
+
 // ---- the entry points ---------------------------------------------------------------------------------
 
 /// skc's errors reach Python as RuntimeError with skc's message.
@@ -1174,6 +1466,7 @@ TORCH_LIBRARY_IMPL(aten, CPU, m) {
     m.impl("add_.Tensor", &skc_torch::add_);
     m.impl("sub.Tensor", &skc_torch::sub);
     m.impl("sub_.Tensor", &skc_torch::sub_);
+    m.impl("rsub.Tensor", &skc_torch::rsub);
     m.impl("mul.Tensor", &skc_torch::mul);
     m.impl("mul_.Tensor", &skc_torch::mul_);
     m.impl("div.Tensor", &skc_torch::div);
@@ -1202,6 +1495,15 @@ TORCH_LIBRARY_IMPL(aten, CPU, m) {
     m.impl("_softmax_backward_data", &skc_torch::softmax_backward_data);
     m.impl("silu_backward", &skc_torch::silu_backward);
     m.impl("native_layer_norm_backward", &skc_torch::native_layer_norm_backward);
+    m.impl("mean.dim", &skc_torch::mean);
+    m.impl("cat", &skc_torch::cat);
+    m.impl("_log_softmax", &skc_torch::log_softmax);
+    m.impl("_log_softmax_backward_data", &skc_torch::log_softmax_backward_data);
+    m.impl("where.self", &skc_torch::where);
+    m.impl("masked_fill.Scalar", &skc_torch::masked_fill);
+    m.impl("masked_fill_.Scalar", &skc_torch::masked_fill_);
+    m.impl("masked_fill.Tensor", &skc_torch::masked_fill_t);
+    m.impl("masked_fill_.Tensor", &skc_torch::masked_fill_t_);
 }
 
 namespace skc_torch {

@@ -75,21 +75,27 @@ void copy_examples(const fs::path& dir, const std::vector<std::string>& names) {
     for (const std::string& n : names) fs::copy_file(skc_test::example_ops_dir() / n, dir / n);
 }
 
-/// One float buffer per float slot (random for inputs), empty for absent or non-float slots.
+/// One float buffer per float tensor (random for inputs), in the kernels' calling convention: a list
+/// slot's tensors one after the other (host/plan.hpp); empty for absent slots and other dtypes.
+/// The example ops' tensors are dense.
 std::vector<std::vector<float>> buffers(const std::vector<skc::TensorSlot>& slots, std::mt19937& rng, bool random) {
     std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
     std::vector<std::vector<float>> out;
-    for (const skc::TensorSlot& s : slots) {
-        const auto* t = std::get_if<skc::TensorDesc>(&s);
+    auto one = [&](const skc::TensorDesc* t) {
         if (t == nullptr || t->dtype != "float") {
             out.emplace_back();
-            continue;
+            return;
         }
         std::vector<float> v(static_cast<std::size_t>(t->shape.element_count().value()),
                              std::numeric_limits<float>::quiet_NaN());
         if (random)
             for (float& f : v) f = dist(rng);
         out.push_back(std::move(v));
+    };
+    for (const skc::TensorSlot& s : slots) {
+        if (const auto* list = std::get_if<std::vector<skc::TensorDesc>>(&s))
+            for (const skc::TensorDesc& t : *list) one(&t);
+        else one(std::get_if<skc::TensorDesc>(&s));
     }
     return out;
 }
@@ -175,32 +181,29 @@ TEST_CASE(
     const std::string supported_list =
         " is not supported by the host kernels (supported: " + std::string(skc_host::supported_op_types) + ")\n";
     CHECK(r.out.rfind("15 op info files in " + skc_test::example_ops_dir().string() +
-                          ": 11 kernels to compile, 3 unsupported, 1 duplicate\n",
+                          ": 12 kernels to compile, 2 unsupported, 1 duplicate\n",
                       0) == 0);
-    CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD" + supported_list) !=
-          std::string::npos);
     CHECK(r.out.find("skipped GatherV2_float_ND_1000_64_13.json: GatherV2: op type GatherV2" + supported_list) !=
           std::string::npos);
     CHECK(r.out.find("skipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum" + supported_list) !=
           std::string::npos);
     CHECK(r.out.find("duplicate MatMulV2_float_ND_32_64_14.json: same op as MatMulV2_float_ND_32_64_1.json\n") !=
           std::string::npos);
-    for (int i = 1; i <= 12; ++i) CHECK(r.out.find("[" + std::to_string(i) + "/12] compiled ") != std::string::npos);
+    for (int i = 1; i <= 13; ++i) CHECK(r.out.find("[" + std::to_string(i) + "/13] compiled ") != std::string::npos);
     // Each compile with its time, then the whole compile step and the slowest translation unit.
     CHECK(r.out.find("] compiled MatMulV2 [32,64] [64,192] -> [32,192] in ") != std::string::npos);
     CHECK(r.out.find("] compiled entry table in ") != std::string::npos);
-    CHECK(r.out.find("\ncompiled 12 translation units for " + skc_host::host_target().id +
+    CHECK(r.out.find("\ncompiled 13 translation units for " + skc_host::host_target().id +
                      " (-march=" + skc_host::host_target().march + ") in ") != std::string::npos);
     CHECK(r.out.find(" at a time; ") != std::string::npos);
     CHECK(r.out.find(" in all, slowest ") != std::string::npos);
-    CHECK(r.out.find("linked kernels/" + stem + ".so (11 kernels)\n") != std::string::npos);
-    // Progress lines: every file once, the three unsupported ones at once, the duplicate with its original.
-    check_progress(
-        progress_lines(r.out), example_names(),
-        {"ConcatD_float_ND_2_16_64_12.json", "GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
+    CHECK(r.out.find("linked kernels/" + stem + ".so (12 kernels)\n") != std::string::npos);
+    // Progress lines: every file once, the two unsupported ones at once, the duplicate with its original.
+    check_progress(progress_lines(r.out), example_names(),
+                   {"GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
     CHECK(r.out.find("\nskc-progress: 0/15\n") != std::string::npos);
     const std::string summary =
-        "compiled 11 kernels (1 duplicate op info files compiled once), skipped 3 unsupported ops; package " +
+        "compiled 12 kernels (1 duplicate op info files compiled once), skipped 2 unsupported ops; package " +
         package.string() + "\n";
     CHECK(r.out.size() >= summary.size());
     CHECK(r.out.substr(r.out.size() - std::min(r.out.size(), summary.size())) == summary);
@@ -218,18 +221,18 @@ TEST_CASE(
     CHECK(own.find("version")->as_int() == 1);
     CHECK(own.find("backend")->as_string() == "host");
     CHECK(own.find("device")->as_string() == "dev0");
-    REQUIRE(own.find("kernels")->as_array().size() == 11);
+    REQUIRE(own.find("kernels")->as_array().size() == 12);
 
     const skc::ReselectContext ctx{lib, "host", "dev0", stem};
     const auto loaded = skc_host::load_installed_kernels(ctx);
-    REQUIRE(loaded.size() == 11);
+    REQUIRE(loaded.size() == 12);
     std::map<skc::Digest, skc_host::KernelFn> by_digest(loaded.begin(), loaded.end());
-    CHECK(by_digest.size() == 11);
+    CHECK(by_digest.size() == 12);
     CHECK(skc_host::load_installed_kernels(ctx) == loaded);  // the same handles, the same functions
 
     // The library's entry table lists the same kernels without any index.
     const auto table = skc_host::read_entry_table(base / stem / "kernels" / (stem + ".so"));
-    REQUIRE(table.size() == 11);
+    REQUIRE(table.size() == 12);
     for (const auto& k : table) {
         CAPTURE(k.digest.hex());
         REQUIRE(by_digest.count(k.digest) == 1);
@@ -282,9 +285,9 @@ TEST_CASE(
                                              << " (bound " << bound << ")");
         ++checked;
     }
-    CHECK(checked == 12);  // 11 distinct kernels; one file is a duplicate
-    CHECK(types == std::set<std::string>{"Add", "BatchMatMulV2", "Gelu", "LayerNorm", "MatMulV2", "Mul", "SoftmaxV2",
-                                         "Transpose"});
+    CHECK(checked == 13);  // 12 distinct kernels; one file is a duplicate
+    CHECK(types == std::set<std::string>{"Add", "BatchMatMulV2", "ConcatD", "Gelu", "LayerNorm", "MatMulV2", "Mul",
+                                         "SoftmaxV2", "Transpose"});
 
     // Uninstalled: no package folder, no index, nothing to load.
     CHECK(installer.uninstall(lib, stem, "host", false));
@@ -412,10 +415,11 @@ TEST_CASE("host_op_compiler: bad input") {
         CHECK_FALSE(fs::exists(out));
     }
     SUBCASE("only unsupported ops: listed, then nothing to compile, exit 1") {
-        copy_examples(tmp / "ops", {"ConcatD_float_ND_2_16_64_12.json", "ReduceSum_float_ND_32_64_11.json"});
+        copy_examples(tmp / "ops", {"GatherV2_float_ND_1000_64_13.json", "ReduceSum_float_ND_32_64_11.json"});
         const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out});
         CHECK(r.status == 1);
-        CHECK(r.out.find("skipped ConcatD_float_ND_2_16_64_12.json: ConcatD: op type ConcatD is not supported") == 0);
+        CHECK(r.out.find("skipped GatherV2_float_ND_1000_64_13.json: GatherV2: op type GatherV2 is not supported") ==
+              0);
         CHECK(r.out.find("\nskipped ReduceSum_float_ND_32_64_11.json: ReduceSum: op type ReduceSum is not supported") !=
               std::string::npos);
         CHECK(r.err == "host_op_compiler: nothing to compile in " + (tmp / "ops").string() +
@@ -496,9 +500,9 @@ TEST_CASE("host_op_compiler: SIGTERM stops the compilers, removes the work folde
     const skc_test::Started st = skc_test::start_program(
         tool, {}, {"-p", skc_test::example_ops_dir().string(), "-v", "dev0", "-j", "1", "-o", out.string()}, {},
         io.path());
-    // Wait until the first kernel is compiled (11 more compiles to go at -j 1), then stop it.
+    // Wait until the first kernel is compiled (12 more compiles to go at -j 1), then stop it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-    while (slurp(io / "stdout").find("[1/12] compiled ") == std::string::npos &&
+    while (slurp(io / "stdout").find("[1/13] compiled ") == std::string::npos &&
            std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     REQUIRE(::kill(st.pid, SIGTERM) == 0);
@@ -507,7 +511,7 @@ TEST_CASE("host_op_compiler: SIGTERM stops the compilers, removes the work folde
     CHECK(r.status == 128 + SIGTERM);
     CHECK(slurp(io / "stderr") ==
           "host_op_compiler: stopped by " + skc::detail::signal_name(SIGTERM) + "; no package written\n");
-    CHECK(slurp(io / "stdout").find("[12/12]") == std::string::npos);
+    CHECK(slurp(io / "stdout").find("[13/13]") == std::string::npos);
     CHECK(names_in(out).empty());
 }
 

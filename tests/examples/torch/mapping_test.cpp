@@ -136,7 +136,8 @@ struct Case {
     std::vector<Strided> in;                // the call's tensors, in aten's order
     std::vector<Vec> out_sizes;             // dense outputs
     std::vector<std::vector<double>> want;  // reference values of each output, row-major
-    std::vector<int> slot_of;               // for each record input slot, the index into `in` (-1: none)
+    std::vector<int> slot_of;               // for each kernel input pointer, the index into `in` (-1: none)
+    std::vector<TensorArg> list;            // cat: the call's list (call.list), of `in`
 };
 
 /// The call's tensors, marked dense as a framework does (is_contiguous) or, at random, left unmarked
@@ -219,6 +220,7 @@ Case binary_case(Aten a) {
     Vec xs = broadcast_of(full), ys = broadcast_of(full);
     if (swap) std::swap(xs, ys);
     Strided x = dense(xs), y = dense(ys);
+    if (a == Aten::axpy) c.call.f0 = pick(0, 1) == 0 ? -0.100000001490116119 : 2.5;  // alpha, a float's value
     c.in = {x, y};
     finish(c);
     const Vec f = skc_torch::detail::broadcast(xs, ys).value();
@@ -230,7 +232,11 @@ Case binary_case(Aten a) {
             return t.at(j);
         };
         const double u = read(x), v = read(y);
-        out.push_back(a == Aten::add ? u + v : a == Aten::sub ? u - v : a == Aten::mul ? u * v : u / v);
+        out.push_back(a == Aten::add    ? u + v
+                      : a == Aten::sub  ? u - v
+                      : a == Aten::mul  ? u * v
+                      : a == Aten::axpy ? u + c.call.f0 * v
+                                        : u / v);
     });
     c.out_sizes = {f};
     c.want = {out};
@@ -439,6 +445,160 @@ Case layer_norm_case() {
     return c;
 }
 
+/// The bytes of a bool tensor held in a Strided's float buffer (one byte an element).
+unsigned char* bytes(Strided& t) { return reinterpret_cast<unsigned char*>(t.data.data()); }
+
+/// A dense bool tensor of `sizes`, its bytes 0 or 1 at random.
+Strided dense_bool(const Vec& sizes) {
+    Strided t = dense(sizes);
+    const std::size_t n = t.data.size();  // one float an element: as many bytes
+    t.data.assign((n + 3) / 4, 0.0f);
+    for (std::size_t e = 0; e < n; ++e) bytes(t)[e] = static_cast<unsigned char>(pick(0, 1));
+    return t;
+}
+
+/// mean(x, dims, keepdim) over the last k dims (bit mask i0; every dim for a 0-dim x), dense x.
+Case mean_case() {
+    Case c;
+    c.call.aten = Aten::mean;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(0, 4)), 9);
+    const auto r = static_cast<std::int64_t>(sizes.size());
+    const std::int64_t k = r == 0 ? 0 : pick(1, r);
+    for (std::int64_t d = r - k; d < r; ++d) c.call.i0 |= std::int64_t{1} << d;
+    c.call.i1 = pick(0, 1);
+    Strided x = dense(sizes);
+    c.in = {x};
+    finish(c);
+    std::int64_t cols = 1;
+    Vec y;
+    for (std::int64_t d = 0; d < r; ++d) {
+        if (d >= r - k) cols *= sizes[static_cast<std::size_t>(d)];
+        if (d < r - k) y.push_back(sizes[static_cast<std::size_t>(d)]);
+        else if (c.call.i1 != 0) y.push_back(1);
+    }
+    std::vector<double> want;
+    for (std::size_t row = 0; row < x.data.size(); row += static_cast<std::size_t>(cols)) {
+        double sum = 0;
+        for (std::int64_t j = 0; j < cols; ++j) sum += x.data[row + static_cast<std::size_t>(j)];
+        want.push_back(sum / static_cast<double>(cols));
+    }
+    c.out_sizes = {y};
+    c.want = {want};
+    c.slot_of = {0, -1};
+    return c;
+}
+
+/// cat(tensors, dim) of 1 to 4 tensors of rank 1 to 4, each of a random layout (dense, transposed,
+/// permuted, a window, a broadcast dim).
+Case cat_case() {
+    Case c;
+    c.call.aten = Aten::cat;
+    const std::size_t r = static_cast<std::size_t>(pick(1, 4));
+    const Vec base = random_sizes(r, 5);
+    const auto axis = static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(r) - 1));
+    const auto n = static_cast<std::size_t>(pick(1, 4));
+    Vec y = base;
+    y[axis] = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        Vec sizes = base;
+        sizes[axis] = pick(1, 5);
+        y[axis] += sizes[axis];
+        c.in.push_back(random_layout(sizes, true));
+    }
+    c.call.i0 = static_cast<std::int64_t>(axis);
+    for (const Strided& t : c.in) {
+        TensorArg a = t.arg();
+        a.dense = pick(0, 1) == 1 && skc_torch::is_dense(a);
+        c.list.push_back(a);
+    }
+    c.call.list = c.list;
+    std::vector<double> want;
+    for_each_index(y, [&](const Vec& i) {
+        Vec j = i;
+        std::size_t k = 0;
+        while (j[axis] >= c.in[k].sizes[axis]) j[axis] -= c.in[k++].sizes[axis];
+        want.push_back(c.in[k].at(j));
+    });
+    c.out_sizes = {y};
+    c.want = {want};
+    for (std::size_t k = 0; k < n; ++k) c.slot_of.push_back(static_cast<int>(k));
+    return c;
+}
+
+/// _log_softmax(x, last dim) and _log_softmax_backward_data(dy, y, last dim, float), y a log
+/// softmax output.
+Case log_softmax_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(0, 4)), 9);  // a 0-dim tensor is a row of one
+    c.call.i0 = std::max<std::int64_t>(static_cast<std::int64_t>(sizes.size()) - 1, 0);  // the host: the last axis
+    const auto cols = static_cast<std::size_t>(sizes.empty() ? 1 : sizes.back());
+    Strided x = dense(sizes), dy = dense(sizes);
+    std::vector<double> ls;
+    for (std::size_t r = 0; r < x.data.size(); r += cols) {
+        double mx = -1e300, sum = 0;
+        for (std::size_t j = 0; j < cols; ++j) mx = std::max<double>(mx, x.data[r + j]);
+        for (std::size_t j = 0; j < cols; ++j) sum += std::exp(x.data[r + j] - mx);
+        for (std::size_t j = 0; j < cols; ++j) ls.push_back(x.data[r + j] - mx - std::log(sum));
+    }
+    if (a == Aten::log_softmax) {
+        c.in = {x};
+        finish(c);
+        c.want = {ls};
+        c.slot_of = {0};
+    } else {
+        Strided y = dense(sizes);
+        for (std::size_t i = 0; i < ls.size(); ++i) y.data[i] = static_cast<float>(ls[i]);
+        c.in = {dy, y};
+        finish(c);
+        std::vector<double> dx;
+        for (std::size_t r = 0; r < y.data.size(); r += cols) {
+            double s = 0;
+            for (std::size_t j = 0; j < cols; ++j) s += dy.data[r + j];
+            for (std::size_t j = 0; j < cols; ++j) dx.push_back(dy.data[r + j] - std::exp(double{y.data[r + j]}) * s);
+        }
+        c.want = {dx};
+        c.slot_of = {0, 1};
+    }
+    c.out_sizes = {sizes};
+    return c;
+}
+
+/// where(cond, self, other) and masked_fill(self, mask, value): every operand a broadcast of the
+/// output's shape, the condition bool; masked_fill's value a float the kernel reads (not one of the
+/// call's tensors).
+Case select_case(Aten a) {
+    Case c;
+    c.call.aten = a;
+    const Vec full = random_sizes(static_cast<std::size_t>(pick(1, 4)), 6);
+    const bool fill = a == Aten::masked_fill;
+    Vec cs = broadcast_of(full), xs = broadcast_of(full), ys = broadcast_of(full);
+    Strided cond = dense_bool(cs), x = dense(xs), other = dense(ys);
+    if (fill) c.in = {x, cond};
+    else c.in = {cond, x, other};
+    finish(c);
+    Strided value = dense({});
+    if (fill) c.in.push_back(value);
+    const Vec f = fill ? skc_torch::detail::broadcast(xs, cs).value()
+                       : skc_torch::detail::broadcast(cs, skc_torch::detail::broadcast(xs, ys).value()).value();
+    auto index = [&](const Strided& t, const Vec& i) {
+        Vec j(t.sizes.size());
+        for (std::size_t d = 0; d < j.size(); ++d) j[d] = t.sizes[d] == 1 ? 0 : i[i.size() - j.size() + d];
+        return t.offset(j);
+    };
+    std::vector<double> out;
+    for_each_index(f, [&](const Vec& i) {
+        const bool on = bytes(cond)[static_cast<std::size_t>(index(cond, i))] != 0;
+        const float t = x.data[static_cast<std::size_t>(index(x, i))];
+        if (fill) out.push_back(on ? value.data[0] : t);
+        else out.push_back(on ? t : other.data[static_cast<std::size_t>(index(other, i))]);
+    });
+    c.out_sizes = {f};
+    c.want = {out};
+    c.slot_of = {0, 1, 2};  // (cond, self, other) or (self, mask, value): the records' order
+    return c;
+}
+
 Case transpose_case() {
     Case c;
     c.call.aten = Aten::clone;
@@ -469,7 +629,8 @@ Case random_case(Aten a) {
     case Aten::add:
     case Aten::sub:
     case Aten::mul:
-    case Aten::div: return binary_case(a);
+    case Aten::div:
+    case Aten::axpy: return binary_case(a);
     case Aten::relu:
     case Aten::gelu:
     case Aten::neg:
@@ -485,6 +646,12 @@ Case random_case(Aten a) {
     case Aten::silu_backward: return activation_grad_case(a);
     case Aten::softmax_backward_data: return softmax_grad_case();
     case Aten::native_layer_norm_backward: return layer_norm_grad_case();
+    case Aten::mean: return mean_case();
+    case Aten::cat: return cat_case();
+    case Aten::log_softmax:
+    case Aten::log_softmax_backward_data: return log_softmax_case(a);
+    case Aten::where:
+    case Aten::masked_fill: return select_case(a);
     }
     return matmul_case(Aten::mm);
 }
@@ -517,7 +684,14 @@ constexpr Aten all_ops[] = {Aten::mm,
                             Aten::gelu_backward,
                             Aten::softmax_backward_data,
                             Aten::silu_backward,
-                            Aten::native_layer_norm_backward};
+                            Aten::native_layer_norm_backward,
+                            Aten::mean,
+                            Aten::cat,
+                            Aten::log_softmax,
+                            Aten::log_softmax_backward_data,
+                            Aten::where,
+                            Aten::masked_fill,
+                            Aten::axpy};
 
 }  // namespace
 
@@ -675,6 +849,39 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
                            5,
                            1}),
              "LayerNormGradV3: weight [3] is not the normalized shape [4]");
+    // mean, cat, log_softmax, where and masked_fill: a mean or a log_softmax over another dim than
+    // the last is described, and the host says why not; tensors that do not fit are not described.
+    const Description mean0 = skc_torch::describe(Call{Aten::mean, {TensorArg{s23, st31}}, 1, 1});
+    REQUIRE(mean0.record.has_value());
+    CHECK_EQ(skc_host::analyze(*mean0.record).reason,
+             "ReduceMean: axes [0] of x [2,3] are not the last ones: only a mean over trailing axes is supported");
+    const Description mean1 = skc_torch::describe(Call{Aten::mean, {TensorArg{s23, st31}}, 1, 2, 0, 1});
+    REQUIRE(mean1.record.has_value());
+    CHECK(skc_host::analyze(*mean1.record).plan.has_value());
+    CHECK_EQ(std::get<skc::TensorDesc>(mean1.record->outputs[0]).shape, skc::RuntimeShape{2, 1});
+    const Description ls0 = skc_torch::describe(Call{Aten::log_softmax, {TensorArg{s23, st31}}, 1, 0});
+    REQUIRE(ls0.record.has_value());
+    CHECK_EQ(skc_host::analyze(*ls0.record).reason, "LogSoftmaxV2: attr axes must name only the last axis");
+    const TensorArg cat_args[] = {TensorArg{s23, st31}, TensorArg{s34, st41}};
+    Call cat{Aten::cat, {}, 0, 1};
+    cat.list = cat_args;
+    CHECK_EQ(describe(cat), "ConcatD: tensors[1] has shape [3,4], tensors[0] [2,3]: they must differ along dim 1 only");
+    const TensorArg cat_empty[] = {TensorArg{s23, st31}, TensorArg{s03, st31}};
+    cat.list = cat_empty;
+    cat.i0 = 0;
+    CHECK_EQ(describe(cat), "ConcatD: tensors[1] has no elements");
+    const TensorArg cat_views[] = {TensorArg{s23, st13}, TensorArg{s23, st62}};
+    cat.list = cat_views;
+    const Description cat_ok = skc_torch::describe(cat);
+    REQUIRE(cat_ok.record.has_value());
+    CHECK(skc_host::analyze(*cat_ok.record).plan.has_value());
+    const Vec s2{2}, s3v{3};
+    CHECK_EQ(describe(Call{Aten::where, {TensorArg{s2, st1}, TensorArg{s3v, st1}, TensorArg{s3v, st1}}, 3}),
+             "SelectV2: shapes [2], [3] and [3] do not broadcast");
+    CHECK_EQ(describe(Call{Aten::masked_fill, {TensorArg{s23, st31}, TensorArg{s23, st13}}, 2}),
+             "MaskedFill: mask is not contiguous (sizes [2,3], strides [1,3])");
+    CHECK_EQ(describe(Call{Aten::masked_fill, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
+             "MaskedFill: shapes [2,3] and [3,4] do not broadcast");
     (void)s0;
 }
 

@@ -241,6 +241,36 @@ def scenario_special_values(base):
 
     h, h4 = torch.randn(2, 5, 16), torch.randn(2, 3, 5, 16)  # [B, T, D], [B, H, T, D]
     c8, r16 = torch.randn(8, 1), torch.randn(1, 16)
+    # mean: rows of 3 with NaN, infinities, an overflowing sum, -0.0 (stock gives +0.0), subnormals;
+    # rows of 33 (vectors and a tail).
+    m3 = torch.tensor([[1.0, nan, 2.0], [inf, -inf, 0.0], [inf, 1.0, 2.0], [3e38, 3e38, 0.0], [-0.0, -0.0, -0.0],
+                       [1e-40, 1e-40, 1e-40], [-inf, -inf, 5.0], [-1e38, -3e38, -1e38], [0.1, 0.2, 0.3]])
+    m33 = torch.randn(4, 3, 33)
+    m33[0, 1, 7], m33[1, 2, 0], m33[2, 0, 32] = nan, inf, -inf
+    # log_softmax: a row with -inf and -1e9 (masked), a row of -inf (NaN), NaN, +inf (NaN), values
+    # whose differences overflow, -0.0; 5 columns (a tail) and 16 (rows in registers).
+    ls5 = torch.tensor([[0.0, -inf, 1.0, -1e9, 2.0], [-inf] * 5, [1.0, nan, 2.0, 3.0, 4.0], [1.0, inf, 2.0, 3.0, 4.0],
+                        [1e30, -1e30, 0.0, 3e38, -3e38], [-0.0, 0.0, -0.0, 0.0, 0.0], [-100.0, 0.0, 100.0, 87.0, -87.0]])
+    ls16 = torch.randn(3, 16) * 4
+    ls16[0, 3], ls16[0, 7], ls16[1] = -inf, -1e9, -inf
+    ls16[1, 5] = 3.0
+    # its backward: y a log_softmax output (with -inf and an e^y that is subnormal), dy with an inf, a
+    # NaN and a row of -0.0 (stock sums it to -0.0: dx is +0.0).
+    y5 = torch.log_softmax(torch.tensor([[0.0, -inf, 1.0, -1e9, 2.0], [1.0, 2.0, 3.0, 4.0, 5.0],
+                                         [0.5, -0.5, 0.0, 1.0, -100.0], [1.0, 1.0, 1.0, 1.0, 1.0]]), -1)
+    dy5 = torch.tensor([[1.0, 2.0, -0.0, 3.0, 0.5], [-0.0] * 5, [1.0, inf, 0.0, -1.0, 2.0], [nan, 0.0, 0.0, 0.0, 0.0]])
+    xl, dl = torch.randn(6, 40) * 3, torch.randn(6, 40)
+    xl[1, :20], dl[2, 4], dl[3] = -inf, inf, -0.0
+    # cat, where and masked_fill copy bits: a NaN with a payload, -0.0, subnormals, infinities.
+    payload = torch.tensor([0x7FC00123], dtype=torch.int32).view(torch.float32)
+    pa = torch.cat([payload, torch.tensor([-0.0, 1e-40, -inf, 3.0])])
+    pb = torch.tensor([0.0, nan, inf, -1e-40, -0.0])
+    q = torch.randn(2, 5, 4, 8)  # [B, T, H, D]: rotary's rotate_half of slices of the last dim
+    wt = torch.randn(6, 4)
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    s4 = torch.randn(2, 3, 5, 5)
+    cond = torch.tensor([True, False, True, False, True])
+    ds4 = torch.randn(s4.shape)
     calls = {
         "relu NaN and -0.0": lambda: torch.relu(x),
         "relu_ NaN and -0.0": lambda: torch.relu_(x.clone()),
@@ -287,8 +317,58 @@ def scenario_special_values(base):
         "backward of softmax under a -inf and -1e9 mask": lambda: grad_of(lambda t: torch.softmax(t + mask, -1),
                                                                          finite, dmask),
         "backward of layer_norm, rows with large means, an inf and a -0.0 gradient": ln_grads,
+        "mean of NaN, infinities, an overflow, -0.0, subnormals": lambda: m3.mean(-1),
+        "mean over the last two dims, keepdim": lambda: m33.mean((-1, -2), keepdim=True),
+        "mean over the last dim by its index": lambda: m33.mean(2),
+        "mean of every element": lambda: torch.mean(m33),
+        "mean of a 0-dim tensor": lambda: torch.tensor(-0.0).mean(),
+        "log_softmax of -inf rows, NaN, +inf, overflowing differences": lambda: torch.log_softmax(ls5, -1),
+        "log_softmax of rows in registers, -inf and -1e9": lambda: torch.log_softmax(ls16, 1),
+        "log_softmax backward at an infinite gradient, -0.0 rows and NaN":
+            lambda: torch._log_softmax_backward_data(dy5, y5, 1, torch.float32),
+        "backward of log_softmax with -inf and an infinite gradient":
+            lambda: grad_of(lambda t: torch.log_softmax(t, -1), xl, dl),
+        "cat of a NaN payload, -0.0, subnormals": lambda: torch.cat([pa, pb]),
+        "cat of three along dim 0": lambda: torch.cat([h[0], h[1], h4[0, 0]], 0),
+        "cat of rotary's slices (a view)": lambda: torch.cat((-q[..., 4:], q[..., :4]), dim=-1),
+        "cat of a transposed view": lambda: torch.cat([wt.t(), wt[:2].t()], -1),
+        "where of a NaN payload, -0.0, subnormals": lambda: torch.where(cond, pa, pb),
+        "where under a causal mask with -inf": lambda: torch.where(causal, -inf, s4),
+        "where with a number": lambda: torch.where(cond, pa, 0.5),
+        "masked_fill with -inf under a causal mask": lambda: s4.masked_fill(causal, -inf),
+        "masked_fill with NaN": lambda: pa.masked_fill(cond, nan),
+        "masked_fill with -0.0, mask broadcast along the last dim": lambda: s4.masked_fill(cond[:, None], -0.0),
+        "masked_fill with an integer above 2**53": lambda: pa.masked_fill(cond, 2**60 + 2**36 + 1),
+        "masked_fill with True": lambda: pa.masked_fill(cond, True),
+        "masked_fill_ with -inf under a causal mask": lambda: s4.clone().masked_fill_(causal, -inf),
+        "backward of masked_fill": lambda: grad_of(lambda t: t.masked_fill(causal, -inf), s4, ds4),
+        # Calls the plugin sees and leaves to stock (no error): these must run stock.
+        "stock: mean over the first dim": lambda: m33.mean(0),
+        "stock: mean of a transposed tensor": lambda: m33.transpose(1, 2).mean(-1),
+        "stock: mean to float64": lambda: m33.mean(-1, dtype=torch.float64),
+        "stock: log_softmax over the first dim": lambda: torch.log_softmax(ls16, 0),
+        "stock: cat of channels-last tensors": lambda: torch.cat([s4.to(memory_format=torch.channels_last)] * 2, 1),
+        "stock: cat with an empty tensor": lambda: torch.cat([pa, torch.ones(0)]),
+        "stock: cat of a float64 tensor": lambda: torch.cat([pa, pb.double()]),
+        "stock: where with a uint8 condition": lambda: torch.where(cond.to(torch.uint8), pa, pb),
+        "masked_fill with a 0-dim tensor value": lambda: s4.masked_fill(causal, torch.tensor(-inf)),
+        "masked_fill_ with a 0-dim tensor value": lambda: s4.clone().masked_fill_(causal, torch.tensor(nan)),
+        # add and sub with alpha != 1 (Axpy: SGD's p.add_(grad, alpha=-lr)), rsub (1 - x).
+        "add with alpha of signed zeros and infinities": lambda: torch.add(za, zb, alpha=-0.1),
+        "add_ with alpha (SGD's step)": lambda: za.clone().add_(zb, alpha=-0.1),
+        "sub with alpha": lambda: torch.sub(za, zb, alpha=2.5),
+        "sub_ with an integer alpha": lambda: za.clone().sub_(zb, alpha=3),
+        "[B,T,1] + alpha [B,T,D]": lambda: torch.add(h[..., :1].contiguous(), h, alpha=0.5),
+        "add with alpha and a number": lambda: torch.add(za, 3.0, alpha=-2),
+        "rsub of signed zeros and infinities": lambda: torch.rsub(za, zb),
+        "rsub with alpha": lambda: torch.rsub(za, zb, alpha=0.5),
+        "one minus a tensor": lambda: 1 - zb,
+        "stock: masked_fill with a float64 tensor value":
+            lambda: s4.masked_fill(causal, torch.tensor(-inf, dtype=torch.float64)),
+        "stock: masked_fill of a transposed tensor": lambda: s4.transpose(2, 3).masked_fill(causal, -inf),
     }
     grad_types = {"backward of relu": "ReluGrad", "backward of gelu": "GeluGrad", "backward of silu": "SiluGrad",
+                  "backward of log_softmax": "LogSoftmaxGrad", "backward of masked_fill": "MaskedFill",
                   "backward of softmax": "SoftmaxGrad", "backward of layer_norm": "LayerNormGradV3"}
     errors = {
         "layer_norm with a normalized_shape that is not the input's":
@@ -301,6 +381,20 @@ def scenario_special_values(base):
         "bad: div with rounding_mode 'half'": lambda: torch.div(za, zb, rounding_mode="half"),
         "bad: pow of an integer tensor to -1": lambda: torch.pow(torch.arange(1, 4), -1),
         "bad: silu_ of an integer tensor": lambda: F.silu(torch.arange(3), inplace=True),
+        "bad: mean of an integer tensor": lambda: torch.arange(3).mean(),
+        "bad: mean over a dim named twice": lambda: m33.mean((2, -1)),
+        "bad: mean over dim 3 of a 3-dim tensor": lambda: m33.mean(3),
+        "bad: cat of shapes that differ": lambda: torch.cat([torch.ones(2, 3), torch.ones(3, 2)], 1),
+        "bad: cat along dim 2 of matrices": lambda: torch.cat([torch.ones(2, 3), torch.ones(2, 3)], 2),
+        "bad: log_softmax over dim 2 of a matrix": lambda: torch.log_softmax(ls16, 2),
+        "bad: where with a float condition": lambda: torch.where(torch.ones(5), pa, pb),
+        "bad: where of shapes that do not broadcast": lambda: torch.where(cond, pa, torch.ones(3)),
+        "bad: masked_fill with a value beyond float's range": lambda: pa.masked_fill(cond, 1e300),
+        "bad: add with a bool alpha": lambda: torch.add(za, zb, alpha=True),
+        "bad: sub with an alpha beyond float's range": lambda: torch.sub(za, zb, alpha=1e300),
+        "bad: rsub of a bool tensor": lambda: torch.rsub(torch.ones(3, dtype=torch.bool), 1),
+        "bad: masked_fill_ with a mask bigger than self":
+            lambda: pa.clone().masked_fill_(torch.ones(2, 5, dtype=torch.bool), 1.0),
     }
     names = lambda: (torch.ones(2, 3, names=("N", "C")) * 2).names  # noqa: E731
 
@@ -370,8 +464,8 @@ def scenario_sessions(base, other_base):
 
 def scenario_accuracy(base):
     """Each static kernel's largest error against a float64 reference, beside stock torch's on the
-    same input: matrix products with K from 1,024 to 16,384, LayerNorm and Softmax rows up to
-    16,384 wide with large means."""
+    same input: matrix products with K from 1,024 to 16,384, LayerNorm, Softmax, LogSoftmax and
+    mean rows up to 16,384 wide with large means, and means of rows up to 2^20 long."""
     import torch.nn.functional as F
     torch.manual_seed(11)
     cases = {}
@@ -389,6 +483,11 @@ def scenario_accuracy(base):
             cases[f"layer_norm {width} mean {mean:g} std {std:g}"] = (
                 lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x, w, b))
             cases[f"softmax {width} mean {mean:g} std {std:g}"] = (lambda x: torch.softmax(x, -1), (x,))
+            cases[f"log_softmax {width} mean {mean:g} std {std:g}"] = (lambda x: torch.log_softmax(x, -1), (x,))
+            cases[f"mean {width} mean {mean:g} std {std:g}"] = (lambda x: x.mean(-1), (x,))
+    for rows, width in ((4096, 128), (2, 1 << 20)):  # RMSNorm's mean of squares; one long row
+        x = torch.rand(rows, width) + 0.5
+        cases[f"mean [{rows}, {width}] of values in [0.5, 1.5)"] = (lambda x: x.mean(-1), (x,))
     stock = {k: f(*a) for k, (f, a) in cases.items()}
     torch.ops.skc.enable(json.dumps({"base_dir": base, "jobs": 2}))
     for f, a in cases.values():

@@ -70,7 +70,7 @@ DTYPE = torch.float32
 OP_NAMES = ["mm", "addmm", "bmm", "matmul", "nn.functional.linear", "add", "mul", "sub", "div",
             "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "tanh", "rsqrt", "pow", "mean",
             "neg", "cat", "softmax", "log_softmax", "nn.functional.layer_norm", "contiguous", "where",
-            "masked_fill"]
+            "masked_fill", "rsub"]
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
