@@ -76,7 +76,7 @@
 
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
-#include <skc/policy/gather.hpp>
+#include <skc/policy/local_fs_gather.hpp>
 
 #include "bench_support.hpp"
 

@@ -33,8 +33,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <skc/policy/installer.hpp>
-#include <skc/policy/storage.hpp>
+#include <skc/policy/run_package_installer.hpp>
+#include <skc/policy/filesystem_storage.hpp>
 
 #include "bench_support.hpp"
 

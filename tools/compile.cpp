@@ -40,9 +40,9 @@
 
 #include <skc/compiler.hpp>
 #include <skc/op_info_io.hpp>
-#include <skc/policy/gather.hpp>
-#include <skc/policy/installer.hpp>
-#include <skc/policy/invoker.hpp>
+#include <skc/policy/any_gather.hpp>
+#include <skc/policy/run_package_installer.hpp>
+#include <skc/policy/process_invoker.hpp>
 
 #ifdef SKC_TOOL_WITH_MPI
 #include <mpi.h>

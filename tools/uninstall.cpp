@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <skc/layout.hpp>
-#include <skc/policy/installer.hpp>
+#include <skc/policy/run_package_installer.hpp>
 
 #include "cli.hpp"
 #include "commands.hpp"

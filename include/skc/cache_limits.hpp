@@ -12,7 +12,7 @@
 
 #include "detail/text.hpp"
 #include "error.hpp"
-#include "policy/storage.hpp"
+#include "policy/filesystem_storage.hpp"
 
 namespace skc {
 

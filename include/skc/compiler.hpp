@@ -109,10 +109,9 @@ public:
         // A bad remote cache URL is an error before anything is written.
         std::unique_ptr<RemoteTier> remote =
             options_.cache_enabled() ? detail::open_remote<Remote>(options_, settings_.log) : nullptr;
-        if constexpr (invoker_has_compiler_path<Invoker>)
-            if (settings_.compiler_fingerprint.empty())
-                settings_.compiler_fingerprint =
-                    detail::fingerprint(invoker_.compiler_path(), options_, layout_, settings_.cache.mode);
+        if (settings_.compiler_fingerprint.empty())
+            if (const auto program = InvokerTraits<Invoker>::compiler_path(invoker_))
+                settings_.compiler_fingerprint = detail::fingerprint(*program, options_, layout_, settings_.cache.mode);
         if constexpr (cache_fits) {
             if (!options_.cache_enabled()) return;
             const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
@@ -357,8 +356,7 @@ private:
 
     /// Why `package` cannot be installed, when the Install policy can tell (RunPackageInstaller::check).
     [[nodiscard]] std::optional<std::string> package_fault(const std::filesystem::path& package) const {
-        if constexpr (install_checks_packages<Install>) return installer_.check(package);
-        else return std::nullopt;
+        return InstallerTraits<Install>::check(installer_, package);
     }
 
     /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages

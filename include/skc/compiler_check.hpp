@@ -8,9 +8,10 @@
 //   mtime         the executable's size and modification time (cheap; a copy that keeps them hits).
 //   none          nothing: only the toolchain version tells compilers apart.
 //   string:TEXT   TEXT, e.g. a version the user manages.
-//   command:CMD   the standard output of `/bin/sh -c CMD` (with %compiler% replaced by the
-//                 compiler's path), for a compiler that is a wrapper (`command:%compiler% --version`);
-//                 a command that fails, or runs longer than a minute, is an error.
+//   command:CMD   what `/bin/sh -c CMD` prints, its standard output and error as one stream (with
+//                 %compiler% replaced by the compiler's path), for a compiler that is a wrapper
+//                 (`command:%compiler% --version`); a command that fails, or runs longer than a
+//                 minute, is an error.
 #pragma once
 
 #include <chrono>

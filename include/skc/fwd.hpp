@@ -117,12 +117,16 @@ struct CompileRequest;
 struct CompileResult;
 struct ProgressLine;
 class ProcessInvoker;
+template <class I>
+struct InvokerTraits;
 
 struct InstallOptions;
 class Installation;
 struct InstalledPackage;
 class RunPackageInstaller;
 class NoInstall;
+template <class I>
+struct InstallerTraits;
 
 struct ReselectContext;
 struct NoReselect;

@@ -8,6 +8,7 @@
 // the policy objects that differ from their defaults in any order, matched by type (pick).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -15,16 +16,23 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "fwd.hpp"
 #include "policy/cache.hpp"
+#include "policy/any_gather.hpp"
 #include "policy/gather.hpp"
+#include "policy/local_fs_gather.hpp"
+#include "policy/single_rank.hpp"
 #include "policy/installer.hpp"
+#include "policy/run_package_installer.hpp"
 #include "policy/invoker.hpp"
+#include "policy/process_invoker.hpp"
 #include "policy/lock.hpp"
 #include "policy/remote.hpp"
 #include "policy/reselect.hpp"
-#include "policy/storage.hpp"
+#include "policy/filesystem_storage.hpp"
+#include "policy/memory_storage.hpp"
 #include "select.hpp"
 
 namespace skc {
@@ -36,9 +44,86 @@ struct with_policy {
     using type = P;
 };
 
+/// What each role of PolicyRole is: its default policy, and the check that a policy fits it (one
+/// static_assert per requirement it misses, stated beside the role's concept). The defaults and the
+/// checks below are made from this table, in PolicyRole's order.
+template <PolicyRole R>
+struct policy_role;
+template <>
+struct policy_role<PolicyRole::storage> {
+    using default_policy = FilesystemStorage;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_storage<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::lock> {
+    using default_policy = FileLock;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_lock<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::install> {
+    using default_policy = RunPackageInstaller;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_install<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::reselect> {
+    using default_policy = NoReselect;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_reselect<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::gather> {
+    using default_policy = SingleRank;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_gather<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::support> {
+    using default_policy = DefaultSupport;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_support<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::targets> {
+    using default_policy = DefaultTargets;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_targets<P>();
+    }
+};
+template <>
+struct policy_role<PolicyRole::remote> {
+    using default_policy = NoRemote;
+    template <class P>
+    static consteval bool fits() {
+        return detail::diagnose_remote<P>();
+    }
+};
+
+/// How many roles there are: PolicyRole's last one is remote.
+inline constexpr std::size_t policy_role_count = static_cast<std::size_t>(PolicyRole::remote) + 1;
+
+namespace detail {
+template <std::size_t... I>
+std::tuple<typename policy_role<static_cast<PolicyRole>(I)>::default_policy...> defaults_of(std::index_sequence<I...>);
+}  // namespace detail
+
 /// Each role's default, in PolicyRole's order.
-using default_policies = std::tuple<FilesystemStorage, FileLock, RunPackageInstaller, NoReselect, SingleRank,
-                                    DefaultSupport, DefaultTargets, NoRemote>;
+using default_policies = decltype(detail::defaults_of(std::make_index_sequence<policy_role_count>{}));
 
 namespace detail {
 
@@ -87,10 +172,8 @@ struct chosen_policies {
     static_assert((is_selector<Ps> && ...) || (!is_selector<Ps> && ...),
                   "skc::StaticKernelCompiler: name every policy (with_gather<...>, ...) or give them all by position, "
                   "not both");
-    static_assert(
-        sizeof...(Ps) <= std::tuple_size_v<default_policies>,
-        "skc::StaticKernelCompiler: at most 8 policies by position (Storage, Lock, Install, Reselect, Gather, "
-        "Support, Targets, Remote)");
+    static_assert(sizeof...(Ps) <= policy_role_count,
+                  "skc::StaticKernelCompiler: more policies by position than there are roles (PolicyRole)");
     static constexpr bool named = sizeof...(Ps) > 0 && (is_selector<Ps> && ...);
     static_assert(roles_distinct<named, Ps...>(),
                   "skc::StaticKernelCompiler: a policy is chosen twice (two with_<role> of the same role)");
@@ -103,20 +186,16 @@ struct chosen_policies {
 /// role's concept (tests/compile_fail/ holds a test per role). The host asks only for what it calls.
 template <class Invoker, class Chosen>
 consteval bool diagnose_policies() {
-    constexpr bool fit[] = {
-        diagnose_invoker<Invoker>(),
-        diagnose_storage<typename Chosen::template type<PolicyRole::storage>>(),
-        diagnose_lock<typename Chosen::template type<PolicyRole::lock>>(),
-        diagnose_install<typename Chosen::template type<PolicyRole::install>>(),
-        diagnose_reselect<typename Chosen::template type<PolicyRole::reselect>>(),
-        diagnose_gather<typename Chosen::template type<PolicyRole::gather>>(),
-        diagnose_support<typename Chosen::template type<PolicyRole::support>>(),
-        diagnose_targets<typename Chosen::template type<PolicyRole::targets>>(),
-        diagnose_remote<typename Chosen::template type<PolicyRole::remote>>(),
-    };
-    for (bool f : fit)
+    const bool invoker_fits = diagnose_invoker<Invoker>();
+    // Every role's check runs (each reports what its policy misses), then the results are joined.
+    constexpr auto each_fits = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<bool, sizeof...(I)>{policy_role<static_cast<PolicyRole>(
+            I)>::template fits<typename Chosen::template type<static_cast<PolicyRole>(I)>>()...};
+    }
+    (std::make_index_sequence<policy_role_count>{});
+    for (bool f : each_fits)
         if (!f) return false;
-    return true;
+    return invoker_fits;
 }
 
 /// IndexCache<S, L> when both policies fit (checked by diagnose_policies), else a stand-in so that a
@@ -151,20 +230,6 @@ inline constexpr std::size_t roles_of = (std::size_t{std::is_same_v<std::remove_
 }  // namespace detail
 
 // ---- policy traits: what the host uses when a policy has it -----------------------------------
-
-/// An invoker with `compiler_path()` (ProcessInvoker) names the program whose fingerprint joins the
-/// cache key (compiler_check.hpp); one without adds none.
-template <class Invoker>
-inline constexpr bool invoker_has_compiler_path = requires(const Invoker& i) {
-    { i.compiler_path() } -> std::convertible_to<std::filesystem::path>;
-};
-
-/// An installer with `check(package)` (RunPackageInstaller) tells why a package cannot be installed,
-/// so that a damaged cached package is discarded and compiled again instead of failing every run.
-template <class Install>
-inline constexpr bool install_checks_packages = requires(const Install& i, const std::filesystem::path& p) {
-    { i.check(p) } -> std::convertible_to<std::optional<std::string>>;
-};
 
 /// How the host opens the cache of namespace `stem` in cache folder `root` for a Storage and a Lock:
 /// each constructed from the folder when it takes one (FilesystemStorage, FileLock; a FileLock gets
@@ -210,8 +275,9 @@ using InMemoryCompiler = StaticKernelCompiler<Invoker, MemoryStorage, ProcessLoc
 
 /// The configuration of a program that runs alone, under torchrun or under MPI alike (AnyGather:
 /// the ranks from the environment unless given a gather), with the remote tier `Remote` (RedisRemote
-/// from ext/redis.hpp, or none): the skc tool and the PyTorch plugin.
-template <class Invoker, class Remote = NoRemote>
-using NodeCompiler = StaticKernelCompiler<Invoker, with_gather<AnyGather>, with_remote<Remote>>;
+/// from ext/redis.hpp, or none), and any other roles named (`with_reselect<Hook>`): the skc tool and
+/// the PyTorch plugin.
+template <class Invoker, class Remote = NoRemote, class... Named>
+using NodeCompiler = StaticKernelCompiler<Invoker, with_gather<AnyGather>, with_remote<Remote>, Named...>;
 
 }  // namespace skc

@@ -1,5 +1,5 @@
 // Fuzzes the leader's reader of a rank's op list in the rendezvous of LocalFsGather
-// (include/skc/policy/gather.hpp): the claim `r<k>-of-<n>.<nonce>.lock` of docs/file-formats.md
+// (include/skc/policy/local_fs_gather.hpp): the claim `r<k>-of-<n>.<nonce>.lock` of docs/file-formats.md
 // (the pid, `skc-gather/1`, the world size, the rank's op folder, then `<32 hex digits> <file name>`
 // lines); the input is what follows the pid.
 // The input is the op list of local rank 1; `@ops` in it stands for a folder holding three op
@@ -33,7 +33,7 @@
 #include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/op_set.hpp>
-#include <skc/policy/gather.hpp>
+#include <skc/policy/local_fs_gather.hpp>
 #include <skc/value.hpp>
 
 #include "fuzz_support.hpp"

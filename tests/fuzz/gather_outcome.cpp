@@ -1,5 +1,5 @@
 // Fuzzes a follower's reader of the leader's outcome file in the rendezvous of LocalFsGather
-// (include/skc/policy/gather.hpp): `outcome.<nonce>.json` of docs/file-formats.md,
+// (include/skc/policy/local_fs_gather.hpp): `outcome.<nonce>.json` of docs/file-formats.md,
 // `{"outcome": {"ok": true, "result": ...} or {"ok": false, "code", "message", "own", ...},
 // "members": {"<rank>": "<nonce>", ...}}`. The input is that file. This process is local rank 1 of
 // a world of two: it lays out the leader's claim (its lock held on a descriptor of its own), the
@@ -32,7 +32,7 @@
 #include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
 #include <skc/op_set.hpp>
-#include <skc/policy/gather.hpp>
+#include <skc/policy/local_fs_gather.hpp>
 #include <skc/value.hpp>
 
 #include "fuzz_support.hpp"

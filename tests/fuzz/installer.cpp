@@ -37,7 +37,7 @@
 
 #include <skc/error.hpp>
 #include <skc/op_info_io.hpp>
-#include <skc/policy/installer.hpp>
+#include <skc/policy/run_package_installer.hpp>
 #include <skc/value.hpp>
 
 #include "fuzz_support.hpp"

@@ -14,7 +14,10 @@
 //   5. (with hiredis) nodes that share only Redis: each node has its own base directory (its own
 //      cache) and op library, and one real redis-server is the remote tier
 //      (with_remote<RedisRemote>): one compile in the job, the other node downloads the same package,
-//      twice (two keys, both nodes starting at once each time).
+//      twice (two keys, both nodes starting at once each time);
+//   6. the GatherPolicy laws (tests/support/gather_laws.hpp) on every rank, on the object that ran
+//      every round above: each rank checks its own laws, rank 0 each node's (lead once per node,
+//      every rank gets the leader's value).
 // Doctest is not used: every rank would run and report its own copy of every case. Each rank prints
 // its failed checks; the exit status is 0 only when no rank failed any.
 #include <mpi.h>
@@ -36,6 +39,7 @@
 #include <skc/ext/mpi.hpp>
 #include <skc/op_info_io.hpp>
 
+#include "gather_laws.hpp"
 #include "test_support.hpp"
 
 #ifdef SKC_TEST_WITH_REDIS
@@ -595,6 +599,42 @@ skc::MpiGather nodes_share_only_redis(const Setup& s, skc::MpiGather gather) {
 }
 #endif  // SKC_TEST_WITH_REDIS
 
+// ---- 6. the GatherPolicy laws ------------------------------------------------------------------------
+
+skc::MpiGather gather_laws(const Setup& s, skc::MpiGather gather) {
+    const int node = static_cast<int>(gather.node());
+    const skc_test::GatherLawSetup setup{s.root / "laws" / "base",
+                                         s.root / "laws" / ("rank-" + std::to_string(world_rank)), "mpi-laws", 2,
+                                         std::chrono::seconds(20)};
+    const auto t0 = std::chrono::steady_clock::now();
+    const skc_test::GatherLawResult r = skc_test::check_gather_laws(gather, setup);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (const std::string& v : r.violations) expect(false, "gather law: " + v, __LINE__);
+    EXPECT(r.checks >= 6 * skc_test::gather_law_round_count);
+
+    // Each node's laws, on rank 0.
+    const std::vector<std::string> all =
+        gather_to_root(skc::dump_json(skc::Value(skc::Object{{"node", skc::Value(node)}, {"laws", r.to_value()}}), -1));
+    if (world_rank == 0) {
+        std::map<int, std::vector<skc_test::GatherLawResult>> nodes;
+        std::size_t checks = 0;
+        for (const std::string& t : all) {
+            const skc::Value v = skc::parse_json(t);
+            nodes[static_cast<int>(v.find("node")->as_int())].push_back(
+                skc_test::GatherLawResult::from_value(*v.find("laws")));
+            checks += nodes[static_cast<int>(v.find("node")->as_int())].back().checks;
+        }
+        EXPECT(nodes.size() == 2);
+        for (const auto& [n, ranks] : nodes)
+            for (const std::string& v : skc_test::check_gather_node(ranks))
+                expect(false, "gather law of node " + std::to_string(n) + ": " + v, __LINE__);
+        std::printf("scenario 6: %zu laws checked on 4 ranks in %zu rounds, rank 0 in %.0f ms\n", checks,
+                    skc_test::gather_law_round_count, ms);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return gather;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -644,6 +684,7 @@ int main(int argc, char** argv) {
 #ifdef SKC_TEST_WITH_REDIS
         gather = nodes_share_only_redis(s, std::move(gather));
 #endif
+        gather = gather_laws(s, std::move(gather));
         // Every compiler is gone: the process-scoped installs were released on every rank.
         MPI_Barrier(MPI_COMM_WORLD);
         if (world_rank == 0)

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <skc/policy/storage.hpp>
+#include <skc/policy/memory_storage.hpp>
 
 #include "test_support.hpp"
 

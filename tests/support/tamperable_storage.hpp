@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include <skc/policy/storage.hpp>
+#include <skc/policy/memory_storage.hpp>
 
 namespace skc_test {
 

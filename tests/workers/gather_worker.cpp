@@ -24,6 +24,17 @@
 //   error:   {"error": {"code", "what", "message", "option"}, "pid"}
 // Exit status: 0 success, 2 invalid_option, 3 timeout, 4 peer_failed, 5 compile_failed, 1 another
 // skc::Error, 6 another exception, 7 usage, 9 the die-before-compile hook.
+//
+// The laws mode, driven by tests/skc/policy/gather_law_test.cpp, runs the GatherPolicy laws
+// (tests/support/gather_laws.hpp) on this rank's LocalFsGather (from the environment, as above):
+//
+//   gather_worker laws --base DIR --work DIR --token TEXT --report FILE [--world N] [--timeout SECONDS]
+//
+// --base is the base directory the node's ranks share, --work this rank's own folder, --token the
+// same on every rank, --world the node's size when the caller knows it, --timeout the gather
+// timeout (default 30 s). The report is GatherLawResult::to_value(), or the error report above when
+// the laws could not run. Exit status: 0 the laws hold, 8 some are broken (the report lists them),
+// otherwise as above.
 #include <skc/skc.hpp>
 
 #include <chrono>
@@ -39,6 +50,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include "../support/gather_laws.hpp"
 
 namespace {
 
@@ -194,12 +207,55 @@ int run(const Args& a) {
     return 0;
 }
 
+struct LawArgs {
+    fs::path base, work, report;
+    std::string token;
+    std::size_t world = 0;
+    long timeout_s = 30;
+};
+
+LawArgs parse_laws(int argc, char** argv) {
+    LawArgs a;
+    for (int i = 2; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc) usage("missing value after " + flag);
+        const std::string v = argv[++i];
+        if (flag == "--base") a.base = v;
+        else if (flag == "--work") a.work = v;
+        else if (flag == "--token") a.token = v;
+        else if (flag == "--report") a.report = v;
+        else if (flag == "--world") {
+            if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
+                usage("--world needs a number of ranks, got \"" + v + "\"");
+            a.world = static_cast<std::size_t>(std::stol(v));
+        } else if (flag == "--timeout") a.timeout_s = to_seconds(flag, v);
+        else usage("unknown option " + flag);
+    }
+    if (a.base.empty() || a.work.empty() || a.token.empty() || a.report.empty())
+        usage("laws: --base, --work, --token and --report are required");
+    return a;
+}
+
+int run_laws(const LawArgs& a) {
+    skc::LocalFsGather gather = skc::LocalFsGather::from_env(std::chrono::seconds(a.timeout_s));
+    skc_test::GatherLawSetup setup{a.base, a.work, a.token, a.world, std::chrono::seconds(a.timeout_s)};
+    const skc_test::GatherLawResult r = skc_test::check_gather_laws(gather, setup);
+    write_report(a.report, r.to_value());
+    if (!r.ok())
+        std::fprintf(stderr, "gather_worker %ld: broken laws:\n%s", static_cast<long>(::getpid()), r.text().c_str());
+    return r.ok() ? 0 : 8;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Args a = parse(argc, argv);
+    const bool laws = argc > 1 && std::string(argv[1]) == "laws";
+    const LawArgs la = laws ? parse_laws(argc, argv) : LawArgs{};
+    Args a;
+    if (laws) a.report = la.report;  // where an error that stops the laws is reported
+    else a = parse(argc, argv);
     try {
-        return run(a);
+        return laws ? run_laws(la) : run(a);
     } catch (const skc::Error& e) {
         write_report(
             a.report,

@@ -11,7 +11,7 @@
 //           again and again; once every thread has gone round once it prints "churning"
 // Lines on stdout are flushed. Exit status: 2 usage, 4 skc::Error ("error <code> <message>" on
 // stdout), 5 other failure; otherwise the process runs until a signal ends it.
-#include <skc/policy/installer.hpp>
+#include <skc/policy/run_package_installer.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -12,7 +12,7 @@
 // After installing it prints "installed extracted=<0|1> reused=<0|1>" on stdout (flushed): whether
 // it extracted the package, or installed it from its kept extraction.
 // Exit status: 0 success, 2 usage, 4 skc::Error ("error <code> <message>" on stdout), 5 other.
-#include <skc/policy/installer.hpp>
+#include <skc/policy/run_package_installer.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -10,7 +10,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include "../policy/gather_core.hpp"
+#include "gather_round.hpp"
 
 namespace skc::detail {
 

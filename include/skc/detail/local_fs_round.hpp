@@ -24,7 +24,7 @@
 
 #include "../error.hpp"
 #include "../layout.hpp"
-#include "../policy/gather_core.hpp"
+#include "gather_round.hpp"
 #include "../policy/local_ranks.hpp"
 #include "../value.hpp"
 #include "atomic_file.hpp"
@@ -153,6 +153,11 @@ public:
             if (!leader) {
                 for (const LocalFsClaim& c : claims)
                     if (c.rank == 0 && c.held) leader = c;
+                // A leader whose lead failed at once has published its error and released its
+                // claim already: its outcome file names it.
+                if (!leader)
+                    for (const LocalFsClaim& c : claims)
+                        if (c.rank == 0 && exists(dir_ / ("outcome." + c.nonce + ".json"))) leader = c;
                 if (!leader && std::chrono::steady_clock::now() >= arrival_deadline)
                     throw Error(Errc::timeout,
                                 "local rank " + std::to_string(ranks_.local_rank) +

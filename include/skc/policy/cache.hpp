@@ -25,7 +25,8 @@
 #include "cache/remote_tier.hpp"
 #include "cache/stats_log.hpp"
 #include "lock.hpp"
-#include "storage.hpp"
+#include "filesystem_storage.hpp"
+#include "memory_storage.hpp"
 
 namespace skc {
 

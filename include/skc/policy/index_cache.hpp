@@ -39,7 +39,7 @@
 #include "../options.hpp"
 #include "lock.hpp"
 #include "remote.hpp"
-#include "storage.hpp"
+#include "filesystem_storage.hpp"
 
 namespace skc {
 

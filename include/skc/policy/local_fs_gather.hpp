@@ -29,7 +29,8 @@
 #include "../error.hpp"
 #include "../layout.hpp"
 #include "../value.hpp"
-#include "gather_core.hpp"
+#include "../detail/gather_round.hpp"
+#include "gather.hpp"
 #include "local_ranks.hpp"
 
 namespace skc {

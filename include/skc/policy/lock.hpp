@@ -50,13 +50,26 @@ using LockClock = std::chrono::steady_clock;
 /// movable Guard whose `owns()` tells whether the lock was acquired, and which releases it when
 /// destroyed. `try_lock(name, mode)` (never waits) and `lock(name, mode)` (waits as long as it takes)
 /// are optional: LockTraits derives them from lock_until.
+/// The requirements of a lock policy, one concept each: LockPolicy is their conjunction and
+/// diagnose_lock() names each one a type misses.
+namespace detail {
 template <class L>
-concept LockPolicy = requires(L& l, std::string_view name, LockMode mode, LockClock::time_point deadline) {
-    typename L::Guard;
+concept lock_guard_type = requires(const typename L::Guard& g) {
     requires std::movable<typename L::Guard>;
-    { l.lock_until(name, mode, deadline) } -> std::same_as<typename L::Guard>;
-    { std::declval<const typename L::Guard&>().owns() } -> std::convertible_to<bool>;
+    { g.owns() } -> std::convertible_to<bool>;
 };
+template <class L>
+concept lock_lock_until = requires(L& l, std::string_view name, LockMode mode, LockClock::time_point deadline) {
+    l.lock_until(name, mode, deadline);
+};
+template <class L>
+concept lock_until_gives_guard = requires(L& l, std::string_view name, LockMode mode, LockClock::time_point deadline) {
+    { l.lock_until(name, mode, deadline) } -> std::same_as<typename L::Guard>;
+};
+}  // namespace detail
+
+template <class L>
+concept LockPolicy = detail::lock_guard_type<L> && detail::lock_lock_until<L> && detail::lock_until_gives_guard<L>;
 
 namespace detail {
 
@@ -73,16 +86,12 @@ auto lock_waiting(L& l, std::string_view name, LockMode mode) {
 /// One message per requirement of LockPolicy that `L` misses (a host calls it in one line).
 template <class L>
 consteval bool diagnose_lock() {
-    static_assert(
-        requires { typename L::Guard; },
-        "skc: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
-    static_assert(
-        requires(L & l, std::string_view n, LockMode m, LockClock::time_point d) { l.lock_until(n, m, d); },
-        "skc: the Lock policy needs a member "
-        "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
-    static_assert(LockPolicy<L>,
-                  "skc: the Lock policy's lock_until must return its `Guard`, which must be movable and have "
-                  "`bool owns() const`");
+    static_assert(lock_guard_type<L>,
+                  "skc: the Lock policy needs a nested type `Guard` (movable, with `bool owns() const`)");
+    static_assert(lock_lock_until<L>,
+                  "skc: the Lock policy needs a member "
+                  "`Guard lock_until(std::string_view name, LockMode mode, LockClock::time_point deadline)`");
+    static_assert(lock_until_gives_guard<L>, "skc: the Lock policy's lock_until must return its `Guard`");
     return true;
 }
 
@@ -136,6 +145,15 @@ struct LockTraits {
                       })
             return l.lock(name, mode);
         else return detail::lock_waiting(l, name, mode);
+    }
+    /// The descriptor of the folder the locks are in, when they are files (FileLock), else -1: the
+    /// cache judges the trust of its folders through it.
+    static int dir_fd(const L& l) noexcept {
+        if constexpr (requires {
+                          { l.dir_fd() } -> std::same_as<int>;
+                      })
+            return l.dir_fd();
+        else return -1;
     }
 };
 

@@ -1,6 +1,15 @@
-// skc/policy/run_package_installer.hpp: the Installer concept, what an install takes and returns,
-// and RunPackageInstaller's interface. Include policy/installer.hpp, which has the definitions of
-// RunPackageInstaller's members too (policy/installer/*.hpp, a file for each role) and NoInstall.
+// skc/policy/run_package_installer.hpp: RunPackageInstaller, the installer (installer.hpp) of
+// makeself run packages.
+//
+// It extracts a package (makeself, through posix_spawn, never a shell string), checks the payload,
+// and under the node-wide install lock renames it into place and rewrites the global index and
+// config.ini atomically. Installs are reference-counted across processes by holder files
+// (detail/install_holders.hpp), released with the Installation handle, at exit and on SIGINT or
+// SIGTERM; orphans of killed processes are cleaned up by the next install. An uninstalled
+// package's extraction is kept for reuse (`.kept/`), within a byte limit. docs/run-package.md
+// describes the layout, each step and every error. The class is declared here; its members are
+// defined in a file for each of its parts, included at the end: installer/extract.hpp,
+// installer/kept.hpp, installer/holders.hpp and installer/publish.hpp.
 #pragma once
 
 #include <atomic>
@@ -27,126 +36,10 @@
 #include "../detail/unique_fd.hpp"
 #include "../error.hpp"
 #include "../run_package.hpp"
+#include "installer.hpp"
 #include "lock.hpp"
 
 namespace skc {
-
-/// How many bytes of kept extractions an op library holds when its installs set no other limit:
-/// the cache's default size limit (default_cache_limits in cache.hpp), since what is kept is an
-/// extraction of a cached package.
-inline constexpr std::uint64_t default_keep_bytes = std::uint64_t{5} << 30;
-
-struct InstallOptions {
-    std::string backend = "host";       // L/static_kernel/<backend>; the package's index must agree
-    bool persistent = false;            // stays until uninstall(stem, persistent = true)
-    std::chrono::seconds timeout{300};  // extraction time limit
-    /// Bytes of extracted packages kept in L/static_kernel/<backend>/.kept/ after their last holder
-    /// goes, for a later install of the same package to reuse without extracting; the least
-    /// recently released go first. 0 keeps nothing (and writes no identity); UINT64_MAX has no
-    /// limit. The op library applies the latest install's value.
-    std::uint64_t keep_bytes = default_keep_bytes;
-    /// The package's content: the checksum of its bytes (detail::Hasher, as a cache entry records
-    /// it). Unset: computed from the package file when it is needed (an extraction to keep, or a
-    /// kept extraction of the same stem to compare with).
-    std::optional<Digest> checksum;
-};
-
-/// One installed package as list() sees it.
-struct InstalledPackage {
-    std::string stem;
-    std::string device;
-    std::filesystem::path folder;
-    std::vector<std::string> holders;  // holder file names (dead ones are removed before listing)
-    [[nodiscard]] bool persistent() const {
-        return std::find(holders.begin(), holders.end(), "persistent") != holders.end();
-    }
-};
-
-/// The result of an install: what was installed and where. For a process-scoped install it is
-/// also the reference: destroying it (or release()) gives the reference up. Move-only.
-class Installation {
-public:
-    Installation() = default;
-    Installation(std::string stem, std::filesystem::path folder, bool extracted, std::function<void()> release,
-                 bool reused = false)
-        : stem_(std::move(stem)),
-          folder_(std::move(folder)),
-          extracted_(extracted),
-          reused_(reused),
-          release_(std::move(release)) {}
-    Installation(Installation&& o) noexcept
-        : stem_(std::move(o.stem_)),
-          folder_(std::move(o.folder_)),
-          extracted_(o.extracted_),
-          reused_(o.reused_),
-          release_(std::exchange(o.release_, nullptr)) {}
-    Installation& operator=(Installation&& o) noexcept {
-        if (this != &o) {
-            release_noexcept();
-            stem_ = std::move(o.stem_);
-            folder_ = std::move(o.folder_);
-            extracted_ = o.extracted_;
-            reused_ = o.reused_;
-            release_ = std::exchange(o.release_, nullptr);
-        }
-        return *this;
-    }
-    Installation(const Installation&) = delete;
-    Installation& operator=(const Installation&) = delete;
-    ~Installation() { release_noexcept(); }
-
-    [[nodiscard]] const std::string& stem() const noexcept { return stem_; }
-    /// L/static_kernel/<backend>/<stem>
-    [[nodiscard]] const std::filesystem::path& folder() const noexcept { return folder_; }
-    /// True when this call extracted the package; false when it was installed already or reused.
-    [[nodiscard]] bool extracted() const noexcept { return extracted_; }
-    /// True when this call installed the package from its kept extraction (.kept/<stem>), without
-    /// extracting.
-    [[nodiscard]] bool reused() const noexcept { return reused_; }
-    /// True while this handle holds a reference (process-scoped installs).
-    [[nodiscard]] bool holds() const noexcept { return static_cast<bool>(release_); }
-
-    /// Gives the reference up now (the package goes when no live holder is left). Throws on I/O errors.
-    void release() {
-        if (auto f = std::exchange(release_, nullptr)) f();
-    }
-    /// Keeps the reference for the rest of the process (released at exit or by uninstall()).
-    void detach() noexcept { release_ = nullptr; }
-
-private:
-    void release_noexcept() noexcept {
-        try {
-            release();
-        } catch (...) {  // a destructor must not throw; the next process cleans up
-        }
-    }
-
-    std::string stem_;
-    std::filesystem::path folder_;
-    bool extracted_ = false;
-    bool reused_ = false;
-    std::function<void()> release_;
-};
-
-/// What a host needs of an install policy: install(). The shipped installers also have
-/// `uninstall` and `list` (for tools such as `skc uninstall`) and `check` (a host that finds it asks
-/// it why a package cannot be installed before storing it).
-template <class I>
-concept Installer = requires(I& i, const std::filesystem::path& package, const std::filesystem::path& library,
-                             const InstallOptions& opt) {
-    { i.install(package, library, opt) } -> std::same_as<Installation>;
-};
-
-namespace detail {
-/// The message for an Install policy that does not fit (a host calls it in one line).
-template <class I>
-consteval bool diagnose_install() {
-    static_assert(Installer<I>,
-                  "skc: the Install policy needs a member `Installation install(const std::filesystem::path& package, "
-                  "const std::filesystem::path& library, const InstallOptions&)`");
-    return true;
-}
-}  // namespace detail
 
 /// Installs makeself run packages into an op library (docs/run-package.md).
 class RunPackageInstaller {
@@ -155,7 +48,7 @@ public:
     explicit RunPackageInstaller(std::filesystem::path shell = "/bin/sh") : shell_(std::move(shell)) {}
 
     static std::filesystem::path base_of(const std::filesystem::path& library, std::string_view backend) {
-        return library / "static_kernel" / std::string(backend);
+        return install_base(library, backend);
     }
 
     /// Why `package` cannot be installed as it is (cut short, or failing makeself's own integrity
@@ -309,4 +202,14 @@ private:
     std::filesystem::path shell_;
 };
 
+}  // namespace skc
+
+// The definitions of RunPackageInstaller's members, a file for each part.
+#include "installer/extract.hpp"
+#include "installer/holders.hpp"
+#include "installer/kept.hpp"
+#include "installer/publish.hpp"
+
+namespace skc {
+static_assert(Installer<RunPackageInstaller>);
 }  // namespace skc

@@ -19,8 +19,8 @@
 
 #include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
-#include <skc/policy/installer.hpp>
-#include <skc/policy/invoker.hpp>
+#include <skc/policy/run_package_installer.hpp>
+#include <skc/policy/process_invoker.hpp>
 
 #include "host/runtime.hpp"
 #include "test_support.hpp"

@@ -32,8 +32,8 @@
 #include <skc/compiler.hpp>
 #include <skc/detail/process.hpp>
 #include <skc/op_info_io.hpp>
-#include <skc/policy/installer.hpp>
-#include <skc/policy/invoker.hpp>
+#include <skc/policy/run_package_installer.hpp>
+#include <skc/policy/process_invoker.hpp>
 
 #include "host/codegen.hpp"
 #include "host/dispatch.hpp"

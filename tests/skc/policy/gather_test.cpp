@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include <skc/op_info_io.hpp>
-#include <skc/policy/gather.hpp>
+#include <skc/policy/local_fs_gather.hpp>
 #include <skc/select.hpp>
 
 #include "run_packages.hpp"

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <skc/policy/installer.hpp>
+#include <skc/policy/run_package_installer.hpp>
 
 #include "run_packages.hpp"
 #include "test_support.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include <skc/policy/invoker.hpp>
+#include <skc/policy/process_invoker.hpp>
 
 #include "test_support.hpp"
 

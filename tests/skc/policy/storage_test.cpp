@@ -3,7 +3,8 @@
 
 #include <thread>
 
-#include <skc/policy/storage.hpp>
+#include <skc/policy/filesystem_storage.hpp>
+#include <skc/policy/memory_storage.hpp>
 
 #include "test_support.hpp"
 

@@ -19,7 +19,7 @@
 #include "../../detail/text.hpp"
 #include "../../error.hpp"
 #include "../index_cache.hpp"
-#include "../storage.hpp"
+#include "../filesystem_storage.hpp"
 
 namespace skc {
 
@@ -256,11 +256,10 @@ void IndexCache<S, L>::add_wait(std::chrono::nanoseconds d) {
 /// Once per cache: refuses the folders below the namespace when every user may write them.
 template <class S, class L>
 void IndexCache<S, L>::judge_subfolders() {
-    if constexpr (requires { locks_.dir_fd(); }) {
-        if (!folder_ || subfolders_judged_.load(std::memory_order_acquire)) return;
-        check_cache_subfolders_trust(locks_.dir_fd(), folder_->root, folder_->stem);
-        subfolders_judged_.store(true, std::memory_order_release);
-    }
+    const int dir = LockTraits<L>::dir_fd(locks_);
+    if (dir < 0 || !folder_ || subfolders_judged_.load(std::memory_order_acquire)) return;
+    check_cache_subfolders_trust(dir, folder_->root, folder_->stem);
+    subfolders_judged_.store(true, std::memory_order_release);
 }
 
 /// The namespace's manifest beside its folder, written when it is missing or differs.

@@ -18,7 +18,7 @@
 #include "../../op_info_io.hpp"
 #include "../../value.hpp"
 #include "../run_package_installer.hpp"
-#include "../storage.hpp"
+#include "../filesystem_storage.hpp"
 
 namespace skc {
 
