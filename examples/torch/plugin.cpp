@@ -242,19 +242,14 @@ struct TableReselect {
     void reselect(const skc::ReselectContext& ctx) { table->reload(skc_host::load_installed_kernels(ctx)); }
 };
 
-/// A StaticKernelCompiler of either gather policy (the ranks come from the environment).
-struct AnyCompiler {
-    virtual ~AnyCompiler() = default;
-    virtual skc::CompileReport compile(Recorder& r) = 0;
-    /// Waits for the op info folders its compile() writes in the background.
-    virtual void flush_files() = 0;
-};
-
-template <class Gather>
-struct CompilerOf final : AnyCompiler {
-    CompilerOf(const Config& c, skc::CompilerSettings s, TableReselect hook, Gather g)
-        : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), hook, std::move(g)) {}
-    skc::CompileReport compile(Recorder& r) override {
+/// The plugin's compiler: the node's ranks from the environment (AnyGather: one process, or the
+/// ranks torchrun starts), the remote tier when the plugin is built with hiredis, and the reselect
+/// hook that loads the installed kernels into the plugin's table.
+struct PluginCompiler {
+    PluginCompiler(const Config& c, skc::CompilerSettings s, TableReselect hook)
+        : compiler(skc::ProcessInvoker(c.compiler), c.options, std::move(s), hook,
+                   skc::AnyGather::from_env(c.options.compile_timeout)) {}
+    skc::CompileReport compile(Recorder& r) {
         skc::CompileReport report = compiler.compile(r);
         // The plugin lives as long as the process and is never destroyed, so the cache's counters
         // are saved now, not at its destruction (skc cache stats shows them).
@@ -267,10 +262,9 @@ struct CompilerOf final : AnyCompiler {
         }
         return report;
     }
-    void flush_files() override { compiler.flush(); }
-    skc::StaticKernelCompiler<skc::ProcessInvoker, skc::with_reselect<TableReselect>, skc::with_gather<Gather>,
-                              skc::with_remote<PluginRemote>>
-        compiler;
+    /// Waits for the op info folders its compile() writes in the background.
+    void flush_files() { compiler.flush(); }
+    skc::NodeCompiler<skc::ProcessInvoker, PluginRemote, skc::with_reselect<TableReselect>> compiler;
 };
 
 // ---- the plugin ---------------------------------------------------------------------------------------
@@ -405,12 +399,7 @@ public:
             compiled_for_ = where;
         }
         s.compiled = &compiled_;
-        std::unique_ptr<AnyCompiler> compiler;
-        const TableReselect hook{&table_};
-        if (std::optional<skc::LocalRanks> ranks = skc::local_ranks_from_env())
-            compiler = std::make_unique<CompilerOf<skc::LocalFsGather>>(
-                c, s, hook, skc::LocalFsGather(std::move(*ranks), c.options.compile_timeout));
-        else compiler = std::make_unique<CompilerOf<skc::SingleRank>>(c, s, hook, skc::SingleRank());
+        auto compiler = std::make_unique<PluginCompiler>(c, s, TableReselect{&table_});
         std::error_code ec;
         fs::create_directories(s.op_library, ec);
         if (ec)
@@ -437,7 +426,7 @@ public:
         }
         session_.store(0, std::memory_order_release);  // calls from now on do not record
         std::unique_ptr<Recorder> rec = std::move(recorder_);
-        std::unique_ptr<AnyCompiler> compiler = std::move(pending_);
+        std::unique_ptr<PluginCompiler> compiler = std::move(pending_);
         skc::CompileReport report;
         try {
             report = compiler->compile(*rec);
@@ -596,8 +585,8 @@ private:
     std::uint64_t sessions_ = 0;
     bool off_by_config_ = false;
     std::unique_ptr<Recorder> recorder_;
-    std::unique_ptr<AnyCompiler> pending_;  // made by enable() (checks the config), run by compile()
-    std::vector<std::unique_ptr<AnyCompiler>> compilers_;
+    std::unique_ptr<PluginCompiler> pending_;  // made by enable() (checks the config), run by compile()
+    std::vector<std::unique_ptr<PluginCompiler>> compilers_;
     skc::CompiledSet compiled_;  // the ops whose kernels the table has (the compilers' in-process rule)
     std::string compiled_for_;   // the op library, device and toolchain compiled_ is for
     std::vector<std::unique_ptr<Recorder>> retired_;
