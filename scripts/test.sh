@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds skc and runs every test suite two ways, both at warning_level=3 with werror: g++ (with the
-# benchmarks built; unoptimised, as the tests time nothing: the benchmarks are for an optimised
-# build of one's own, see docs/performance.md), and clang++ under AddressSanitizer +
-# UndefinedBehaviorSanitizer (one build covers the second compiler and the sanitizers); then the
-# tests that run threads (suite 'threads') a third way, clang++ under ThreadSanitizer, building only
-# their executables; then every fuzz harness of tests/fuzz for a few seconds. Ends with one line
-# "N passed, N failed".
+# Builds skc and runs every test once, at warning_level=3 with werror:
+#   1. g++ builds everything (the examples, the PyTorch plugin and the benchmarks too), unoptimised,
+#      and runs the tests that are not in suite 'sanitized': the areas whose time goes to the real kernel
+#      compiler they run (faults, skc compile, the demo), the PyTorch plugin's tests (clang++ cannot
+#      compile libtorch's headers), MPI, the examples, the layout, fwd.hpp and the installed packages;
+#   2. clang++ under AddressSanitizer + UndefinedBehaviorSanitizer builds everything (a debug
+#      build) and runs suite 'sanitized': every other test area, the header and compile-fail checks;
+#   3. the tests that run threads (suite 'threads') once more under ThreadSanitizer, building only
+#      their executables;
+#   4. every fuzz harness of tests/fuzz for a few seconds.
+# Ends with one line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -23,12 +27,12 @@ passed=0
 failed=0
 status=0
 
-# configure NAME COMPILER [meson options...] [-- meson test options...]: set up build/NAME once,
-# reconfigure later runs. Without test options everything is built and every test runs; with them
-# (--suite S) `meson test` builds only the executables the selected tests need.
+# run_suite NAME COMPILER all|needed [meson options...] [-- meson test options...]: set up build/NAME
+# once, reconfigure later runs; build everything (all) or only what the selected tests need
+# (needed), then run the tests the options select (all of them without options).
 run_suite() {
-  local name=$1 compiler=$2
-  shift 2
+  local name=$1 compiler=$2 build=$3
+  shift 3
   local setup=() test_opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     setup+=("$1")
@@ -44,7 +48,7 @@ run_suite() {
   else
     meson configure "$dir" "${setup[@]}" >/dev/null  # a build directory of an older script
   fi
-  if [ ${#test_opts[@]} -eq 0 ]; then
+  if [ "$build" = all ]; then
     meson compile -C "$dir"
   fi
   local log=$dir/meson-logs/suite-summary.txt
@@ -61,15 +65,17 @@ run_suite() {
 }
 
 if $quick; then
-  run_suite quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
+  run_suite quick g++ needed -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
   echo "$passed passed, $failed failed"
   exit $status
 fi
 
-run_suite gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false
-run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+run_suite gcc g++ all -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false -- --no-suite sanitized
+run_suite clang-sanitize clang++ all -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dbuildtype=debug -- --suite sanitized
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -- --suite threads
+  run_suite tsan clang++ needed -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
+  -- --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
 fuzz_log=build/fuzz/summary.txt
