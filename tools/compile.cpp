@@ -322,9 +322,9 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
         s += "  key        " + r.key + "\n";
         s += "  package    " + printable(r.package.string()) + "\n";
         s += "  installed  " +
-             (r.installed.empty() ? std::string("no (give --op-library to install)")
-                                  : printable(r.installed) + " in " +
-                                        printable(skc::RunPackageInstaller::base_of(library, backend).string())) +
+             (r.installed.empty()
+                  ? std::string("no (give --op-library to install)")
+                  : printable(r.installed) + " in " + printable(skc::install_base(library, backend).string())) +
              "\n";
         s += "  ops        " + std::to_string(r.selected) + " selected of " + std::to_string(r.recorded) +
              " distinct (" + std::to_string(r.recorded - r.supported) + " unsupported, " +

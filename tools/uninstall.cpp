@@ -49,7 +49,7 @@ int run_uninstall(const UninstallArgs& a) {
                 std::string names;
                 for (const auto& i : installed) names += (names.empty() ? "" : ", ") + printable(i.stem);
                 throw UsageError{"no package '" + printable(want) + "' in " +
-                                     printable(skc::RunPackageInstaller::base_of(library, backend).string()) + "; " +
+                                     printable(skc::install_base(library, backend).string()) + "; " +
                                      (names.empty() ? std::string("none is installed") : "installed: " + names),
                                  false};
             }
@@ -58,8 +58,7 @@ int run_uninstall(const UninstallArgs& a) {
             for (const auto& i : installed) stems.push_back(i.stem);
         }
         if (stems.empty())
-            out("nothing installed in " + printable(skc::RunPackageInstaller::base_of(library, backend).string()) +
-                "\n");
+            out("nothing installed in " + printable(skc::install_base(library, backend).string()) + "\n");
         for (const std::string& stem : stems) {
             if (installer.uninstall(library, stem, backend, /*persistent=*/true)) {
                 out("uninstalled " + printable(stem) + "\n");

@@ -153,7 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     // The op library.
     const fs::path lib = fuzz::scratch() / "lib";
-    const fs::path base = skc::RunPackageInstaller::base_of(lib, "host");
+    const fs::path base = skc::install_base(lib, "host");
     fuzz::fresh_dir(lib);
     fs::create_directories(base / "pkgA");
     fs::create_directories(base / "pkgB");

@@ -47,10 +47,6 @@ public:
     /// `shell` runs the package (`/bin/sh <package> --quiet --noexec --nox11 --target <staging>`).
     explicit RunPackageInstaller(std::filesystem::path shell = "/bin/sh") : shell_(std::move(shell)) {}
 
-    static std::filesystem::path base_of(const std::filesystem::path& library, std::string_view backend) {
-        return install_base(library, backend);
-    }
-
     /// Why `package` cannot be installed as it is (cut short, or failing makeself's own integrity
     /// check), or nullopt (run_package.hpp). The compiler host checks a new package with it before
     /// the cache stores it, and a cached one whose install failed.
@@ -63,7 +59,7 @@ public:
         const std::string stem = package.stem().string();
         check_name(stem, "package stem", package);
         check_name(opt.backend, "backend", package);
-        const std::filesystem::path base = base_of(library, opt.backend);
+        const std::filesystem::path base = install_base(library, opt.backend);
         std::error_code ec;
         std::filesystem::create_directories(base, ec);
         if (ec)

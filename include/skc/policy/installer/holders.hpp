@@ -30,7 +30,7 @@ namespace skc {
 
 inline bool RunPackageInstaller::uninstall(const std::filesystem::path& library, std::string_view stem,
                                            std::string_view backend, bool persistent) {
-    const std::filesystem::path base = base_of(library, backend);
+    const std::filesystem::path base = install_base(library, backend);
     check_name(std::string(stem), "package stem", base);
     if (!std::filesystem::exists(base)) return false;
     std::vector<std::string> mine;
@@ -57,7 +57,7 @@ inline bool RunPackageInstaller::uninstall(const std::filesystem::path& library,
 }
 
 inline std::size_t RunPackageInstaller::cleanup(const std::filesystem::path& library, std::string_view backend) {
-    const std::filesystem::path base = base_of(library, backend);
+    const std::filesystem::path base = install_base(library, backend);
     if (!std::filesystem::exists(base)) return 0;
     FileLock locks(base);
     auto guard = locks.lock("install", LockMode::exclusive);

@@ -24,7 +24,7 @@ namespace skc {
 
 inline std::vector<InstalledPackage> RunPackageInstaller::list(const std::filesystem::path& library,
                                                                std::string_view backend) {
-    const std::filesystem::path base = base_of(library, backend);
+    const std::filesystem::path base = install_base(library, backend);
     std::vector<InstalledPackage> out;
     if (!std::filesystem::exists(base)) return out;
     FileLock locks(base);
