@@ -177,35 +177,6 @@ struct SlotTraits<desc::List<Ts...>> {
     }
 };
 
-template <class Sink, class... Slots, std::size_t... I>
-constexpr void encode_slots(Sink& s, std::index_sequence<I...>) {
-    canon::begin_array(s, sizeof...(Slots));
-    (SlotTraits<Slots>::encode(s, static_cast<std::int64_t>(I)), ...);
-}
-
-template <class... Slots, std::size_t... I>
-SKC_CONSTEXPR_RECORD std::vector<TensorSlot> slots_record(std::index_sequence<I...>) {
-    std::vector<TensorSlot> v;
-    v.reserve(sizeof...(Slots));
-    (v.push_back(SlotTraits<Slots>::record(static_cast<std::int64_t>(I))), ...);
-    return v;
-}
-
-template <class SlotList>
-struct SlotsOf;
-template <class... Slots>
-struct SlotsOf<desc::Inputs<Slots...>> {
-    template <class Sink>
-    static constexpr void encode(Sink& s) {
-        encode_slots<Sink, Slots...>(s, std::index_sequence_for<Slots...>{});
-    }
-    static SKC_CONSTEXPR_RECORD std::vector<TensorSlot> record() {
-        return slots_record<Slots...>(std::index_sequence_for<Slots...>{});
-    }
-};
-template <class... Slots>
-struct SlotsOf<desc::Outputs<Slots...>> : SlotsOf<desc::Inputs<Slots...>> {};
-
 template <class A>
 constexpr std::string_view attr_dtype() {
     using V = std::remove_cv_t<decltype(A::value)>;
@@ -230,24 +201,11 @@ SKC_CONSTEXPR_RECORD Value attr_value() {
     else return Value(A::value.view());
 }
 
-template <class AttrList>
-struct AttrsOf;
-template <class... As>
-struct AttrsOf<desc::Attrs<As...>> {
+/// Attribute A of an Attrs list, at position `index`.
+template <class A>
+struct AttrTraits {
     template <class Sink>
-    static constexpr void encode(Sink& s) {
-        encode_all<Sink>(s, std::index_sequence_for<As...>{});
-    }
-    static SKC_CONSTEXPR_RECORD std::vector<skc::Attr> record() { return record_all(std::index_sequence_for<As...>{}); }
-
-private:
-    template <class Sink, std::size_t... I>
-    static constexpr void encode_all(Sink& s, std::index_sequence<I...>) {
-        canon::begin_array(s, sizeof...(As));
-        (encode_one<Sink, As>(s, static_cast<std::int64_t>(I)), ...);
-    }
-    template <class Sink, class A>
-    static constexpr void encode_one(Sink& s, std::int64_t index) {
+    static constexpr void encode(Sink& s, std::int64_t index) {
         canon::begin_object(s, 4);
         canon::put_key(s, "dtype");
         canon::put_string(s, attr_dtype<A>());
@@ -258,43 +216,62 @@ private:
         canon::put_key(s, "value");
         encode_attr_value<Sink, A>(s);
     }
-    template <std::size_t... I>
-    static SKC_CONSTEXPR_RECORD std::vector<skc::Attr> record_all(std::index_sequence<I...>) {
-        std::vector<skc::Attr> v;
-        v.reserve(sizeof...(As));
-        (v.push_back(
-             skc::Attr{str(As::name), str(attr_dtype<As>()), static_cast<std::int64_t>(I), attr_value<As>(), {}}),
-         ...);
+    static SKC_CONSTEXPR_RECORD skc::Attr record(std::int64_t index) {
+        return skc::Attr{str(A::name), str(attr_dtype<A>()), index, attr_value<A>(), {}};
+    }
+};
+
+/// The items of an Inputs, Outputs or Attrs list, each described by Traits<Item> at its position:
+/// an array of their encodings, and a vector of their records.
+template <class Record, template <class> class Traits, class... Items>
+struct ItemList {
+    template <class Sink>
+    static constexpr void encode(Sink& s) {
+        canon::begin_array(s, sizeof...(Items));
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (Traits<Items>::encode(s, static_cast<std::int64_t>(I)), ...);
+        }
+        (std::index_sequence_for<Items...>{});
+    }
+    static SKC_CONSTEXPR_RECORD std::vector<Record> record() {
+        std::vector<Record> v;
+        v.reserve(sizeof...(Items));
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (v.push_back(Traits<Items>::record(static_cast<std::int64_t>(I))), ...);
+        }
+        (std::index_sequence_for<Items...>{});
         return v;
     }
 };
 
+template <class List>
+struct ListOf;
+template <class... Slots>
+struct ListOf<desc::Inputs<Slots...>> : ItemList<TensorSlot, SlotTraits, Slots...> {};
+template <class... Slots>
+struct ListOf<desc::Outputs<Slots...>> : ItemList<TensorSlot, SlotTraits, Slots...> {};
+template <class... As>
+struct ListOf<desc::Attrs<As...>> : ItemList<skc::Attr, AttrTraits, As...> {};
+
+/// One member of an encoded object: its key, then its value (an integer or a string).
+template <class Sink, class V>
+constexpr void encode_member(Sink& s, std::string_view key, const V& value) {
+    canon::put_key(s, key);
+    if constexpr (std::is_integral_v<V>) canon::put_int(s, value);
+    else canon::put_string(s, value);
+}
+
+/// Which of the optional members a context type C declares.
 template <class C>
-concept has_tune_mode = requires {
-    C::tune_mode;
+struct ContextHas {
+    static constexpr bool tune_mode = requires { C::tune_mode; };
+    static constexpr bool impl_mode = requires { C::impl_mode; };
+    static constexpr bool deterministic = requires { C::deterministic; };
+    static constexpr bool deterministic_level = requires { C::deterministic_level; };
+    static constexpr bool vector_core_cnt = requires { C::vector_core_cnt; };
+    static constexpr bool cube_core_cnt = requires { C::cube_core_cnt; };
+    static constexpr bool platform_info = vector_core_cnt || cube_core_cnt;
 };
-template <class C>
-concept has_impl_mode = requires {
-    C::impl_mode;
-};
-template <class C>
-concept has_deterministic = requires {
-    C::deterministic;
-};
-template <class C>
-concept has_deterministic_level = requires {
-    C::deterministic_level;
-};
-template <class C>
-concept has_vector_core_cnt = requires {
-    C::vector_core_cnt;
-};
-template <class C>
-concept has_cube_core_cnt = requires {
-    C::cube_core_cnt;
-};
-template <class C>
-constexpr bool has_platform_info = has_vector_core_cnt<C> || has_cube_core_cnt<C>;
 
 }  // namespace detail::descimpl
 
@@ -310,45 +287,29 @@ struct OpDesc {
     static constexpr void encode(Sink& s) {
         using namespace detail::descimpl;
         namespace canon = detail::canon;
-        constexpr std::size_t count = 4 + has_tune_mode<Ctx> + has_impl_mode<Ctx> + has_deterministic<Ctx> +
-                                      has_deterministic_level<Ctx> + has_platform_info<Ctx>;
+        using Has = ContextHas<Ctx>;
+        constexpr std::size_t count =
+            4 + Has::tune_mode + Has::impl_mode + Has::deterministic + Has::deterministic_level + Has::platform_info;
         canon::begin_object(s, count);
         canon::put_key(s, "attrs");
-        AttrsOf<At>::encode(s);
-        if constexpr (has_deterministic<Ctx>) {
-            canon::put_key(s, "deterministic");
-            canon::put_string(s, Ctx::deterministic ? "true" : "false");
-        }
-        if constexpr (has_deterministic_level<Ctx>) {
-            canon::put_key(s, "deterministic_level");
-            canon::put_int(s, Ctx::deterministic_level);
-        }
-        if constexpr (has_impl_mode<Ctx>) {
-            canon::put_key(s, "impl_mode");
-            canon::put_string(s, Ctx::impl_mode);
-        }
+        ListOf<At>::encode(s);
+        if constexpr (Has::deterministic)
+            encode_member(s, "deterministic", std::string_view(Ctx::deterministic ? "true" : "false"));
+        if constexpr (Has::deterministic_level) encode_member(s, "deterministic_level", Ctx::deterministic_level);
+        if constexpr (Has::impl_mode) encode_member(s, "impl_mode", Ctx::impl_mode);
         canon::put_key(s, "inputs");
-        SlotsOf<In>::encode(s);
+        ListOf<In>::encode(s);
         canon::put_key(s, "op_type");
         canon::put_string(s, op_type);
         canon::put_key(s, "outputs");
-        SlotsOf<Out>::encode(s);
-        if constexpr (has_platform_info<Ctx>) {
+        ListOf<Out>::encode(s);
+        if constexpr (Has::platform_info) {
             canon::put_key(s, "platform_info");
-            canon::begin_object(s, std::size_t{has_cube_core_cnt<Ctx>} + std::size_t{has_vector_core_cnt<Ctx>});
-            if constexpr (has_cube_core_cnt<Ctx>) {
-                canon::put_key(s, "cube_core_cnt");
-                canon::put_int(s, Ctx::cube_core_cnt);
-            }
-            if constexpr (has_vector_core_cnt<Ctx>) {
-                canon::put_key(s, "vector_core_cnt");
-                canon::put_int(s, Ctx::vector_core_cnt);
-            }
+            canon::begin_object(s, std::size_t{Has::cube_core_cnt} + std::size_t{Has::vector_core_cnt});
+            if constexpr (Has::cube_core_cnt) encode_member(s, "cube_core_cnt", Ctx::cube_core_cnt);
+            if constexpr (Has::vector_core_cnt) encode_member(s, "vector_core_cnt", Ctx::vector_core_cnt);
         }
-        if constexpr (has_tune_mode<Ctx>) {
-            canon::put_key(s, "tune_mode");
-            canon::put_string(s, Ctx::tune_mode);
-        }
+        if constexpr (Has::tune_mode) encode_member(s, "tune_mode", Ctx::tune_mode);
     }
 
     /// The content digest, computed at compile time.
@@ -361,21 +322,22 @@ struct OpDesc {
     /// The same op as a run-time record.
     static SKC_CONSTEXPR_RECORD OpRecord record() {
         using namespace detail::descimpl;
+        using Has = ContextHas<Ctx>;
         OpRecord r;
         r.op_type = str(op_type);
-        r.inputs = SlotsOf<In>::record();
-        r.outputs = SlotsOf<Out>::record();
-        r.attrs = AttrsOf<At>::record();
-        if constexpr (has_tune_mode<Ctx>) r.tune_mode = str(Ctx::tune_mode);
-        if constexpr (has_platform_info<Ctx>) {
+        r.inputs = ListOf<In>::record();
+        r.outputs = ListOf<Out>::record();
+        r.attrs = ListOf<At>::record();
+        if constexpr (Has::tune_mode) r.tune_mode = str(Ctx::tune_mode);
+        if constexpr (Has::platform_info) {
             PlatformInfo p;
-            if constexpr (has_vector_core_cnt<Ctx>) p.vector_core_cnt = Ctx::vector_core_cnt;
-            if constexpr (has_cube_core_cnt<Ctx>) p.cube_core_cnt = Ctx::cube_core_cnt;
+            if constexpr (Has::vector_core_cnt) p.vector_core_cnt = Ctx::vector_core_cnt;
+            if constexpr (Has::cube_core_cnt) p.cube_core_cnt = Ctx::cube_core_cnt;
             r.platform_info = std::move(p);
         }
-        if constexpr (has_impl_mode<Ctx>) r.impl_mode = str(Ctx::impl_mode);
-        if constexpr (has_deterministic<Ctx>) r.deterministic = str(Ctx::deterministic ? "true" : "false");
-        if constexpr (has_deterministic_level<Ctx>) r.deterministic_level = Ctx::deterministic_level;
+        if constexpr (Has::impl_mode) r.impl_mode = str(Ctx::impl_mode);
+        if constexpr (Has::deterministic) r.deterministic = str(Ctx::deterministic ? "true" : "false");
+        if constexpr (Has::deterministic_level) r.deterministic_level = Ctx::deterministic_level;
         return r;
     }
 };

@@ -44,88 +44,30 @@ struct with_policy {
     using type = P;
 };
 
-/// What each role of PolicyRole is: its default policy, and the check that a policy fits it (one
-/// static_assert per requirement it misses, stated beside the role's concept). The defaults and the
-/// checks below are made from this table, in PolicyRole's order.
-template <PolicyRole R>
-struct policy_role;
-template <>
-struct policy_role<PolicyRole::storage> {
-    using default_policy = FilesystemStorage;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_storage<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::lock> {
-    using default_policy = FileLock;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_lock<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::install> {
-    using default_policy = RunPackageInstaller;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_install<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::reselect> {
-    using default_policy = NoReselect;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_reselect<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::gather> {
-    using default_policy = SingleRank;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_gather<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::support> {
-    using default_policy = DefaultSupport;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_support<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::targets> {
-    using default_policy = DefaultTargets;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_targets<P>();
-    }
-};
-template <>
-struct policy_role<PolicyRole::remote> {
-    using default_policy = NoRemote;
-    template <class P>
-    static consteval bool fits() {
-        return detail::diagnose_remote<P>();
-    }
-};
-
 /// How many roles there are: PolicyRole's last one is remote.
 inline constexpr std::size_t policy_role_count = static_cast<std::size_t>(PolicyRole::remote) + 1;
 
-namespace detail {
-template <std::size_t... I>
-std::tuple<typename policy_role<static_cast<PolicyRole>(I)>::default_policy...> defaults_of(std::index_sequence<I...>);
-}  // namespace detail
-
 /// Each role's default, in PolicyRole's order.
-using default_policies = decltype(detail::defaults_of(std::make_index_sequence<policy_role_count>{}));
+using default_policies = std::tuple<FilesystemStorage, FileLock, RunPackageInstaller, NoReselect, SingleRank,
+                                    DefaultSupport, DefaultTargets, NoRemote>;
+static_assert(std::tuple_size_v<default_policies> == policy_role_count, "skc: a role without a default");
 
 namespace detail {
+
+/// Whether P fits role R: one static_assert per requirement it misses, stated beside the role's
+/// concept.
+template <PolicyRole R, class P>
+consteval bool fits_role() {
+    // if constexpr, not switch: only R's check may be instantiated, or P would be checked against all.
+    if constexpr (R == PolicyRole::storage) return diagnose_storage<P>();
+    else if constexpr (R == PolicyRole::lock) return diagnose_lock<P>();
+    else if constexpr (R == PolicyRole::install) return diagnose_install<P>();
+    else if constexpr (R == PolicyRole::reselect) return diagnose_reselect<P>();
+    else if constexpr (R == PolicyRole::gather) return diagnose_gather<P>();
+    else if constexpr (R == PolicyRole::support) return diagnose_support<P>();
+    else if constexpr (R == PolicyRole::targets) return diagnose_targets<P>();
+    else return diagnose_remote<P>();
+}
 
 template <class P>
 inline constexpr bool is_selector = false;
@@ -189,8 +131,8 @@ consteval bool diagnose_policies() {
     const bool invoker_fits = diagnose_invoker<Invoker>();
     // Every role's check runs (each reports what its policy misses), then the results are joined.
     constexpr auto each_fits = []<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<bool, sizeof...(I)>{policy_role<static_cast<PolicyRole>(
-            I)>::template fits<typename Chosen::template type<static_cast<PolicyRole>(I)>>()...};
+        return std::array<bool, sizeof...(I)>{
+            fits_role<static_cast<PolicyRole>(I), typename Chosen::template type<static_cast<PolicyRole>(I)>>()...};
     }
     (std::make_index_sequence<policy_role_count>{});
     for (bool f : each_fits)

@@ -146,26 +146,19 @@ class Hasher {
         return v;
     }
 
+    /// The two lanes' key scrambles: lane 1 multiplies by c1, rotates by 31, multiplies by c2; lane 2
+    /// the other way round, by 33.
+    static constexpr std::uint64_t key1(std::uint64_t k) noexcept { return rotl64(k * c1, 31) * c2; }
+    static constexpr std::uint64_t key2(std::uint64_t k) noexcept { return rotl64(k * c2, 33) * c1; }
+
     /// Mixes `blocks` 16-byte blocks from p into h1, h2.
     template <class Byte>
     static constexpr void mix(std::uint64_t& h1, std::uint64_t& h2, const Byte* p, std::size_t blocks) noexcept {
         for (std::size_t b = 0; b < blocks; ++b, p += 16) {
-            std::uint64_t k1 = load64(p);
-            std::uint64_t k2 = load64(p + 8);
-            k1 *= c1;
-            k1 = rotl64(k1, 31);
-            k1 *= c2;
-            h1 ^= k1;
-            h1 = rotl64(h1, 27);
-            h1 += h2;
-            h1 = h1 * 5 + 0x52dce729;
-            k2 *= c2;
-            k2 = rotl64(k2, 33);
-            k2 *= c1;
-            h2 ^= k2;
-            h2 = rotl64(h2, 31);
-            h2 += h1;
-            h2 = h2 * 5 + 0x38495ab5;
+            h1 ^= key1(load64(p));
+            h1 = (rotl64(h1, 27) + h2) * 5 + 0x52dce729;
+            h2 ^= key2(load64(p + 8));
+            h2 = (rotl64(h2, 31) + h1) * 5 + 0x38495ab5;
         }
     }
 
@@ -268,19 +261,9 @@ public:
         const std::size_t tail = buffered_ - full * 16;
         std::uint64_t k1 = 0, k2 = 0;
         for (std::size_t i = tail; i > 8; --i) k2 ^= std::uint64_t{t[i - 1]} << (8 * (i - 9));
-        if (tail > 8) {
-            k2 *= c2;
-            k2 = rotl64(k2, 33);
-            k2 *= c1;
-            h2 ^= k2;
-        }
+        if (tail > 8) h2 ^= key2(k2);
         for (std::size_t i = tail < 8 ? tail : 8; i > 0; --i) k1 ^= std::uint64_t{t[i - 1]} << (8 * (i - 1));
-        if (tail > 0) {
-            k1 *= c1;
-            k1 = rotl64(k1, 31);
-            k1 *= c2;
-            h1 ^= k1;
-        }
+        if (tail > 0) h1 ^= key1(k1);
         h1 ^= total_;
         h2 ^= total_;
         h1 += h2;

@@ -89,6 +89,14 @@ inline bool redis_host_char(char c) {
            c == '_';
 }
 
+/// What follows position `at` of `rest` (none when `at` is npos); `rest` keeps what precedes it.
+inline std::optional<std::string_view> cut_at(std::string_view& rest, std::size_t at) {
+    if (at == std::string_view::npos) return std::nullopt;
+    const std::string_view after = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    return after;
+}
+
 /// The parts of `url`; Error(invalid_option) for the option `remote_cache` naming what is wrong.
 inline RedisUrl parse_redis_url(std::string_view url) {
     if (url.empty()) bad_redis_url(url, "it is empty");
@@ -115,23 +123,9 @@ inline RedisUrl parse_redis_url(std::string_view url) {
         if (u.password.empty()) bad_redis_url(url, "the password is empty");
     }
 
-    std::string_view query;
-    bool has_query = false;
-    if (const std::size_t q = rest.find('?'); q != std::string_view::npos) {
-        query = rest.substr(q + 1);
-        has_query = true;
-        rest = rest.substr(0, q);
-    }
-    std::string_view path;
-    bool has_path = false;
-    if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
-        path = rest.substr(slash + 1);
-        has_path = true;
-        rest = rest.substr(0, slash);
-    }
-
-    std::string_view port;
-    bool has_port = false;
+    const std::optional<std::string_view> query = cut_at(rest, rest.find('?'));
+    const std::optional<std::string_view> path = cut_at(rest, rest.find('/'));
+    std::optional<std::string_view> port;
     if (rest.starts_with('[')) {
         const std::size_t close = rest.find(']');
         if (close == std::string_view::npos) bad_redis_url(url, "the IPv6 address has no closing ']'");
@@ -148,37 +142,32 @@ inline RedisUrl parse_redis_url(std::string_view url) {
         if (!after.empty()) {
             if (after[0] != ':') bad_redis_url(url, "the IPv6 address is followed by " + quote(after) + ", not :port");
             port = after.substr(1);
-            has_port = true;
         }
     } else {
-        const std::size_t colon = rest.find(':');
-        const std::string_view host = rest.substr(0, colon);
+        port = cut_at(rest, rest.find(':'));
+        const std::string_view host = rest;
         if (host.empty()) bad_redis_url(url, "there is no host");
         if (!std::all_of(host.begin(), host.end(), redis_host_char))
             bad_redis_url(url, "the host " + quote(host) +
                                    " has a character other than letters, digits, '.', '-' and '_' (an IPv6 "
                                    "address goes in brackets: [::1])");
         u.host = host;
-        if (colon != std::string_view::npos) {
-            port = rest.substr(colon + 1);
-            has_port = true;
-        }
     }
-    if (has_port) {
+    if (port) {
         std::uint64_t p = 0;
-        if (!parse_u64(port, p) || p < 1 || p > 65535)
-            bad_redis_url(url, "the port " + quote(port) + " is not a number from 1 to 65535");
+        if (!parse_u64(*port, p) || p < 1 || p > 65535)
+            bad_redis_url(url, "the port " + quote(*port) + " is not a number from 1 to 65535");
         u.port = static_cast<int>(p);
     }
-    if (has_path && !path.empty()) {
+    if (path && !path->empty()) {
         std::uint64_t d = 0;
-        if (!parse_u64(path, d) || d > redis_max_db)
-            bad_redis_url(url,
-                          "the database " + quote(path) + " is not a number from 0 to " + std::to_string(redis_max_db));
+        if (!parse_u64(*path, d) || d > redis_max_db)
+            bad_redis_url(
+                url, "the database " + quote(*path) + " is not a number from 0 to " + std::to_string(redis_max_db));
         u.db = static_cast<int>(d);
     }
-    if (has_query) {
-        for (const std::string_view param : split(query, '&')) {
+    if (query) {
+        for (const std::string_view param : split(*query, '&')) {
             const std::size_t eq = param.find('=');
             if (eq == std::string_view::npos)
                 bad_redis_url(url, "the parameter " + quote(param) + " is not name=value");

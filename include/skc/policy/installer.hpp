@@ -64,22 +64,17 @@ public:
           extracted_(extracted),
           reused_(reused),
           release_(std::move(release)) {}
-    Installation(Installation&& o) noexcept
-        : stem_(std::move(o.stem_)),
-          folder_(std::move(o.folder_)),
-          extracted_(o.extracted_),
-          reused_(o.reused_),
-          release_(std::exchange(o.release_, nullptr)) {}
+    Installation(Installation&& o) noexcept { swap(o); }
     Installation& operator=(Installation&& o) noexcept {
-        if (this != &o) {
-            release_noexcept();
-            stem_ = std::move(o.stem_);
-            folder_ = std::move(o.folder_);
-            extracted_ = o.extracted_;
-            reused_ = o.reused_;
-            release_ = std::exchange(o.release_, nullptr);
-        }
+        Installation(std::move(o)).swap(*this);  // the temporary gives up what this one held
         return *this;
+    }
+    void swap(Installation& o) noexcept {
+        std::swap(stem_, o.stem_);
+        std::swap(folder_, o.folder_);
+        std::swap(extracted_, o.extracted_);
+        std::swap(reused_, o.reused_);
+        std::swap(release_, o.release_);
     }
     Installation(const Installation&) = delete;
     Installation& operator=(const Installation&) = delete;

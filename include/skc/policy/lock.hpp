@@ -318,15 +318,12 @@ public:
     class Guard {
     public:
         Guard() = default;
-        Guard(std::shared_ptr<State> s, std::string name, LockMode mode)
-            : state_(std::move(s)), name_(std::move(name)), mode_(mode) {}
-        Guard(Guard&& o) noexcept : state_(std::move(o.state_)), name_(std::move(o.name_)), mode_(o.mode_) {}
+        Guard(std::shared_ptr<State> s, std::string name, LockMode mode) : held_{std::move(s), std::move(name), mode} {}
+        Guard(Guard&& o) noexcept : held_(std::exchange(o.held_, {})) {}
         Guard& operator=(Guard&& o) noexcept {
             if (this != &o) {
                 release();
-                state_ = std::move(o.state_);
-                name_ = std::move(o.name_);
-                mode_ = o.mode_;
+                held_ = std::exchange(o.held_, {});
             }
             return *this;
         }
@@ -334,27 +331,31 @@ public:
         Guard& operator=(const Guard&) = delete;
         ~Guard() { release(); }
 
-        [[nodiscard]] bool owns() const noexcept { return state_ != nullptr; }
+        [[nodiscard]] bool owns() const noexcept { return held_.state != nullptr; }
         explicit operator bool() const noexcept { return owns(); }
         void release() noexcept {
-            if (!state_) return;
+            State* const state = held_.state.get();
+            if (!state) return;
             {
-                std::lock_guard lock(state_->mu);
-                auto it = state_->held.find(name_);
-                if (it != state_->held.end()) {
-                    if (mode_ == LockMode::shared) --it->second.first;
+                std::lock_guard lock(state->mu);
+                auto it = state->held.find(held_.name);
+                if (it != state->held.end()) {
+                    if (held_.mode == LockMode::shared) --it->second.first;
                     else it->second.second = false;
-                    if (it->second.first == 0 && !it->second.second) state_->held.erase(it);
+                    if (it->second.first == 0 && !it->second.second) state->held.erase(it);
                 }
             }
-            state_->cv.notify_all();
-            state_.reset();
+            state->cv.notify_all();
+            held_.state.reset();
         }
 
     private:
-        std::shared_ptr<State> state_;
-        std::string name_;
-        LockMode mode_ = LockMode::shared;
+        struct Held {
+            std::shared_ptr<State> state;  // null when nothing is held
+            std::string name;
+            LockMode mode = LockMode::shared;
+        };
+        Held held_;
     };
 
     ProcessLock() : state_(std::make_shared<State>()) {}
