@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Builds skc and runs every test once, at warning_level=3 with werror:
-#   1. g++ builds everything (the examples, the PyTorch plugin and the benchmarks too), unoptimised,
-#      and runs the tests that are not in suite 'sanitized': the areas whose time goes to the real kernel
-#      compiler they run (faults, skc compile, the demo), the PyTorch plugin's tests (clang++ cannot
-#      compile libtorch's headers), MPI, the examples, the layout, fwd.hpp and the installed packages;
-#   2. clang++ under AddressSanitizer + UndefinedBehaviorSanitizer builds everything (a debug
-#      build) and runs suite 'sanitized': every other test area, the header and compile-fail checks;
+#   1. g++, unoptimised, builds what its tests run and runs the tests that are not in suite
+#      'sanitized': the areas whose time goes to the real kernel compiler they run (faults, skc
+#      compile, the demo), the PyTorch plugin's tests (clang++ cannot compile libtorch's headers), MPI,
+#      the examples, the layout, fwd.hpp and the installed packages;
+#   2. clang++ under AddressSanitizer + UndefinedBehaviorSanitizer (unoptimised, line tables for the
+#      reports' stacks) builds what its tests run and runs suite 'sanitized': every other test area,
+#      the header and compile-fail checks;
 #   3. the tests that run threads (suite 'threads') once more under ThreadSanitizer, building only
 #      their executables;
-#   4. every fuzz harness of tests/fuzz for a few seconds.
-# Ends with one line "N passed, N failed".
+#   4. every fuzz harness of tests/fuzz for a few seconds, two at a time.
+# Each of the first two also runs suite 'syntax': every translation unit its build did not compile
+# (the library's tests and the benchmarks in the g++ build, the examples and tools that only g++
+# tests run in the clang++ build) is syntax-checked with that compiler, so every one of them stays
+# warning-free on both. Ends with one line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -27,12 +31,12 @@ passed=0
 failed=0
 status=0
 
-# run_suite NAME COMPILER all|needed [meson options...] [-- meson test options...]: set up build/NAME
-# once, reconfigure later runs; build everything (all) or only what the selected tests need
-# (needed), then run the tests the options select (all of them without options).
+# run_suite NAME COMPILER [meson options...] [-- meson test options...]: set up build/NAME once,
+# reconfigure later runs, then run the tests the options select (all of them without options);
+# meson test builds what they need and nothing else.
 run_suite() {
-  local name=$1 compiler=$2 build=$3
-  shift 3
+  local name=$1 compiler=$2
+  shift 2
   local setup=() test_opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     setup+=("$1")
@@ -48,9 +52,6 @@ run_suite() {
   else
     meson configure "$dir" "${setup[@]}" >/dev/null  # a build directory of an older script
   fi
-  if [ "$build" = all ]; then
-    meson compile -C "$dir"
-  fi
   local log=$dir/meson-logs/suite-summary.txt
   if meson test -C "$dir" --print-errorlogs --num-processes 2 "${test_opts[@]}" | tee "$log"; then :; else status=1; fi
   local ok fail
@@ -65,17 +66,17 @@ run_suite() {
 }
 
 if $quick; then
-  run_suite quick g++ needed -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
+  run_suite quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
   echo "$passed passed, $failed failed"
   exit $status
 fi
 
-run_suite gcc g++ all -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false -- --no-suite sanitized
-run_suite clang-sanitize clang++ all -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
-  -Dbuildtype=debug -- --suite sanitized
+run_suite gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false -- --no-suite sanitized
+run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+  -Doptimization=0 -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite sanitized --suite syntax
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  run_suite tsan clang++ needed -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
-  -- --suite threads
+  run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Doptimization=0 \
+  -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
 fuzz_log=build/fuzz/summary.txt

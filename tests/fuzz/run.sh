@@ -4,9 +4,9 @@
 #   tests/fuzz/run.sh [OUTDIR] [SECONDS]
 #
 # OUTDIR (default build/fuzz in the repository) gets the harness binaries, a log per build and per
-# run, and the inputs of any crash (artifacts/). Each harness runs for SECONDS seconds (default 5)
-# on a scratch copy of tests/fuzz/corpus/<harness>/, so the inputs it finds do not go into the
-# repository. Exits non-zero when a build fails or a harness finds a crash.
+# run, and the inputs of any crash (artifacts/). Each harness runs for SECONDS seconds (default 5),
+# two at a time, on a scratch copy of tests/fuzz/corpus/<harness>/, so the inputs it finds do not go
+# into the repository. Exits non-zero when a build fails or a harness finds a crash.
 #
 # Environment: CXX (default clang++), FUZZ_BUILD_JOBS (harnesses built at once: 1 or 2, default 2),
 # TMPDIR (where the harnesses put their scratch files; default /dev/shm when it is usable, since
@@ -34,7 +34,7 @@ fi
 # UBSan reports are errors: stop at the first one, as ASan does.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
-flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -O1 -g -Wall -Wextra -Wpedantic -Werror -I "$repo/include")
+flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -O1 -gline-tables-only -Wall -Wextra -Wpedantic -Werror -I "$repo/include")
 
 harnesses=()
 for src in "$here"/*.cpp; do
@@ -73,14 +73,13 @@ while [ ${#pids[@]} -gt 0 ]; do wait_one; done
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/skc-fuzz-corpus.XXXXXX") || exit 2
 trap 'rm -rf "$scratch"' EXIT
 
-failed=0
-for name in "${harnesses[@]}"; do
-    corpus=$scratch/$name
+# Each harness's run prints its result line into $outdir/<name>.result; two run at a time.
+run_one() {
+    local name=$1 corpus=$scratch/$1 log=$outdir/$1.log status runs
     mkdir -p "$corpus"
     if [ -d "$here/corpus/$name" ]; then
         cp -R "$here/corpus/$name/." "$corpus/"
     fi
-    log=$outdir/$name.log
     (cd "$scratch" && "$outdir/$name" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$outdir/artifacts/$name-") >"$log" 2>&1
     status=$?
@@ -90,7 +89,26 @@ for name in "${harnesses[@]}"; do
     else
         echo "fuzz $name: FAILED (exit status $status; log: $log; inputs: $outdir/artifacts/$name-*)"
         grep -E "property does not hold|ERROR:|runtime error|SUMMARY|terminate called|what\(\)" "$log" | head -n 20
-        failed=1
+    fi >"$outdir/$name.result"
+}
+running=()
+for name in "${harnesses[@]}"; do
+    if [ ${#running[@]} -ge 2 ]; then
+        wait "${running[0]}"
+        running=("${running[@]:1}")
     fi
+    rm -f "$outdir/$name.result"
+    run_one "$name" &
+    running+=($!)
+done
+wait
+failed=0
+for name in "${harnesses[@]}"; do
+    if [ -f "$outdir/$name.result" ]; then
+        cat "$outdir/$name.result"
+    else
+        echo "fuzz $name: FAILED (no result: the run itself failed)"
+    fi
+    grep -q ', ok$' "$outdir/$name.result" 2>/dev/null || failed=1
 done
 exit $failed
