@@ -13,8 +13,7 @@
 # Each of the first two also runs suite 'syntax': every translation unit its build did not compile
 # (the library's tests and the benchmarks in the g++ build, the examples and tools that only g++
 # tests run in the clang++ build) is syntax-checked with that compiler, so every one of them stays
-# warning-free on both. Each later configuration is built in the background, at the lowest CPU
-# priority, while the one before it tests (prebuild below). Ends with one line "N passed, N failed".
+# warning-free on both. Ends with one line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -32,40 +31,29 @@ passed=0
 failed=0
 status=0
 
-# configure NAME COMPILER [meson options...]: set up build/NAME, or reconfigure it (a build directory
-# of an older script).
-configure() {
+# run_suite NAME COMPILER [meson options...] [-- meson test options...]: set up build/NAME once,
+# reconfigure later runs, then run the tests the options select (all of them without options);
+# meson test builds what they need and nothing else.
+run_suite() {
   local name=$1 compiler=$2
   shift 2
-  if [ ! -f "build/$name/build.ninja" ]; then
-    CXX=$compiler meson setup "build/$name" "$@"
-  else
-    meson configure "build/$name" "$@" >/dev/null
+  local setup=() test_opts=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    setup+=("$1")
+    shift
+  done
+  if [ $# -gt 0 ]; then
+    shift
+    test_opts=("$@")
   fi
-}
-
-# prebuild NAME [meson test suite options...]: builds, at the lowest CPU priority and into
-# build/NAME/meson-logs/prebuild.log, what those tests need (scripts/test_targets.py). Run in the
-# background while an earlier configuration tests, a later one's compile takes the core a test
-# leaves idle instead of a test's time; its errors, if any, come again when its tests rebuild.
-prebuild() {
-  local dir=build/$1
-  shift
-  local targets
-  targets=$(python3 scripts/test_targets.py "$dir" "$@") || return 1
-  # shellcheck disable=SC2086 # one target per word
-  nice -n 19 ninja -C "$dir" -j 2 $targets >"$dir/meson-logs/prebuild.log" 2>&1
-}
-
-# run_suite NAME [meson test options...]: run the tests the options select in build/NAME (meson
-# test builds what they need first, and nothing else) and add up the results.
-run_suite() {
-  local name=$1
-  shift
   local dir=build/$name
+  if [ ! -f "$dir/build.ninja" ]; then
+    CXX=$compiler meson setup "$dir" "${setup[@]}"
+  else
+    meson configure "$dir" "${setup[@]}" >/dev/null  # a build directory of an older script
+  fi
   local log=$dir/meson-logs/suite-summary.txt
-  mkdir -p "$dir/meson-logs"
-  if meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" | tee "$log"; then :; else status=1; fi
+  if meson test -C "$dir" --print-errorlogs --num-processes 2 "${test_opts[@]}" | tee "$log"; then :; else status=1; fi
   local ok fail
   ok=$(awk '/^Ok:/ {print $2}' "$log")
   fail=$(awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $NF} END {print s + 0}' "$log")
@@ -78,39 +66,22 @@ run_suite() {
 }
 
 if $quick; then
-  configure quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false
-  run_suite quick --suite quick
+  run_suite quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
   echo "$passed passed, $failed failed"
   exit $status
 fi
 
-sanitized_tests=(--suite sanitized --suite syntax)
-configure gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false
-configure clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
-  -Doptimization=0 -Ddebug=false -Dcpp_args=-gline-tables-only
-configure tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Doptimization=0 -Ddebug=false \
-  -Dcpp_args=-gline-tables-only
-mkdir -p build/fuzz
-
-prebuild clang-sanitize "${sanitized_tests[@]}" &
-clang_prebuild=$!
-run_suite gcc --no-suite sanitized
-wait $clang_prebuild || true
-
-prebuild tsan --suite threads &
-tsan_prebuild=$!
-FUZZ_STEP=build nice -n 19 bash tests/fuzz/run.sh build/fuzz >build/fuzz/build.log 2>&1 &
-fuzz_prebuild=$!
-run_suite clang-sanitize "${sanitized_tests[@]}"
-wait $tsan_prebuild || true
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan --suite threads
+run_suite gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false -- --no-suite sanitized
+run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+  -Doptimization=0 -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite sanitized --suite syntax
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Doptimization=0 \
+  -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
 fuzz_log=build/fuzz/summary.txt
 mkdir -p build/fuzz
-fuzz_step=run
-wait $fuzz_prebuild || fuzz_step=all  # the build failed: build again here, where its errors show
-if FUZZ_STEP=$fuzz_step bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
+if bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
 fuzz_ok=$(grep -c '^fuzz .*, ok$' "$fuzz_log" || true)
 fuzz_fail=$(grep -c '^fuzz .*FAILED' "$fuzz_log" || true)
 if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_fail" -eq 0 ]; then
