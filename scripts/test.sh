@@ -11,9 +11,10 @@
 #      their executables;
 #   4. every fuzz harness of tests/fuzz for a few seconds, two at a time.
 # Each of the first two also runs suite 'syntax': every translation unit its build did not compile
-# (the library's tests and the benchmarks in the g++ build, the examples and tools that only g++
-# tests run in the clang++ build) is syntax-checked with that compiler, so every one of them stays
-# warning-free on both. Ends with one line "N passed, N failed".
+# (in the g++ build the test executables that only the sanitizers run, their workers and the
+# benchmarks; in the clang++ build the examples, tools and tests that only g++ runs) is
+# syntax-checked with that compiler, so every one of them stays warning-free on both. Ends with one
+# line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
