@@ -68,27 +68,35 @@ struct Args {
     long compile_timeout_s = 30;
 };
 
-long to_seconds(const std::string& flag, const std::string& v) {
+/// v as a whole number of up to 6 digits; else the usage error "<flag> needs a number of <what>".
+long to_number(const std::string& flag, const std::string& v, const char* what) {
     if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
-        usage(flag + " needs a number of seconds, got \"" + v + "\"");
+        usage(flag + " needs a number of " + what + ", got \"" + v + "\"");
     return std::stol(v);
+}
+
+/// Calls option(flag, value) for each `--flag value` pair of argv from argv[first] on.
+template <class Option>
+void for_each_option(int argc, char** argv, int first, Option&& option) {
+    for (int i = first; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc) usage("missing value after " + flag);
+        option(flag, std::string(argv[++i]));
+    }
 }
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (i + 1 >= argc) usage("missing value after " + flag);
-        const std::string v = argv[++i];
+    for_each_option(argc, argv, 1, [&](const std::string& flag, const std::string& v) {
         if (flag == "--base") a.base = v;
         else if (flag == "--ops") a.ops = v;
         else if (flag == "--lib") a.lib = v;
         else if (flag == "--compiler") a.compiler = v;
         else if (flag == "--report") a.report = v;
-        else if (flag == "--timeout") a.timeout_s = to_seconds(flag, v);
-        else if (flag == "--compile-timeout") a.compile_timeout_s = to_seconds(flag, v);
+        else if (flag == "--timeout") a.timeout_s = to_number(flag, v, "seconds");
+        else if (flag == "--compile-timeout") a.compile_timeout_s = to_number(flag, v, "seconds");
         else usage("unknown option " + flag);
-    }
+    });
     if (a.base.empty() || a.ops.empty() || a.lib.empty() || a.compiler.empty() || a.report.empty())
         usage("--base, --ops, --lib, --compiler and --report are required");
     return a;
@@ -216,21 +224,15 @@ struct LawArgs {
 
 LawArgs parse_laws(int argc, char** argv) {
     LawArgs a;
-    for (int i = 2; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (i + 1 >= argc) usage("missing value after " + flag);
-        const std::string v = argv[++i];
+    for_each_option(argc, argv, 2, [&](const std::string& flag, const std::string& v) {
         if (flag == "--base") a.base = v;
         else if (flag == "--work") a.work = v;
         else if (flag == "--token") a.token = v;
         else if (flag == "--report") a.report = v;
-        else if (flag == "--world") {
-            if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
-                usage("--world needs a number of ranks, got \"" + v + "\"");
-            a.world = static_cast<std::size_t>(std::stol(v));
-        } else if (flag == "--timeout") a.timeout_s = to_seconds(flag, v);
+        else if (flag == "--world") a.world = static_cast<std::size_t>(to_number(flag, v, "ranks"));
+        else if (flag == "--timeout") a.timeout_s = to_number(flag, v, "seconds");
         else usage("unknown option " + flag);
-    }
+    });
     if (a.base.empty() || a.work.empty() || a.token.empty() || a.report.empty())
         usage("laws: --base, --work, --token and --report are required");
     return a;
