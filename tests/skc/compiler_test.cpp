@@ -5,6 +5,7 @@
 #include <skc/compiler.hpp>
 
 #include "compiler_fixtures.hpp"
+#include "packing_compiler.hpp"
 #include "run_packages.hpp"
 #include "test_support.hpp"
 
@@ -33,36 +34,9 @@ namespace fs = std::filesystem;
 using skc_test::slurp;
 using skc_test::TempDir;
 
-using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
-using Inv = skc::FunctionInvoker<Fn>;
-
-/// An invoker that packs one placeholder kernel per op info file it is given into a real makeself
-/// package, as a kernel compiler would; counts its calls and remembers the requests.
-struct PackingCompiler {
-    int calls = 0;
-    std::vector<skc::CompileRequest> requests;
-    bool fail = false;
-    std::function<void(const skc::CompileRequest&)> before;  // runs first in each call (progress reports)
-
-    Inv invoker() {
-        return Inv(Fn([this](const skc::CompileRequest& r) {
-            ++calls;
-            requests.push_back(r);
-            if (before) before(r);
-            if (fail) throw skc::Error(skc::Errc::compile_failed, "the compiler exited with status 1");
-            std::vector<skc_test::PackagedKernel> kernels;
-            int i = 0;
-            for (const skc::LoadedOp& op : skc::read_op_info_dir(r.json_dir).ops) {
-                const std::string file = "kernels/k" + std::to_string(i++) + ".so";
-                kernels.push_back({skc::digest(op.record).hex(), op.record.op_type, file, "kernel " + file + "\n"});
-            }
-            skc::CompileResult res;
-            res.package = skc_test::make_package(
-                r.output_dir, "static_kernel_" + skc::timestamp(std::chrono::system_clock::now()), kernels, r.device);
-            return res;
-        }));
-    }
-};
+using skc_test::Inv;
+using skc_test::many_ops;
+using skc_test::PackingCompiler;
 
 std::vector<skc::OpRecord> example_ops() {
     std::vector<skc::OpRecord> out;
@@ -673,18 +647,6 @@ Folders reference_folders(const fs::path& base, const std::vector<skc::OpRecord>
     return op_info_folders(run.dir());
 }
 
-/// `n` distinct MatMulV2 ops.
-std::vector<skc::OpRecord> many_ops(std::size_t n) {
-    const skc::OpRecord base = skc::read_op_info(skc_test::example_ops_dir() / "MatMulV2_float_ND_32_64_0.json");
-    std::vector<skc::OpRecord> out;
-    for (std::size_t i = 0; i < n; ++i) {
-        skc::OpRecord r = base;
-        std::get<skc::TensorDesc>(r.inputs[0]).shape = skc::RuntimeShape{static_cast<std::int64_t>(i + 1), 64};
-        out.push_back(std::move(r));
-    }
-    return out;
-}
-
 }  // namespace
 
 TEST_CASE("op info folders: after a miss and after a hit, byte for byte what the one-file writers make") {
@@ -801,45 +763,6 @@ TEST_CASE("op info folders: a process killed while they are written leaves only 
     CHECK(runs == 1);
     CHECK(whole > 0);
     CHECK(whole < 4 * ops.size());  // killed part-way: the folders were not complete
-}
-
-TEST_CASE("op info folders: a child forked while they are written neither waits for nor writes the parent's") {
-    TempDir tmp;
-    PackingCompiler pc;
-    const std::vector<skc::OpRecord> ops = many_ops(2000);
-    FsNoInstall compiler(pc.invoker(), options_for(tmp.path()), settings_for({}));
-    skc::process_compiled().clear();
-    (void)compiler.compile(ops);  // the miss
-    compiler.flush();
-    skc::process_compiled().clear();
-    const skc::CompileReport hit = compiler.compile(ops);  // its folders are being written now
-    REQUIRE(hit.outcome == skc::CompileOutcome::hit);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-        ::alarm(60);  // a deadlock ends the child instead of the test
-        int status = 0;
-        try {
-            compiler.flush();  // nothing of its own to wait for
-            skc::process_compiled().clear();
-            const skc::CompileReport mine = compiler.compile(many_ops(10));  // its own, written by its own thread
-            compiler.flush();
-            std::size_t n = 0;
-            for ([[maybe_unused]] const auto& e :
-                 fs::directory_iterator(mine.run_dir / (std::to_string(::getpid()) + "_debug")))
-                ++n;
-            status = n == 10 ? 0 : 5;
-        } catch (...) {
-            status = 6;
-        }
-        ::_exit(status);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-    compiler.flush();
-    CHECK(skc::read_op_info_dir(hit.run_dir / (std::to_string(::getpid()) + "_debug")).ops.size() == 2000);
 }
 
 TEST_CASE("op info folders: a failure to write them after a hit is thrown by flush() once; what was written is whole") {
