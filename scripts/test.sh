@@ -13,8 +13,10 @@
 # Each of the first two also runs suite 'syntax': every translation unit its build did not compile
 # (in the g++ build the test executables that only the sanitizers run, their workers and the
 # benchmarks; in the clang++ build the examples, tools and tests that only g++ runs) is
-# syntax-checked with that compiler, so every one of them stays warning-free on both. Ends with one
-# line "N passed, N failed".
+# syntax-checked with that compiler, so every one of them stays warning-free on both. Each later
+# configuration is built in the background while the one before it tests, at the lowest CPU
+# priority (background below), so that it takes only the core a test leaves idle. Ends with one line
+# "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -32,29 +34,53 @@ passed=0
 failed=0
 status=0
 
-# run_suite NAME COMPILER [meson options...] [-- meson test options...]: set up build/NAME once,
-# reconfigure later runs, then run the tests the options select (all of them without options);
-# meson test builds what they need and nothing else.
-run_suite() {
+# configure NAME COMPILER [meson options...]: set up build/NAME, or reconfigure it (a build directory
+# of an older script).
+configure() {
   local name=$1 compiler=$2
   shift 2
-  local setup=() test_opts=()
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do
-    setup+=("$1")
-    shift
-  done
-  if [ $# -gt 0 ]; then
-    shift
-    test_opts=("$@")
-  fi
-  local dir=build/$name
-  if [ ! -f "$dir/build.ninja" ]; then
-    CXX=$compiler meson setup "$dir" "${setup[@]}"
+  if [ ! -f "build/$name/build.ninja" ]; then
+    CXX=$compiler meson setup "build/$name" "$@"
   else
-    meson configure "$dir" "${setup[@]}" >/dev/null  # a build directory of an older script
+    meson configure "build/$name" "$@" >/dev/null
   fi
+  mkdir -p "build/$name/meson-logs"
+}
+
+# background LOG COMMAND...: runs COMMAND in the background at the lowest CPU priority, its output
+# to LOG; its process group's id is in $! (the group is killed if this script ends first). Linux
+# shares the CPU between sessions (autogroups) before it looks at a process's nice value, and meson
+# test starts each test in a session of its own, so `nice` alone would give the build an equal share
+# with every test; the command gets a session of its own, and that session's autogroup nice 19.
+background_groups=()
+background() {
+  local log=$1
+  shift
+  setsid -w bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$@"' _ "$@" >"$log" 2>&1 &
+  background_groups+=("$!")
+}
+trap 'for g in "${background_groups[@]}"; do kill -- "-$g" 2>/dev/null || true; done' EXIT
+
+# prebuild NAME [meson test suite options...]: builds in the background what those tests of
+# build/NAME need (scripts/test_targets.py), into build/NAME/meson-logs/prebuild.log. A prebuild
+# that fails does no harm: meson test builds again, in the foreground, where the errors show.
+prebuild() {
+  local dir=build/$1
+  shift
+  local targets
+  targets=$(python3 scripts/test_targets.py "$dir" "$@")
+  # shellcheck disable=SC2086 # one target per word
+  background "$dir/meson-logs/prebuild.log" ninja -C "$dir" -j 2 $targets
+}
+
+# run_suite NAME [meson test options...]: runs the tests the options select in build/NAME (meson
+# test builds what they need first, and nothing else) and adds up the results.
+run_suite() {
+  local name=$1
+  shift
+  local dir=build/$name
   local log=$dir/meson-logs/suite-summary.txt
-  if meson test -C "$dir" --print-errorlogs --num-processes 2 "${test_opts[@]}" | tee "$log"; then :; else status=1; fi
+  if meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" | tee "$log"; then :; else status=1; fi
   local ok fail
   ok=$(awk '/^Ok:/ {print $2}' "$log")
   fail=$(awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $NF} END {print s + 0}' "$log")
@@ -67,22 +93,39 @@ run_suite() {
 }
 
 if $quick; then
-  run_suite quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false -- --suite quick
+  configure quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false
+  run_suite quick --suite quick
   echo "$passed passed, $failed failed"
   exit $status
 fi
 
-run_suite gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false -- --no-suite sanitized
-run_suite clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
-  -Doptimization=0 -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite sanitized --suite syntax
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  run_suite tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Doptimization=0 \
-  -Ddebug=false -Dcpp_args=-gline-tables-only -- --suite threads
+sanitized_tests=(--suite sanitized --suite syntax)
+configure gcc g++ -Dbenchmarks=enabled -Doptimization=0 -Ddebug=false
+configure clang-sanitize clang++ -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+  -Doptimization=0 -Ddebug=false -Dcpp_args=-gline-tables-only
+configure tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=false -Doptimization=0 -Ddebug=false \
+  -Dcpp_args=-gline-tables-only
+mkdir -p build/fuzz
+
+prebuild clang-sanitize "${sanitized_tests[@]}"
+clang_prebuild=$!
+run_suite gcc --no-suite sanitized
+wait "$clang_prebuild" || true
+
+prebuild tsan --suite threads
+tsan_prebuild=$!
+background build/fuzz/build.log env FUZZ_STEP=build bash tests/fuzz/run.sh build/fuzz
+fuzz_prebuild=$!
+run_suite clang-sanitize "${sanitized_tests[@]}"
+wait "$tsan_prebuild" || true
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
 fuzz_log=build/fuzz/summary.txt
 mkdir -p build/fuzz
-if bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
+fuzz_step=run
+wait "$fuzz_prebuild" || fuzz_step=all  # the build failed: build again here, where its errors show
+if FUZZ_STEP=$fuzz_step bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
 fuzz_ok=$(grep -c '^fuzz .*, ok$' "$fuzz_log" || true)
 fuzz_fail=$(grep -c '^fuzz .*FAILED' "$fuzz_log" || true)
 if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_fail" -eq 0 ]; then

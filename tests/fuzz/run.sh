@@ -9,6 +9,7 @@
 # into the repository. Exits non-zero when a build fails or a harness finds a crash.
 #
 # Environment: CXX (default clang++), FUZZ_BUILD_JOBS (harnesses built at once: 1 or 2, default 2),
+# FUZZ_STEP (build: only build the harnesses; run: only run those built before; default both),
 # TMPDIR (where the harnesses put their scratch files; default /dev/shm when it is usable, since
 # some harnesses write through the library's fsync'd paths).
 set -u -o pipefail
@@ -46,6 +47,12 @@ if [ ${#harnesses[@]} -eq 0 ]; then
     exit 2
 fi
 
+step=${FUZZ_STEP:-all}
+case $step in
+all | build | run) ;;
+*) echo "run.sh: FUZZ_STEP must be build, run or unset, not '$step'" >&2; exit 2 ;;
+esac
+
 # ---- build, at most $jobs at a time --------------------------------------------------------------
 build_failed=0
 pids=()
@@ -61,6 +68,7 @@ wait_one() {
     fi
 }
 for name in "${harnesses[@]}"; do
+    [ "$step" != run ] || break
     [ ${#pids[@]} -lt "$jobs" ] || wait_one
     "$cxx" "${flags[@]}" "$here/$name.cpp" -o "$outdir/$name" >"$outdir/$name.build.log" 2>&1 &
     pids+=($!)
@@ -68,6 +76,7 @@ for name in "${harnesses[@]}"; do
 done
 while [ ${#pids[@]} -gt 0 ]; do wait_one; done
 [ $build_failed -eq 0 ] || exit 1
+[ "$step" != build ] || exit 0
 
 # ---- run -----------------------------------------------------------------------------------------
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/skc-fuzz-corpus.XXXXXX") || exit 2
