@@ -13,10 +13,11 @@
 # Each of the first two also runs suite 'syntax': every translation unit its build did not compile
 # (in the g++ build the test executables that only the sanitizers run, their workers and the
 # benchmarks; in the clang++ build the examples, tools and tests that only g++ runs) is
-# syntax-checked with that compiler, so every one of them stays warning-free on both. Each later
-# configuration is built in the background while the one before it tests, at the lowest CPU
-# priority (background below), so that it takes only the core a test leaves idle. Ends with one line
-# "N passed, N failed".
+# syntax-checked with that compiler, so every one of them stays warning-free on both. Later
+# configurations are built in the background at the lowest CPU priority (background below), so that
+# they take the core a test leaves idle: the ASan+UBSan one while the g++ suite's tests that run
+# alone (suite 'alone') run, the ThreadSanitizer one and the fuzz harnesses while the ASan+UBSan
+# suite runs. Ends with one line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -73,14 +74,17 @@ prebuild() {
   background "$dir/meson-logs/prebuild.log" ninja -C "$dir" -j 2 $targets
 }
 
-# run_suite NAME [meson test options...]: runs the tests the options select in build/NAME (meson
-# test builds what they need first, and nothing else) and adds up the results.
+# run_suite NAME PART [meson test options...]: runs the tests the options select in build/NAME
+# (meson test builds what they need first, and nothing else), logged as meson-logs/testlog-PART.*,
+# and adds up the results.
 run_suite() {
-  local name=$1
-  shift
+  local name=$1 part=$2
+  shift 2
   local dir=build/$name
-  local log=$dir/meson-logs/suite-summary.txt
-  if meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" | tee "$log"; then :; else status=1; fi
+  local log=$dir/meson-logs/suite-summary-$part.txt
+  if meson test -C "$dir" --print-errorlogs --num-processes 2 --logbase "testlog-$part" "$@" | tee "$log"; then :; else
+    status=1
+  fi
   local ok fail
   ok=$(awk '/^Ok:/ {print $2}' "$log")
   fail=$(awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $NF} END {print s + 0}' "$log")
@@ -89,12 +93,12 @@ run_suite() {
   fi
   passed=$((passed + ${ok:-0}))
   failed=$((failed + ${fail:-0}))
-  echo "== $name: ${ok:-0} passed, ${fail:-0} failed"
+  echo "== $name ($part): ${ok:-0} passed, ${fail:-0} failed"
 }
 
 if $quick; then
   configure quick g++ -Dbenchmarks=disabled -Doptimization=0 -Ddebug=false
-  run_suite quick --suite quick
+  run_suite quick quick --suite quick
   echo "$passed passed, $failed failed"
   exit $status
 fi
@@ -107,18 +111,23 @@ configure tsan clang++ -Dbenchmarks=disabled -Db_sanitize=thread -Db_lundef=fals
   -Dcpp_args=-gline-tables-only
 mkdir -p build/fuzz
 
+# The g++ suite's tests that run alone leave a core idle: the ASan+UBSan build starts beside them
+# (beside the others it slowed them by more than it gained: 646 s instead of 555 for the g++ suite).
+run_suite gcc main --no-suite sanitized --no-suite alone
 prebuild clang-sanitize "${sanitized_tests[@]}"
 clang_prebuild=$!
-run_suite gcc --no-suite sanitized
+run_suite gcc alone --no-suite sanitized --suite alone
 wait "$clang_prebuild" || true
 
+# The ThreadSanitizer build and the fuzz harnesses build beside all of the ASan+UBSan suite (which
+# they slow by 26 s; they took 170 s in the foreground).
 prebuild tsan --suite threads
 tsan_prebuild=$!
 background build/fuzz/build.log env FUZZ_STEP=build bash tests/fuzz/run.sh build/fuzz
 fuzz_prebuild=$!
-run_suite clang-sanitize "${sanitized_tests[@]}"
+run_suite clang-sanitize main "${sanitized_tests[@]}"
 wait "$tsan_prebuild" || true
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan --suite threads
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan main --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
 fuzz_log=build/fuzz/summary.txt
@@ -137,7 +146,7 @@ echo "== fuzz: $fuzz_ok passed, $fuzz_fail failed"
 
 # The failures again at the very end, each with the last lines it printed, so that the tail of a
 # long log says what failed and why.
-for log in build/*/meson-logs/testlog.json; do
+for log in build/*/meson-logs/testlog-*.json; do
   [ -f "$log" ] || continue
   python3 - "$log" <<'PY'
 import json, sys
