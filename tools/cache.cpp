@@ -1,7 +1,8 @@
 // skc cache: what its commands share: the options every one takes, the cache they name, checked
 // before anything is read or changed, the values of limits, and the run of a command with its exit
 // status. The commands themselves are in cache_stats.cpp (stats, config, zero), cache_entries.cpp
-// (ls, verify, prune, clear), cache_explain.cpp and cache_transfer.cpp (export, import).
+// (ls, verify, prune, clear), cache_explain.cpp, cache_transfer.cpp (export, import) and
+// cache_failures.cpp (failures, forget-failures).
 //
 // Exit status: 0 done; 1 `verify` found bad entries, or an export file is bad; 2 bad usage (unknown
 // command or option, a missing or malformed value, a base that does not exist, is not a folder or is
@@ -260,6 +261,12 @@ skc::Object json_head(const Target& t) {
     return o;
 }
 
+void print_namespaces_json(const Target& t, skc::Array namespaces) {
+    skc::Object root = json_head(t);
+    root.push_back({"namespaces", std::move(namespaces)});
+    print_json(std::move(root));
+}
+
 /// When there is nothing to work on: true after saying so (the command then exits with 0).
 bool nothing_there(const Target& t, const CacheOptions& o) {
     if (!t.namespaces.empty()) return false;
@@ -322,6 +329,8 @@ void add_cache(CLI::App& skc, Action& action) {
     add_cache_explain(*cache, action);
     add_cache_export(*cache, action);
     add_cache_import(*cache, action);
+    add_cache_failures(*cache, action);
+    add_cache_forget_failures(*cache, action);
 }
 
 }  // namespace skc_tool

@@ -73,16 +73,18 @@ CacheCommand add_cache_command(CLI::App& cache, Action& action, const std::strin
                                CacheRun run);
 
 // One add_ function per command, in the order `skc cache --help` lists them.
-void add_cache_stats(CLI::App& cache, Action& action);    // cache_stats.cpp
-void add_cache_ls(CLI::App& cache, Action& action);       // cache_entries.cpp
-void add_cache_verify(CLI::App& cache, Action& action);   // cache_entries.cpp
-void add_cache_prune(CLI::App& cache, Action& action);    // cache_entries.cpp
-void add_cache_clear(CLI::App& cache, Action& action);    // cache_entries.cpp
-void add_cache_config(CLI::App& cache, Action& action);   // cache_stats.cpp
-void add_cache_zero(CLI::App& cache, Action& action);     // cache_stats.cpp
-void add_cache_explain(CLI::App& cache, Action& action);  // cache_explain.cpp
-void add_cache_export(CLI::App& cache, Action& action);   // cache_transfer.cpp
-void add_cache_import(CLI::App& cache, Action& action);   // cache_transfer.cpp
+void add_cache_stats(CLI::App& cache, Action& action);            // cache_stats.cpp
+void add_cache_ls(CLI::App& cache, Action& action);               // cache_entries.cpp
+void add_cache_verify(CLI::App& cache, Action& action);           // cache_entries.cpp
+void add_cache_prune(CLI::App& cache, Action& action);            // cache_entries.cpp
+void add_cache_clear(CLI::App& cache, Action& action);            // cache_entries.cpp
+void add_cache_config(CLI::App& cache, Action& action);           // cache_stats.cpp
+void add_cache_zero(CLI::App& cache, Action& action);             // cache_stats.cpp
+void add_cache_explain(CLI::App& cache, Action& action);          // cache_explain.cpp
+void add_cache_export(CLI::App& cache, Action& action);           // cache_transfer.cpp
+void add_cache_import(CLI::App& cache, Action& action);           // cache_transfer.cpp
+void add_cache_failures(CLI::App& cache, Action& action);         // cache_failures.cpp
+void add_cache_forget_failures(CLI::App& cache, Action& action);  // cache_failures.cpp
 
 /// --max-size: `10G`, `500M`, `1024K`, `65536` (skc::parse_size), as a number of bytes; 0 only where `zero_ok`.
 CLI::Validator size_value(bool zero_ok);
@@ -102,6 +104,8 @@ void save_statistics(const Target& t, FsCache& cache, const std::string& stem);
 
 /// `cache_dir` and `exists`, the start of every JSON document.
 skc::Object json_head(const Target& t);
+/// Prints the document of a command whose JSON is the head and `namespaces`, one object each.
+void print_namespaces_json(const Target& t, skc::Array namespaces);
 
 /// When there is nothing to work on: true after saying so (the command then exits with 0).
 bool nothing_there(const Target& t, const CacheOptions& o);

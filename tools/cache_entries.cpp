@@ -82,9 +82,7 @@ int cache_ls(const Target& t, const CacheOptions& o) {
                  (e.compile_ns == 0 ? "-" : human_duration(e.compile_ns)) + "\n";
     }
     if (o.json) {
-        skc::Object root = json_head(t);
-        root.push_back({"namespaces", std::move(list)});
-        print_json(std::move(root));
+        print_namespaces_json(t, std::move(list));
     } else {
         out(r);
     }

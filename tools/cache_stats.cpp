@@ -183,11 +183,7 @@ int cache_zero(const Target& t, const CacheOptions& o) {
         if (o.json) list.emplace_back(skc::Object{{"namespace", utf8(stem)}});
         else out(printable(stem) + ": statistics zeroed\n");
     }
-    if (o.json) {
-        skc::Object root = json_head(t);
-        root.push_back({"namespaces", std::move(list)});
-        print_json(std::move(root));
-    }
+    if (o.json) print_namespaces_json(t, std::move(list));
     return exit_ok;
 }
 

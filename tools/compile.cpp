@@ -330,6 +330,13 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
              " distinct (" + std::to_string(r.recorded - r.supported) + " unsupported, " +
              std::to_string(r.blacklisted) + " blacklisted)\n";
     }
+    if (r.failed > 0)
+        s += "  failed     " + plural(r.failed, "op", "ops") +
+             " the compiler failed on, left out and remembered (found with " +
+             plural(r.isolation_compiles, "more compile", "more compiles") + "; skc cache failures shows why)\n";
+    if (r.known_failed > 0)
+        s += "  left out   " + plural(r.known_failed, "op", "ops") +
+             " the compiler failed on before (skc cache forget-failures tries them again)\n";
     std::string stages;
     for (const auto& [name, t] : r.stages) stages += (stages.empty() ? "" : ", ") + name + " " + ms(t);
     s += "  stages     " + stages + "\n";
@@ -371,7 +378,7 @@ int run_compile(const CompileArgs& a) {
     s.cache.wait_timeout = o.compile_timeout;  // waiting for another process's compile is bounded alike
     constexpr skc::LogLevel cache_log_level = skc::LogLevel::info;
     s.cache.log = skc::stderr_log(cache_log_level);
-    s.log = skc::null_log();  // the report is printed below
+    s.log = skc::stderr_log(skc::LogLevel::warning);  // warnings only: the report is printed below
 
 #ifndef SKC_TOOL_WITH_REDIS
     if (a.remote_cache)
@@ -431,6 +438,7 @@ int run_compile(const CompileArgs& a) {
         if (show_progress) {
             display.emplace();
             settings.cache.log = display->log_sink(cache_log_level);
+            settings.log = display->log_sink(skc::LogLevel::warning);
             interruption::on_terminal = 1;
         }
         settings.progress = [&display, n = ops.size(), &library = s.op_library](const skc::CompileProgress& pr) {

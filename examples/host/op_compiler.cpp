@@ -31,7 +31,10 @@
 //
 // Exit status: 0 and one new `*.run` on success; 2 for bad usage or bad input (unreadable folder,
 // invalid op info file: the message names the file and JSON path); 1 for anything else (nothing
-// to compile, the C++ compiler or makeself failed, I/O errors). The work folder
+// to compile, the C++ compiler or makeself failed, I/O errors). When kernels fail to compile, the
+// others are compiled all the same and `<output_dir>/failed_ops.json` names the op info files of
+// those that failed, each with the C++ compiler's output (docs/file-formats.md, "Failed ops"), so
+// that skc leaves only them out. The work folder
 // (`<output_dir>/.host_op_compiler-XXXXXX`) is removed in every case but SIGKILL.
 #include <algorithm>
 #include <cerrno>
@@ -57,6 +60,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <skc/detail/atomic_file.hpp>
 #include <skc/detail/process.hpp>
 #include <skc/detail/text.hpp>
 #include <skc/error.hpp>
@@ -336,12 +340,16 @@ void check_stop() {
     if (stop_signal != 0) throw Interrupted{stop_signal};
 }
 
-/// Runs `jobs`, at most `parallel` at a time. `done(i)` is called as each one succeeds. When one
-/// fails no more are started; the running ones are waited for, then every failure is reported.
-/// Runs `jobs`, at most `parallel` at once; calls done(i) as job i succeeds. Returns what each job
-/// printed; throws Failure quoting the output of those that failed.
+/// What each failed job of run_all() said: its index and the message quoting its output.
+using JobFailures = std::vector<std::pair<std::size_t, std::string>>;
+
+/// Runs `jobs`, at most `parallel` at once; calls done(i) as job i succeeds. When one fails no more
+/// are started, unless `keep_going` is given: then every job runs and it gets each failure. The
+/// running ones are waited for, then every failure is reported. Returns what each job printed;
+/// throws Failure quoting the output of those that failed.
 template <class Done>
-std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Done&& done) {
+std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel, const Out& out, Done&& done,
+                                 JobFailures* keep_going = nullptr) {
     Logs logs(jobs.size());
     std::map<pid_t, std::size_t> running;
     std::vector<std::chrono::steady_clock::time_point> started(jobs.size());
@@ -357,7 +365,7 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
             }
             throw Interrupted{stop_signal};
         }
-        while (failed.empty() && !start_failure && next < jobs.size() && running.size() < parallel) {
+        while ((failed.empty() || keep_going) && !start_failure && next < jobs.size() && running.size() < parallel) {
             out.say(skc::LogLevel::debug, "$ " + show(jobs[next].args));
             try {
                 logs.fds[next] = ::memfd_create("job-output", MFD_CLOEXEC);
@@ -391,14 +399,38 @@ std::vector<std::string> run_all(const std::vector<Job>& jobs, unsigned parallel
         for (const auto& [i, status] : failed) {
             if (!msg.empty()) msg += "\n";
             const std::string said = output_of(logs.fds[i]);
-            msg += jobs[i].what + " failed: " + show(jobs[i].args) + " " + describe_status(status) + ". Its output:\n" +
-                   (said.empty() ? "(no output)" : said);
+            const std::string one = jobs[i].what + " failed: " + show(jobs[i].args) + " " + describe_status(status) +
+                                    ". Its output:\n" + (said.empty() ? "(no output)" : said);
+            if (keep_going) keep_going->emplace_back(i, one);
+            msg += one;
         }
         throw Failure{1, msg};
     }
     std::vector<std::string> outputs;
     for (int fd : logs.fds) outputs.push_back(fd >= 0 ? output_of(fd) : std::string());
     return outputs;
+}
+
+/// `<output_dir>/failed_ops.json` (docs/file-formats.md, "Failed ops"): the op info files of the
+/// kernels whose compile failed, each with its compiler's message, for skc to leave out. Only the
+/// kernels' own failures: with the entry table's, or any other, the file is not written.
+template <class Kernels>
+void write_failed_ops(const fs::path& output_dir, const Kernels& kernels, const JobFailures& failures) {
+    skc::Array ops;
+    for (const auto& [i, message] : failures) {
+        if (i >= kernels.size()) return;  // not a kernel's failure
+        for (const std::string& name : kernels[i].files)
+            ops.push_back(skc::Value(skc::Object{{"file", skc::Value(name)}, {"message", skc::Value(message)}}));
+    }
+    if (ops.empty()) return;
+    try {  // whole or not at all (a full disk is a likely reason for the failure)
+        skc::detail::AtomicFile f(output_dir / "failed_ops.json");
+        f.write(skc::dump_json(skc::Value(
+                    skc::Object{{"format", skc::Value("skc-failed-ops/1")}, {"ops", skc::Value(std::move(ops))}})) +
+                "\n");
+        f.commit();
+    } catch (...) {  // the failure itself is what the caller reports
+    }
 }
 
 /// A C++ string literal for `s` (anything but plain characters is an octal escape).
@@ -596,16 +628,26 @@ int run(const Args& a) {
     std::chrono::nanoseconds compile_time{0}, slowest{0};
     std::string slowest_what;
     const auto compile_start = std::chrono::steady_clock::now();
-    run_all(jobs, a.jobs, out, [&](std::size_t i, std::chrono::nanoseconds took) {
-        ++finished;
-        const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
-        compile_time += took;
-        if (took > slowest) slowest = took, slowest_what = what;
-        out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) +
-                                         "] compiled " + what + " in " + skc::detail::seconds_text(took));
-        if (i < kernels.size())
-            for (const std::string& name : kernels[i].files) progress.done(name);
-    });
+    // Every kernel is compiled even when one fails, so that failed_ops.json names all that do.
+    JobFailures failures;
+    try {
+        run_all(
+            jobs, a.jobs, out,
+            [&](std::size_t i, std::chrono::nanoseconds took) {
+                ++finished;
+                const std::string what = i < kernels.size() ? kernels[i].description : "entry table";
+                compile_time += took;
+                if (took > slowest) slowest = took, slowest_what = what;
+                out.say(skc::LogLevel::info, "[" + std::to_string(finished) + "/" + std::to_string(jobs.size()) +
+                                                 "] compiled " + what + " in " + skc::detail::seconds_text(took));
+                if (i < kernels.size())
+                    for (const std::string& name : kernels[i].files) progress.done(name);
+            },
+            &failures);
+    } catch (const Failure&) {
+        write_failed_ops(a.output_dir, kernels, failures);
+        throw;
+    }
 
     out.say(skc::LogLevel::info,
             "compiled " + std::to_string(jobs.size()) + " translation units for " + target.id + " (-march=" +

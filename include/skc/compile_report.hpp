@@ -109,8 +109,11 @@ struct CompileReport {
     std::size_t local_rank = 0;        // this rank among the ranks of its node (0: the leader)
     std::size_t local_world_size = 1;  // ranks on the node
     std::size_t gathered = 0;          // ops the node compiled or looked up: the union of its ranks' selections
-    bool extracted = false;            // this rank extracted the package (the node's one install)
-    bool reused = false;               // this rank installed an extraction kept from an earlier holder
+    std::size_t known_failed = 0;      // gathered ops left out: the compiler failed on them before (known_failures.hpp)
+    std::size_t failed = 0;            // gathered ops the compiler failed on in this compile, left out and remembered
+    std::size_t isolation_compiles = 0;  // extra compiles spent finding those (detail/isolate.hpp)
+    bool extracted = false;              // this rank extracted the package (the node's one install)
+    bool reused = false;                 // this rank installed an extraction kept from an earlier holder
 
     /// Time per stage, in flow order: layout, record, select, [gather], key, cache, compile, install,
     /// reselect. A skipped compile ends after select; install and reselect are absent when nothing
@@ -140,7 +143,8 @@ struct CompileReport {
                       {"supported", Value(supported)},     {"selected", Value(selected)},
                       {"blacklisted", Value(blacklisted)}, {"already_compiled", Value(already_compiled)},
                       {"unsupported", Value(unsupported)}, {"duplicates", Value(duplicates)},
-                      {"gathered", Value(gathered)}};
+                      {"gathered", Value(gathered)},       {"known_failed", Value(known_failed)},
+                      {"failed", Value(failed)},           {"isolation_compiles", Value(isolation_compiles)}};
         Object times;
         for (const auto& [n, t] : stages) times.push_back({n, Value(static_cast<double>(t.count()) / 1e6)});
         return Value(Object{{"outcome", Value(to_string(outcome))},
@@ -166,6 +170,10 @@ struct CompileReport {
         if (local_world_size > 1)
             s += " (local rank " + std::to_string(local_rank) + " of " + std::to_string(local_world_size) + ", " +
                  std::to_string(gathered) + " gathered)";
+        if (failed > 0)
+            s += ", " + std::to_string(failed) + " failed in the compiler (found with " +
+                 std::to_string(isolation_compiles) + " more compiles) and left out";
+        if (known_failed > 0) s += ", " + std::to_string(known_failed) + " known to fail left out";
         if (!installed.empty()) s += ", installed " + installed;
         const auto ms = static_cast<double>(total().count()) / 1e6;
         return s + ", " + std::to_string(static_cast<long long>(ms)) + " ms";

@@ -44,6 +44,7 @@
 #include "detail/compiler_parts.hpp"
 #include "detail/stage_clock.hpp"
 #include "error.hpp"
+#include "known_failures.hpp"
 #include "layout.hpp"
 #include "options.hpp"
 #include "policies.hpp"
@@ -115,12 +116,16 @@ public:
         if constexpr (cache_fits) {
             if (!options_.cache_enabled()) return;
             const std::filesystem::path root = resolve_cache_dir(options_, layout_.cache_dir(), settings_.cache.mode);
-            if constexpr (cache_opening<Storage, Lock>::on_disk) cache_root_ = root;
+            if constexpr (cache_opening<Storage, Lock>::on_disk) {
+                cache_root_ = root;
+                known_ = KnownFailures(root / stem, settings_.compiler_fingerprint, read_only);
+            }
             cache_ = cache_opening<Storage, Lock>::open(root, stem, settings_.cache);
             if (!remote) return;
-            if (read_only)
-                log(LogLevel::info, "the cache is read-only: the remote cache " + remote->where() + " is not used");
-            else cache_->set_remote(std::move(remote), stem);
+            if (!read_only) cache_->set_remote(std::move(remote), stem);
+            else if (settings_.log)
+                settings_.log(LogLevel::info,
+                              "the cache is read-only: the remote cache " + remote->where() + " is not used");
         }
     }
 
@@ -221,7 +226,7 @@ private:
         if (select_error) std::rethrow_exception(select_error);
         // Only now: a failed install or reselect leaves the ops to the next call (a cache hit then).
         compiled().mark(plan->selected);
-        log(LogLevel::info, rep.summary());
+        if (settings_.log) settings_.log(LogLevel::info, rep.summary());
         return rep;
     }
 
@@ -250,12 +255,27 @@ private:
         return settings_.compiled != nullptr ? *settings_.compiled : process_compiled();
     }
 
-    /// The node's leader (every process when alone): key, lookup or compile, install. Returns what
-    /// the other ranks need.
-    Value lead(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
+    /// The node's leader (every process when alone): key, lookup or compile, install (lead_set), with
+    /// the ops the compiler fails on left out (detail/isolate.hpp). Returns what the other ranks need.
+    Value lead(const RunLayout& run, const GatheredSet& gathered, CompileReport& rep, detail::StageClock& clock,
                std::shared_ptr<void>& pin) {
-        rep.gathered = set.digests.size();
-        if (set.digests.empty()) return Value(Object{{"outcome", Value(to_string(CompileOutcome::skipped))}});
+        rep.gathered = gathered.digests.size();
+        GatheredSet set = detail::leave_out_known(known_, gathered, run, rep, settings_.log);
+        std::vector<FailedOp> blamed;  // remembered once the rest has compiled
+        for (;;) {
+            if (set.digests.empty()) return detail::leader_message(rep);  // skipped
+            try {
+                Value shared = lead_set(run, set, rep, clock, pin);
+                detail::remember_failures(known_, blamed, settings_.log);
+                return shared;
+            } catch (const detail::OpsFailed& failed) {
+                set = detail::leave_out_failed(failed, set, run, rep, blamed, settings_.log);
+            }
+        }
+    }
+
+    Value lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
+                   std::shared_ptr<void>& pin) {
         const CacheKey k = key(set, rep, clock);
         Compile compile_it{invoker_, *this, run, set, k};
         if constexpr (cache_fits) {
@@ -304,7 +324,7 @@ private:
                            detail::StageClock& clock) {
         auto out = cache.get_or_compile(k, [&] { return compile_it(); });
         rep.outcome = detail::compile_outcome(out.result);
-        rep.package = out.hit ? package_file(*out.hit, run) : out.compiled_package;
+        rep.package = out.hit ? detail::hit_package(*out.hit, run, cache_.get()) : out.compiled_package;
         clock.split("cache", "compile", compile_it.elapsed);
         return out;
     }
@@ -359,22 +379,6 @@ private:
         return InstallerTraits<Install>::check(installer_, package);
     }
 
-    /// The hit's package as a file: the storage's own file, or a copy in the run folder for storages
-    /// that keep no files (MemoryStorage).
-    template <class Guard>
-    std::filesystem::path package_file(const CacheHit<Guard>& hit, const RunLayout& run) {
-        if (hit.package_path) return *hit.package_path;
-        if constexpr (cache_fits) {
-            return detail::package_copy(cache_->storage(), hit.entry, run.dir());
-        } else {
-            throw Error(Errc::corrupt, "the cache returned a package without a file");
-        }
-    }
-
-    void log(LogLevel level, const std::string& line) const {
-        if (settings_.log) settings_.log(level, line);
-    }
-
     Invoker invoker_;
     Options options_;
     CompilerSettings settings_;
@@ -386,6 +390,7 @@ private:
     Layout layout_;
     std::unique_ptr<Cache> cache_;
     std::filesystem::path cache_root_;    // the cache folder, when the cache is on disk (explains misses)
+    KnownFailures known_;                 // the ops the compiler failed on (in the cache namespace)
     std::vector<Installation> installs_;  // destroyed first: released before the cache goes
     FileWriter writer_;                   // the op info folders, written in the background
 };

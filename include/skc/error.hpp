@@ -27,9 +27,10 @@ enum class Errc {
     invalid_argument,   // a precondition of a call was violated by its arguments
     timeout,            // a bounded wait ended before what it waited for happened
     corrupt,            // stored data failed its integrity check
-    compile_failed,     // the kernel compiler failed (exit status, signal, no package)
+    compile_failed,     // the kernel compiler failed (exit status, no package)
     peer_failed,        // another rank of the job failed or died, so this one cannot go on
     remote_failed,      // the remote cache tier failed: unreachable, too slow, or an unexpected answer
+    compiler_killed,    // the kernel compiler was killed by a signal: no op's fault, never remembered as one
 };
 
 /// A short, stable name for each code (`invalid_json`, ...), used in logs and machine output.
@@ -51,6 +52,7 @@ constexpr std::string_view to_string(Errc c) noexcept {
     case Errc::compile_failed: return "compile_failed";
     case Errc::peer_failed: return "peer_failed";
     case Errc::remote_failed: return "remote_failed";
+    case Errc::compiler_killed: return "compiler_killed";
     }
     return "unknown";
 }

@@ -151,6 +151,8 @@ enum class MemoAccess : unsigned char;
 struct CompileProgress;
 enum class CompileOutcome : unsigned char;
 struct CompileReport;
+struct FailedOp;
+class KnownFailures;
 struct CompilerSettings;
 /// The roles of a StaticKernelCompiler's policies, in the order they are given by position. The one
 /// list of them: the selectors below, the defaults and the checks (policies.hpp) and the host's member

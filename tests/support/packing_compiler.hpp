@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -14,6 +16,7 @@
 #include <skc/compiler.hpp>
 #include <skc/error.hpp>
 #include <skc/op_info_io.hpp>
+#include <skc/value.hpp>
 
 #include "run_packages.hpp"
 #include "test_support.hpp"
@@ -24,11 +27,16 @@ using Fn = std::function<skc::CompileResult(const skc::CompileRequest&)>;
 using Inv = skc::FunctionInvoker<Fn>;
 
 /// An invoker that packs one placeholder kernel per op info file it is given into a real makeself
-/// package, as a kernel compiler would; counts its calls and remembers the requests.
+/// package, as a kernel compiler would; counts its calls and remembers the requests. It fails on
+/// the ops in `bad` (naming them in failed_ops.json when `name_bad`), and on every call with
+/// `fail_with` when that is set.
 struct PackingCompiler {
     int calls = 0;
     std::vector<skc::CompileRequest> requests;
     bool fail = false;
+    std::optional<skc::Errc> fail_with;
+    std::unordered_set<skc::Digest, skc::DigestHash> bad;
+    bool name_bad = false;
     std::function<void(const skc::CompileRequest&)> before;  // runs first in each call (progress reports)
 
     Inv invoker() {
@@ -37,9 +45,23 @@ struct PackingCompiler {
             requests.push_back(r);
             if (before) before(r);
             if (fail) throw skc::Error(skc::Errc::compile_failed, "the compiler exited with status 1");
+            if (fail_with) throw skc::Error(*fail_with, "the compiler was stopped");
+            const std::vector<skc::LoadedOp> ops = skc::read_op_info_dir(r.json_dir).ops;
+            skc::Array named;
+            for (const skc::LoadedOp& op : ops)
+                if (bad.count(skc::digest(op.record)) != 0)
+                    named.push_back(skc::Value(skc::Object{{"file", skc::Value(op.path.filename().string())},
+                                                           {"message", skc::Value("no kernel for this shape")}}));
+            if (!named.empty()) {
+                if (name_bad)
+                    spit(r.output_dir / "failed_ops.json",
+                         skc::dump_json(skc::Value(skc::Object{{"format", skc::Value("skc-failed-ops/1")},
+                                                               {"ops", skc::Value(std::move(named))}})));
+                throw skc::Error(skc::Errc::compile_failed, "the compiler exited with status 1: no kernel for a shape");
+            }
             std::vector<PackagedKernel> kernels;
             int i = 0;
-            for (const skc::LoadedOp& op : skc::read_op_info_dir(r.json_dir).ops) {
+            for (const skc::LoadedOp& op : ops) {
                 const std::string file = "kernels/k" + std::to_string(i++) + ".so";
                 kernels.push_back({skc::digest(op.record).hex(), op.record.op_type, file, "kernel " + file + "\n"});
             }

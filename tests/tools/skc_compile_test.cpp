@@ -22,6 +22,7 @@
 
 #include <skc/layout.hpp>
 #include <skc/op_info_io.hpp>
+#include <skc/op_record_digest.hpp>
 #include <skc/policy/cache.hpp>
 
 #include "run_packages.hpp"
@@ -229,6 +230,90 @@ TEST_CASE("skc compile: a failing compiler is exit status 1 with the tail of its
     const Run ls = run_skc(tmp.path(), {"cache", "ls", "--base", (tmp / "base").string(), "--json"});
     CHECK(ls.status == 0);
     CHECK(skc::parse_json(ls.out).find("namespaces")->as_array().at(0).find("entries")->as_array().empty());
+}
+
+TEST_CASE(
+    "skc compile: an op the compiler fails on is left out, the rest installed, and remembered; skc cache failures "
+    "and forget-failures") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const std::string bad_op = "Add_float_ND_32_64_9.json";
+    const fs::path ops = ops_dir(tmp, {small_op, bad_op});
+    const std::string symbol = "skc_k_" + skc::digest(skc::read_op_info(ops / bad_op)).hex();
+    // A C++ compiler that cannot compile the Add kernel.
+    const std::string picky =
+        script(tmp, "picky-cxx",
+               "case \"$*\" in *" + symbol +
+                   "*) echo 'picky-cxx: no kernel for this shape' >&2; exit 1 ;; esac\nexec c++ \"$@\"");
+    // host_op_compiler without its failed_ops.json: skc must find the op by bisection.
+    const std::string silent = script(tmp, "silent-compiler",
+                                      "for a; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n'" + host_compiler +
+                                          "' \"$@\"\nrc=$?\nrm -f \"$out/failed_ops.json\"\nexit $rc");
+    const fs::path lib = tmp / "lib";
+    const fs::path index = lib / "static_kernel/host/config/host-cpu/binary_info_config.json";
+    const std::vector<std::string> env{"CXX=" + picky};
+    const std::string base = (tmp / "base").string();
+
+    for (const bool named : {true, false}) {
+        CAPTURE(named);
+        fs::remove_all(tmp / "base");
+        fs::create_directories(tmp / "base");
+        const auto args = compile_args(tmp, ops, named ? host_compiler : silent) +
+                          std::vector<std::string>{"--op-library", lib.string(), "--json"};
+        const Run first = skc_test::run_program(tool, tmp.path(), args, env);
+        INFO(first.err);
+        REQUIRE(first.status == 0);
+        const skc::Value a = skc::parse_json(first.out);
+        CHECK(a.find("outcome")->as_string() == "compiled");
+        CHECK(a.find("counts")->find("selected")->as_int() == 2);
+        CHECK(a.find("counts")->find("failed")->as_int() == 1);
+        CHECK(a.find("counts")->find("isolation_compiles")->as_int() == (named ? 0 : 2));  // 2 log2(2)
+        CHECK(first.err.find("the kernel compiler failed on 1 of 2 ops") != std::string::npos);
+        CHECK(first.err.find(": Add (Add_float_ND_32_64_") != std::string::npos);  // its name in the run folder
+        // The other op's kernel is installed.
+        CHECK(skc::parse_json(skc_test::slurp(index)).find("kernels")->as_object().size() == 1);
+
+        // The next process leaves the op out without compiling: a hit.
+        const Run second = skc_test::run_program(tool, tmp.path(), args, env);
+        REQUIRE(second.status == 0);
+        const skc::Value b = skc::parse_json(second.out);
+        CHECK(b.find("outcome")->as_string() == "hit");
+        CHECK(b.find("counts")->find("known_failed")->as_int() == 1);
+        CHECK(b.find("counts")->find("failed")->as_int() == 0);
+        CHECK(second.err.find("1 op(s) left out, which the kernel compiler failed on before") != std::string::npos);
+        const Run text =
+            skc_test::run_program(tool, tmp.path(), compile_args(tmp, ops, named ? host_compiler : silent), env);
+        CHECK(text.out.find("\n  left out   1 op the compiler failed on before (skc cache forget-failures tries them "
+                            "again)\n") != std::string::npos);
+
+        const Run listed = run_skc(tmp.path(), {"cache", "failures", "--base", base});
+        CHECK(listed.status == 0);
+        CHECK(listed.out.rfind("CANN-1.0_host-cpu: 1 op the compiler failed on (compiler ", 0) == 0);
+        CHECK(listed.out.find("\n  " + symbol.substr(6) + "  Add  Add_float_ND_32_64_") != std::string::npos);
+        const Run json = run_skc(tmp.path(), {"cache", "failures", "--base", base, "--json"});
+        REQUIRE_FALSE(json.out.empty());
+        const skc::Value failed = skc::parse_json(json.out);
+        REQUIRE(failed.is_object());
+        const skc::Array& listed_ops = failed.find("namespaces")->as_array().at(0).find("ops")->as_array();
+        REQUIRE(listed_ops.size() == 1);
+        CHECK(listed_ops[0].find("message")->as_string().find("picky-cxx: no kernel for this shape") !=
+              std::string::npos);
+
+        const Run forgot = run_skc(tmp.path(), {"cache", "forget-failures", "--base", base});
+        CHECK(forgot.status == 0);
+        CHECK(forgot.out == "CANN-1.0_host-cpu: forgot 1 failed op\n");
+        CHECK(run_skc(tmp.path(), {"cache", "failures", "--base", base}).out ==
+              "CANN-1.0_host-cpu: no known failures\n");
+        // Tried again, with a C++ compiler that can: both ops compile.
+        const Run again = run_skc(tmp.path(), args);
+        REQUIRE(again.status == 0);
+        const skc::Value c = skc::parse_json(again.out);
+        CHECK(c.find("outcome")->as_string() == "compiled");
+        CHECK(c.find("counts")->find("failed")->as_int() == 0);
+        CHECK(c.find("counts")->find("known_failed")->as_int() == 0);
+        CHECK(skc::parse_json(skc_test::slurp(index)).find("kernels")->as_object().size() == 2);
+        fs::remove_all(lib);
+    }
 }
 
 TEST_CASE(

@@ -342,7 +342,7 @@ TEST_CASE("bad usage: the command and what is wrong on stderr, where the usage i
     skc_test::spit(tmp / "file", "x");
     fs::create_symlink(tmp / "base", tmp / "link");
     const std::string cache_commands =
-        "commands: stats, ls, verify, prune, clear, config, zero, explain, export, import";
+        "commands: stats, ls, verify, prune, clear, config, zero, explain, export, import, failures, forget-failures";
     const std::string accepted_base = "give the folder that holds static_kernel_compile_outputs";
     const std::string size_forms =
         "expected a number of bytes with an optional suffix K, M, G or T (powers of 1024), "

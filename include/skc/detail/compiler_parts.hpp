@@ -31,6 +31,7 @@
 #include "../policy/remote.hpp"
 #include "../session_files.hpp"
 #include "../value.hpp"
+#include "isolate.hpp"
 
 namespace skc::detail {
 
@@ -114,6 +115,18 @@ std::filesystem::path package_copy(const Storage& storage, const CacheEntry& ent
                     ErrorContext{entry.package, {}, {}});
     FilesystemStorage(dir).write(entry.key + ".run", *bytes);
     return dir / (entry.key + ".run");
+}
+
+/// A cache hit's package as a file: the storage's own file, or a copy in the run folder for
+/// storages that keep no files (MemoryStorage).
+template <class Hit, class Cache>
+std::filesystem::path hit_package(const Hit& hit, const RunLayout& run, Cache* cache) {
+    if (hit.package_path) return *hit.package_path;
+    if constexpr (requires { cache->storage(); }) {
+        return package_copy(cache->storage(), hit.entry, run.dir());
+    } else {
+        throw Error(Errc::corrupt, "the cache returned a package without a file");
+    }
 }
 
 /// The selection's counts into the report.
@@ -230,8 +243,25 @@ struct KernelCompile {
         host.writer_.wait();
         if (set.materialize) set.materialize();
         CompileRequest req = compile_request(host.options_, settings, set.dir, run.dir());
+        std::error_code ec;
+        std::filesystem::remove(req.output_dir / failed_ops_file, ec);  // an earlier attempt's list
         report_compiling(req, settings, key.hex(), set.digests.size());
-        CompileResult res = invoker.compile(req);
+        CompileResult res;
+        try {
+            res = invoker.compile(req);
+        } catch (const Error& e) {
+            // The ops at fault, if the failure is theirs: the host leaves them out and compiles the rest.
+            std::optional<OpsFailed> failed = find_failed_ops(
+                invoker, req, set, e, run.dir() / "finding_failed_ops", [&](std::size_t i, std::size_t most) {
+                    report_progress(settings, {.phase = CompileProgress::Phase::waiting,
+                                               .waiting_for = "the kernel compiler failed: finding the ops at fault, "
+                                                              "trial compile " +
+                                                              std::to_string(i) + " of at most " + std::to_string(most),
+                                               .key = key.hex()});
+                });
+            if (!failed) throw;
+            throw std::move(*failed);
+        }
         elapsed = res.elapsed;
         if (std::optional<std::string> fault = host.package_fault(res.package))
             throw Error(Errc::compile_failed,
@@ -275,7 +305,9 @@ inline Value leader_message(const CompileReport& rep) {
                         {"key", Value(rep.key)},
                         {"package", Value(rep.package.string())},
                         {"installed", Value(rep.installed)},
-                        {"gathered", Value(rep.gathered)}});
+                        {"gathered", Value(rep.gathered)},
+                        {"known_failed", Value(rep.known_failed)},
+                        {"failed", Value(rep.failed)}});
 }
 
 /// The leader's message into a follower's report; whether the leader installed the package.
@@ -290,8 +322,9 @@ inline bool read_leader_message(const Value& message, CompileReport& rep) {
         if (to_string(o) == outcome) rep.outcome = o;
     rep.key = text("key");
     rep.package = text("package");
-    if (const Value* g = message.find("gathered"); g && g->is_number())
-        rep.gathered = static_cast<std::size_t>(g->as_double());
+    for (auto [name, count] : {std::pair{"gathered", &rep.gathered}, std::pair{"known_failed", &rep.known_failed},
+                               std::pair{"failed", &rep.failed}})
+        if (const Value* v = message.find(name); v && v->is_number()) *count = static_cast<std::size_t>(v->as_double());
     return !text("installed").empty();
 }
 

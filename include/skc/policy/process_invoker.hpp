@@ -209,7 +209,7 @@ public:
                      " s; its process group was killed",
                  res.log, copier);
         if (WIFSIGNALED(status))
-            fail(Errc::compile_failed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log,
+            fail(Errc::compiler_killed, "the compiler was killed by " + detail::signal_name(WTERMSIG(status)), res.log,
                  copier);
         if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
             fail(Errc::compile_failed, "the compiler exited with status " + std::to_string(WEXITSTATUS(status)),

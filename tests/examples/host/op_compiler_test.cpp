@@ -450,9 +450,30 @@ TEST_CASE("host_op_compiler: a failing C++ compiler or makeself exits 1, quotes 
         CHECK(r.err.rfind(head, 0) == 0);
         const std::string tail = "/src/" + symbol + ".cpp exited with status 1. Its output:\nbad-cxx: cannot compile ";
         CHECK(r.err.find(tail) != std::string::npos);
-        CHECK(r.err.substr(r.err.size() - (symbol.size() + 5)) == symbol + ".cpp\n");
-        CHECK(r.err.find("entry table") == std::string::npos);  // -j 1: nothing started after the failure
-        CHECK(names_in(out).empty());                           // no package, no work folder
+        // Every translation unit is compiled after a failure too (so that failed_ops.json can name
+        // every op that fails); the entry table failed as well, so no op is named.
+        CHECK(r.err.find("\ncompiling the entry table failed: " + script.string()) != std::string::npos);
+        CHECK(names_in(out).empty());  // no package, no work folder, no failed_ops.json
+    }
+    SUBCASE("a compiler that fails on one kernel: the others compile, and failed_ops.json names its op info file") {
+        copy_examples(tmp / "ops", {"MatMulV2_float_ND_32_64_0.json"});
+        const fs::path script = tmp / "picky-cxx";
+        spit(script, "#!/bin/sh\ncase \"$*\" in *" + symbol +
+                         "*) echo \"picky-cxx: no kernel for this shape\" >&2; exit 1 ;; esac\nexec c++ \"$@\"\n");
+        fs::permissions(script, fs::perms::owner_all);
+        const Run r = run_tool({"-p", (tmp / "ops").string(), "-v", "dev0", "-j", "1", "-o", out.string()},
+                               {"CXX=" + script.string()});
+        INFO(r.err);
+        CHECK(r.status == 1);
+        CHECK(r.out.find("compiled MatMulV2") != std::string::npos);  // compiled after the failure
+        CHECK(r.out.find("compiled entry table") != std::string::npos);
+        CHECK(names_in(out) == std::vector<std::string>{"failed_ops.json"});
+        const skc::Value doc = skc::parse_json(skc_test::slurp(out / "failed_ops.json"));
+        CHECK(doc.find("format")->as_string() == "skc-failed-ops/1");
+        const skc::Array& ops = doc.find("ops")->as_array();
+        REQUIRE(ops.size() == 1);
+        CHECK(ops[0].find("file")->as_string() == "Add_float_ND_32_64_9.json");
+        CHECK(ops[0].find("message")->as_string().find("picky-cxx: no kernel for this shape") != std::string::npos);
     }
     SUBCASE("CXX=false") {
         const Run r =

@@ -100,7 +100,7 @@ TEST_CASE("a non-zero exit quotes the last lines of the log") {
 TEST_CASE("death by a signal is named") {
     skc_test::TempDir dir;
     auto inv = fake("echo about to crash; kill -SEGV $$");
-    CHECK_EQ(error_of(inv, request(dir)), "compile_failed: " + (dir / "out" / "op_compiler.log").string() +
+    CHECK_EQ(error_of(inv, request(dir)), "compiler_killed: " + (dir / "out" / "op_compiler.log").string() +
                                               ": the compiler was killed by signal 11 (Segmentation fault). Last "
                                               "lines of its log:\nabout to crash");
 }

@@ -1,0 +1,256 @@
+// One op the kernel compiler fails on costs only itself (detail/isolate.hpp): the host finds the ops
+// at fault (named by the compiler, or by bisection), compiles the rest, remembers the failures in
+// the cache namespace (known_failures.hpp) and leaves them out of later runs; a timeout, a signal or
+// a compiler that fails on everything is never blamed on an op.
+#include <doctest/doctest.h>
+
+#include <skc/compiler.hpp>
+#include <skc/known_failures.hpp>
+
+#include "compiler_fixtures.hpp"
+#include "packing_compiler.hpp"
+#include "test_support.hpp"
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace skc_isolate_test {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Compiler = skc::StaticKernelCompiler<skc_test::Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
+using skc_test::many_ops;
+using skc_test::options_for;
+using skc_test::PackingCompiler;
+using skc_test::settings_for;
+using skc_test::TempDir;
+
+/// The known failures file of the namespace settings_for() names, under `base`.
+fs::path known_file(const fs::path& base) {
+    return base / "static_kernel_compile_outputs/static_kernel_cache/CANN-8.0.RC1_dev0" /
+           std::string(skc::KnownFailures::file_name);
+}
+
+skc::CompilerSettings settings_with(const std::string& fingerprint) {
+    skc::CompilerSettings s = settings_for({});
+    s.compiler_fingerprint = fingerprint;
+    return s;
+}
+
+/// The digests of the op info files in `dir`.
+std::unordered_set<skc::Digest, skc::DigestHash> digests_in(const fs::path& dir) {
+    std::unordered_set<skc::Digest, skc::DigestHash> out;
+    for (const skc::LoadedOp& op : skc::read_op_info_dir(dir).ops) out.insert(skc::digest(op.record));
+    return out;
+}
+
+/// The error `fn` throws (Errc::io_error with "no error" when it throws none).
+template <class Fn>
+skc::Error error_of(Fn&& fn) {
+    try {
+        fn();
+    } catch (const skc::Error& e) {
+        return e;
+    }
+    return skc::Error(skc::Errc::io_error, "no error");
+}
+
+}  // namespace
+
+TEST_CASE("a silent compiler: one bad op of 64 is found by bisection, the 63 others compile, later runs skip it") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(64);
+    const skc::Digest bad = skc::digest(ops[37]);
+    PackingCompiler pc;
+    pc.bad.insert(bad);
+    skc::process_compiled().clear();
+    {
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        const skc::CompileReport r = compiler.compile(ops);
+        CHECK(r.outcome == skc::CompileOutcome::compiled);
+        CHECK(r.gathered == 64);
+        CHECK(r.failed == 1);
+        CHECK(r.known_failed == 0);
+        CHECK(r.isolation_compiles >= 1);
+        CHECK(r.isolation_compiles <= 12);  // 2 log2(64)
+        // The first compile, the trials, and the compile of the rest: at most 2 log2(64) + 1 more.
+        CHECK(pc.calls == static_cast<int>(1 + r.isolation_compiles + 1));
+        const auto compiled = digests_in(pc.requests.back().json_dir);
+        CHECK(compiled.size() == 63);
+        CHECK(compiled.count(bad) == 0);
+        CHECK(r.summary().find("1 failed in the compiler") != std::string::npos);
+        CHECK(r.to_value().find("counts")->find("failed")->as_int() == 1);
+    }
+    const std::vector<skc::FailedOp> known = skc::KnownFailures::read(known_file(tmp.path()), "cc-1");
+    REQUIRE(known.size() == 1);
+    CHECK(known[0].digest == bad);
+    CHECK(known[0].op_type == "MatMulV2");
+    CHECK(known[0].message.find("no kernel for a shape") != std::string::npos);
+
+    // Another process with the same ops: nothing compiled, the failure left out and counted.
+    const int before = pc.calls;
+    skc::process_compiled().clear();
+    {
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        const skc::CompileReport r = compiler.compile(ops);
+        CHECK(r.outcome == skc::CompileOutcome::hit);
+        CHECK(r.known_failed == 1);
+        CHECK(r.failed == 0);
+        CHECK(pc.calls == before);
+    }
+
+    // Another compiler (its fingerprint changed): the old failures no longer hold; it is tried again.
+    skc::process_compiled().clear();
+    {
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-2"));
+        const skc::CompileReport r = compiler.compile(ops);
+        CHECK(r.known_failed == 0);
+        CHECK(r.failed == 1);
+        CHECK(pc.calls > before);
+    }
+    CHECK(skc::KnownFailures::read(known_file(tmp.path()), "cc-1").empty());
+    CHECK(skc::KnownFailures::read(known_file(tmp.path()), "cc-2").size() == 1);
+}
+
+TEST_CASE("a compiler that names the ops it failed on: one more compile, no bisection") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(64);
+    PackingCompiler pc;
+    pc.name_bad = true;
+    pc.bad = {skc::digest(ops[3]), skc::digest(ops[50])};
+    skc::process_compiled().clear();
+    Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+    const skc::CompileReport r = compiler.compile(ops);
+    CHECK(r.outcome == skc::CompileOutcome::compiled);
+    CHECK(r.failed == 2);
+    CHECK(r.isolation_compiles == 0);
+    CHECK(pc.calls == 2);
+    CHECK(digests_in(pc.requests.back().json_dir).size() == 62);
+    const std::vector<skc::FailedOp> known = skc::KnownFailures::read(known_file(tmp.path()), "cc-1");
+    REQUIRE(known.size() == 2);
+    CHECK(known[0].message == "no kernel for this shape");
+}
+
+TEST_CASE("a timeout, a signal or a compiler that fails on everything is no op's fault and is not remembered") {
+    const std::vector<skc::OpRecord> ops = many_ops(16);
+    for (const skc::Errc code : {skc::Errc::timeout, skc::Errc::compiler_killed, skc::Errc::io_error}) {
+        CAPTURE(skc::to_string(code));
+        TempDir tmp;
+        PackingCompiler pc;
+        pc.fail_with = code;
+        skc::process_compiled().clear();
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        CHECK(error_of([&] { (void)compiler.compile(ops); }).code() == code);
+        CHECK(pc.calls == 1);  // no trial compile
+        CHECK_FALSE(fs::exists(known_file(tmp.path())));
+    }
+    SUBCASE("every op fails, silently: a bounded search, then the compiler's error") {
+        TempDir tmp;
+        PackingCompiler pc;
+        pc.fail = true;
+        skc::process_compiled().clear();
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        const skc::Error e = error_of([&] { (void)compiler.compile(ops); });
+        CHECK(e.code() == skc::Errc::compile_failed);
+        CHECK(e.message() == "the compiler exited with status 1");
+        CHECK(pc.calls <= 1 + 2 * 4 + 4);  // at most 2 log2(16) + 4 trials
+        CHECK_FALSE(fs::exists(known_file(tmp.path())));
+    }
+    SUBCASE("every op named: the compiler's error") {
+        TempDir tmp;
+        PackingCompiler pc;
+        pc.name_bad = true;
+        for (const skc::OpRecord& r : ops) pc.bad.insert(skc::digest(r));
+        skc::process_compiled().clear();
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        CHECK(error_of([&] { (void)compiler.compile(ops); }).code() == skc::Errc::compile_failed);
+        CHECK(pc.calls == 1);
+        CHECK_FALSE(fs::exists(known_file(tmp.path())));
+    }
+    SUBCASE("a failure that is no op's (the set is too large): every half compiles, the error stands") {
+        TempDir tmp;
+        PackingCompiler pc;
+        pc.before = [](const skc::CompileRequest& r) {
+            if (skc::read_op_info_dir(r.json_dir).ops.size() > 10)
+                throw skc::Error(skc::Errc::compile_failed, "the compiler ran out of memory");
+        };
+        skc::process_compiled().clear();
+        Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+        CHECK(error_of([&] { (void)compiler.compile(ops); }).message() == "the compiler ran out of memory");
+        CHECK(pc.calls == 3);  // the set, then its two halves of 8
+        CHECK_FALSE(fs::exists(known_file(tmp.path())));
+    }
+}
+
+TEST_CASE("a failure found but the rest failing otherwise: nothing is remembered") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(8);
+    PackingCompiler pc;
+    pc.name_bad = true;
+    pc.bad = {skc::digest(ops[0])};
+    pc.before = [&](const skc::CompileRequest& r) {
+        if (skc::read_op_info_dir(r.json_dir).ops.size() == 7) throw skc::Error(skc::Errc::timeout, "too slow");
+    };
+    skc::process_compiled().clear();
+    Compiler compiler(pc.invoker(), options_for(tmp.path()), settings_with("cc-1"));
+    CHECK(error_of([&] { (void)compiler.compile(ops); }).code() == skc::Errc::timeout);
+    CHECK(pc.calls == 2);
+    CHECK_FALSE(fs::exists(known_file(tmp.path())));
+}
+
+TEST_CASE("known failures: merged between writers, per fingerprint, forgotten on request, unreadable as none") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(3);
+    auto failed = [&](std::size_t i) {
+        return skc::FailedOp{skc::digest(ops[i]), "MatMulV2", "op" + std::to_string(i) + ".json",
+                             "why " + std::to_string(i)};
+    };
+    skc::KnownFailures a(tmp / "ns", "fp"), b(tmp / "ns", "fp");
+    CHECK(a.list().empty());
+    CHECK(a.add({failed(0)}) == 1);
+    CHECK(b.add({failed(1), failed(0)}) == 1);  // op 0 is known already
+    REQUIRE(a.list().size() == 2);
+    CHECK(a.list()[1].file == "op1.json");
+    CHECK(a.list()[1].message == "why 1");
+
+    SUBCASE("two threads adding at once keep both") {
+        skc::KnownFailures c(tmp / "ns", "fp"), d(tmp / "ns", "fp");
+        std::thread t([&] { (void)c.add({failed(2)}); });
+        (void)d.add({failed(2), failed(1)});
+        t.join();
+        CHECK(a.list().size() == 3);
+    }
+    SUBCASE("another fingerprint sees none, and its first failure replaces the list") {
+        skc::KnownFailures other(tmp / "ns", "fp2");
+        CHECK(other.list().empty());
+        CHECK(other.add({failed(2)}) == 1);
+        CHECK(a.list().empty());
+        CHECK(other.list().size() == 1);
+    }
+    SUBCASE("forget") {
+        CHECK(a.forget() == 2);
+        CHECK(b.list().empty());
+        CHECK_FALSE(fs::exists(tmp / "ns" / std::string(skc::KnownFailures::file_name)));
+        CHECK(a.forget() == 0);
+    }
+    SUBCASE("an unreadable list counts as none and is replaced by the next failure") {
+        skc_test::spit(tmp / "ns" / std::string(skc::KnownFailures::file_name), "{not json");
+        CHECK(a.list().empty());
+        CHECK(a.add({failed(2)}) == 1);
+        CHECK(b.list().size() == 1);
+    }
+    SUBCASE("read-only: the folder's list is read, what is learned stays in memory") {
+        skc::KnownFailures ro(tmp / "ns", "fp", /*read_only=*/true);
+        CHECK(ro.list().size() == 2);
+        CHECK(ro.add({failed(2)}) == 1);
+        CHECK(ro.list().size() == 3);
+        CHECK(a.list().size() == 2);
+    }
+}
+
+}  // namespace skc_isolate_test
