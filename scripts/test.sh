@@ -17,8 +17,7 @@
 # configurations are built in the background at the lowest CPU priority (background below), so that
 # they take the core a test leaves idle: the ASan+UBSan one while the g++ suite's tests that run
 # alone (suite 'alone') run, the ThreadSanitizer one and the fuzz harnesses while the ASan+UBSan
-# suite runs, and the fuzz harnesses themselves beside its tests that run alone. Ends with one line
-# "N passed, N failed".
+# suite runs. Ends with one line "N passed, N failed".
 #
 # `bash scripts/test.sh quick`: the edit-compile-test loop. Suite 'quick' (the library's test areas
 # that start no program) of an unoptimised g++ build in build/quick, building only its executables.
@@ -120,26 +119,22 @@ clang_prebuild=$!
 run_suite gcc alone --no-suite sanitized --suite alone
 wait "$clang_prebuild" || true
 
-# The ThreadSanitizer build and the fuzz harnesses build beside the ASan+UBSan suite's tests (which
-# they slow by 26 s; they took 170 s in the foreground), and the harnesses run (a few seconds each,
-# tests/fuzz/run.sh) beside its tests that run alone.
+# The ThreadSanitizer build and the fuzz harnesses build beside the ASan+UBSan suite (which they
+# slow by about 26 s; they took 170 s in the foreground). (Running the harnesses beside its tests
+# that run alone too slowed those by more than it saved.)
 prebuild tsan --suite threads
 tsan_prebuild=$!
 background build/fuzz/build.log env FUZZ_STEP=build bash tests/fuzz/run.sh build/fuzz
 fuzz_prebuild=$!
-run_suite clang-sanitize main "${sanitized_tests[@]}" --no-suite alone-sanitized
-fuzz_step=run
-wait "$fuzz_prebuild" || fuzz_step=all  # the build failed: build again, and say why in its log
-fuzz_log=build/fuzz/summary.txt
-background "$fuzz_log" env FUZZ_STEP=$fuzz_step bash tests/fuzz/run.sh build/fuzz 5
-fuzz_run=$!
-run_suite clang-sanitize alone --suite alone-sanitized
+run_suite clang-sanitize main "${sanitized_tests[@]}"
 wait "$tsan_prebuild" || true
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan main --suite threads
 
 # The fuzz harnesses (tests/fuzz): each over its seed corpus, then 5 s of fuzzing; one count each.
-if ! wait "$fuzz_run"; then status=1; fi
-cat "$fuzz_log"
+fuzz_log=build/fuzz/summary.txt
+fuzz_step=run
+wait "$fuzz_prebuild" || fuzz_step=all  # the build failed: build again here, where its errors show
+if FUZZ_STEP=$fuzz_step bash tests/fuzz/run.sh build/fuzz 5 | tee "$fuzz_log"; then :; else status=1; fi
 fuzz_ok=$(grep -c '^fuzz .*, ok$' "$fuzz_log" || true)
 fuzz_fail=$(grep -c '^fuzz .*FAILED' "$fuzz_log" || true)
 if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_fail" -eq 0 ]; then

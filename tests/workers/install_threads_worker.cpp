@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                     ready.fetch_add(1, std::memory_order_acq_rel);
                     while (ready.load(std::memory_order_acquire) < threads)
                         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                    for (;;) ::pause();  // the handles stay held until the signal
+                    for (;;) ::sleep(1);  // the handles stay held until the signal (see install_worker.cpp)
                 }
                 const auto& p = packages[static_cast<std::size_t>(t) % packages.size()];
                 const skc::Installation anchor = installer.install(p, library, {});
