@@ -324,7 +324,7 @@ private:
                            detail::StageClock& clock) {
         auto out = cache.get_or_compile(k, [&] { return compile_it(); });
         rep.outcome = detail::compile_outcome(out.result);
-        rep.package = out.hit ? detail::hit_package(*out.hit, run, cache_.get()) : out.compiled_package;
+        rep.package = out.hit ? detail::hit_package<cache_fits>(*out.hit, run, cache_.get()) : out.compiled_package;
         clock.split("cache", "compile", compile_it.elapsed);
         return out;
     }

@@ -110,11 +110,8 @@ public:
                 const std::optional<Digest> digest =
                     d && d->is_string() ? Digest::from_hex(d->as_string()) : std::nullopt;
                 if (!digest) continue;
-                auto text = [&](std::string_view key) {
-                    const Value* v = o.find(key);
-                    return v && v->is_string() ? v->as_string() : std::string();
-                };
-                out.ops.push_back(FailedOp{*digest, text("op_type"), text("file"), text("message")});
+                out.ops.push_back(FailedOp{*digest, string_member(o, "op_type"), string_member(o, "file"),
+                                           string_member(o, "message")});
             }
             return out;
         } catch (const Error&) {

@@ -135,6 +135,13 @@ SKC_CONSTEXPR_RECORD const Value* Value::find(std::string_view key) const {
     return nullptr;
 }
 
+/// The string member `key` of `object`; empty when it is absent or not a string (how the messages
+/// and files skc reads take their optional text fields).
+inline std::string string_member(const Value& object, std::string_view key) {
+    const Value* v = object.find(key);
+    return v && v->is_string() ? v->as_string() : std::string();
+}
+
 /// Equality of content: objects are equal when they hold the same members in any order.
 SKC_CONSTEXPR_RECORD bool operator==(const Value& a, const Value& b) {
     if (a.kind() != b.kind()) return false;

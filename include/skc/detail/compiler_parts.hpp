@@ -118,11 +118,12 @@ std::filesystem::path package_copy(const Storage& storage, const CacheEntry& ent
 }
 
 /// A cache hit's package as a file: the storage's own file, or a copy in the run folder for
-/// storages that keep no files (MemoryStorage).
-template <class Hit, class Cache>
+/// storages that keep no files (MemoryStorage). `CacheFits`: the host's cache is an IndexCache (not
+/// the stand-in its static_asserts report on), so that it has a storage.
+template <bool CacheFits, class Hit, class Cache>
 std::filesystem::path hit_package(const Hit& hit, const RunLayout& run, Cache* cache) {
     if (hit.package_path) return *hit.package_path;
-    if constexpr (requires { cache->storage(); }) {
+    if constexpr (CacheFits) {
         return package_copy(cache->storage(), hit.entry, run.dir());
     } else {
         throw Error(Errc::corrupt, "the cache returned a package without a file");
@@ -312,10 +313,7 @@ inline Value leader_message(const CompileReport& rep) {
 
 /// The leader's message into a follower's report; whether the leader installed the package.
 inline bool read_leader_message(const Value& message, CompileReport& rep) {
-    auto text = [&](std::string_view k) {
-        const Value* v = message.find(k);
-        return v && v->is_string() ? v->as_string() : std::string();
-    };
+    auto text = [&](std::string_view k) { return string_member(message, k); };
     const std::string outcome = text("outcome");
     for (CompileOutcome o : {CompileOutcome::skipped, CompileOutcome::hit, CompileOutcome::waited,
                              CompileOutcome::compiled, CompileOutcome::disabled, CompileOutcome::downloaded})

@@ -169,10 +169,7 @@ inline Value result_or_throw(const Value& outcome, std::string_view leader_name)
         const Value* r = outcome.find("result");
         return r ? *r : Value();
     }
-    auto text = [&](std::string_view k) {
-        const Value* v = outcome.find(k);
-        return v && v->is_string() ? v->as_string() : std::string();
-    };
+    auto text = [&](std::string_view k) { return string_member(outcome, k); };
     const std::string c = text("code").empty() ? "unknown" : text("code");
     const Value* own = outcome.find("own");
     if (!(own && own->is_bool() && own->as_bool())) {

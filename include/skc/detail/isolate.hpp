@@ -24,10 +24,10 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -41,6 +41,7 @@
 #include "../policy/gather.hpp"
 #include "../policy/invoker.hpp"
 #include "hash.hpp"
+#include "unique_fd.hpp"
 
 namespace skc::detail {
 
@@ -81,21 +82,28 @@ inline std::vector<FailedOp> named_failures(const std::filesystem::path& output_
         const Value* ops = doc.find("ops");
         if (!fmt || !fmt->is_string() || fmt->as_string() != failed_ops_format || !ops || !ops->is_array()) return out;
         for (const Value& o : ops->as_array()) {
-            const Value* f = o.find("file");
-            const Value* m = o.find("message");
-            if (!f || !f->is_string()) continue;
-            const auto at = std::find(set.names.begin(), set.names.end(), f->as_string());
+            const auto at = std::find(set.names.begin(), set.names.end(), string_member(o, "file"));
             if (at == set.names.end()) continue;
             const auto i = static_cast<std::size_t>(at - set.names.begin());
             if (std::any_of(out.begin(), out.end(), [&](const FailedOp& k) { return k.digest == set.digests[i]; }))
                 continue;
-            out.push_back(FailedOp{set.digests[i], op_types[i], set.names[i],
-                                   first_part(m && m->is_string() ? m->as_string() : std::string())});
+            out.push_back(FailedOp{set.digests[i], op_types[i], set.names[i], first_part(string_member(o, "message"))});
         }
     } catch (const Error&) {
         out.clear();  // not a list we can trust: bisect instead
     }
     return out;
+}
+
+/// The files `names` of folder `from` in folder `to` (existing): hard links, copies where a link
+/// cannot be made (another file system).
+inline void link_or_copy(const std::filesystem::path& from, const std::filesystem::path& to,
+                         std::span<const std::string> names) {
+    for (const std::string& n : names) {
+        std::error_code ec;
+        std::filesystem::create_hard_link(from / n, to / n, ec);
+        if (ec) std::filesystem::copy_file(from / n, to / n);
+    }
 }
 
 /// `set` without the ops `drop`, its files linked into `dir` when it is filled (materialize), after
@@ -114,11 +122,7 @@ inline GatheredSet without(const GatheredSet& set, const std::unordered_set<Dige
         if (fill) fill();
         std::filesystem::remove_all(to);
         std::filesystem::create_directories(to);
-        for (const std::string& n : names) {
-            std::error_code ec;
-            std::filesystem::create_hard_link(from / n, to / n, ec);
-            if (ec) std::filesystem::copy_file(from / n, to / n);
-        }
+        link_or_copy(from, to, names);
     };
     return out;
 }
@@ -150,13 +154,7 @@ std::optional<OpsFailed> find_failed_ops(Invoker& invoker, const CompileRequest&
     const auto levels = static_cast<std::size_t>(std::ceil(std::log2(static_cast<double>(set.digests.size()))));
     const std::size_t most = 2 * levels + 4;
     std::size_t trial = 0;
-    struct RemoveAll {
-        std::filesystem::path dir;
-        ~RemoveAll() {
-            std::error_code ec;
-            std::filesystem::remove_all(dir, ec);
-        }
-    } trials{work};
+    const RemovedAtExit trials(work);
     // Whether the ops [first, last) compile; fills `message` with the failure's.
     auto fails = [&](std::size_t first, std::size_t last, std::string& message) {
         const std::filesystem::path dir = work / std::to_string(++trial);
@@ -166,11 +164,7 @@ std::optional<OpsFailed> find_failed_ops(Invoker& invoker, const CompileRequest&
         r.on_progress = nullptr;
         std::filesystem::create_directories(r.json_dir);
         std::filesystem::create_directories(r.output_dir);
-        for (std::size_t i = first; i < last; ++i) {
-            std::error_code ec;
-            std::filesystem::create_hard_link(set.dir / set.names[i], r.json_dir / set.names[i], ec);
-            if (ec) std::filesystem::copy_file(set.dir / set.names[i], r.json_dir / set.names[i]);
-        }
+        link_or_copy(set.dir, r.json_dir, std::span(set.names).subspan(first, last - first));
         if (say) say(trial, most);
         try {
             (void)invoker.compile(r);
