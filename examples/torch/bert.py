@@ -133,5 +133,5 @@ def check_args(ap, args):
 
 
 if __name__ == "__main__":
-    sys.exit(model_run.main(__doc__, build, 512, "the feed-forward block's inner width", extra_args=extra_args,
+    sys.exit(model_run.main(__doc__, build, 2048, "the feed-forward block's inner width", extra_args=extra_args,
                             check_args=check_args, inference_checked="logits and hidden states"))

@@ -153,5 +153,5 @@ def check_args(ap, args):
 
 
 if __name__ == "__main__":
-    sys.exit(model_run.main(__doc__, build, 352, "the gated MLP's inner width", check_args=check_args,
+    sys.exit(model_run.main(__doc__, build, 1376, "the gated MLP's inner width", check_args=check_args,
                             inference_checked="log-probs"))
