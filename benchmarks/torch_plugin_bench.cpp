@@ -13,9 +13,9 @@
 //                   time, a cache hit after it): the op's static kernel, its output allocated by
 //                   the plugin. Off / Static is the static kernel's speed against stock's.
 // Off, Fallback and Static run interleaved with --benchmark_enable_random_interleaving, so that
-// each comparison is paired on this noisy machine: each puts the plugin in the state it needs
-// before its timed loop (Off: disable(); Fallback: a new session that has seen every op; Static:
-// that, then compile()). Off costs a load and a compare more than Stock.
+// each comparison is paired against a machine load that changes over minutes: each puts the plugin
+// in the state it needs before its timed loop (Off: disable(); Fallback: a new session that has
+// seen every op; Static: that, then compile()). Off costs a load and a compare more than Stock.
 // The ops (ops() below): Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512]
 // (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
 // it, bias [256] + x [64, 256] @ W[256, 256].t(); and one call of every other op type the plugin
