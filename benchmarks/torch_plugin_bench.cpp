@@ -86,6 +86,7 @@ Inputs& inputs() {
 
 void step();
 void enable(const std::string& config);
+std::string compile();
 void disable();
 
 /// The plugin's state for the Off, Fallback and Static benchmarks, which run interleaved: each
@@ -96,8 +97,6 @@ struct PluginState {
     State state = State::off;
 };
 PluginState plugin;
-
-std::string compile();
 
 /// Puts the plugin in state `want` (outside the timing). A session starts with no static kernel
 /// (disable() empties the kernel table); its compile() is a cache hit after the first one.
