@@ -424,9 +424,11 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
             if (full) {
                 for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + crow + " + " + n(v * w) + ");");
             } else {
-                s.line("float t" + n(r) + "[" + n(nv * w) + "] = {};");
-                s.line("__builtin_memcpy(t" + n(r) + ", " + crow + ", " + n(cols) + " * sizeof(float));");
-                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t" + n(r) + " + " + n(v * w) + ");");
+                s.open("");  // one row's buffer at a time: the rows' scopes share its stack slot
+                s.line("float t[" + n(nv * w) + "] = {};");
+                s.line("__builtin_memcpy(t, " + crow + ", " + n(cols) + " * sizeof(float));");
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t + " + n(v * w) + ");");
+                s.close();
             }
         }
         s.close();

@@ -1037,9 +1037,12 @@ TEST_CASE("generated kernels, built for each target, against the generic kernels
         const int rc = wait_for(pids[g]);
         if (rc != 0) {  // which ops the compiler complained about
             const std::string said = skc_test::slurp(log);
-            for (std::size_t i = 0; i < ops.size(); ++i)
-                if (said.find("skc_host_test_kernel_" + std::to_string(i) + "'") != std::string::npos)
-                    MESSAGE("skc_host_test_kernel_" << i << ": " << ops[i].first);
+            for (std::size_t i = 0; i < ops.size(); ++i)  // g++ names `void name(...)`, clang++ 'name'
+                for (const char* after : {"(", "'"})
+                    if (said.find("skc_host_test_kernel_" + std::to_string(i) + after) != std::string::npos) {
+                        MESSAGE("skc_host_test_kernel_" << i << ": " << ops[i].first);
+                        break;
+                    }
         }
         REQUIRE_MESSAGE(rc == 0, compilers[g] << " failed for " << targets[g].id << " (" << rc << "):\n"
                                               << skc_test::slurp(log));
