@@ -16,6 +16,10 @@
 // each comparison is paired against a machine load that changes over minutes: each puts the plugin
 // in the state it needs before its timed loop (Off: disable(); Fallback: a new session that has
 // seen every op; Static: that, then compile()). Off costs a load and a compare more than Stock.
+//   Paired/<op>     last: Off, Fallback and Static timed back to back in blocks of about 2 ms, 21
+//                   blocks (paired_sweep() below); its counters are the medians over the blocks of
+//                   Fallback - Off (added_ns) and Off / Static (off_per_static), which the
+//                   repetitions above cannot resolve for the calls of a few microseconds.
 // The ops (ops() below): Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512]
 // (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
 // it, bias [256] + x [64, 256] @ W[256, 256].t(); and one call of every other op type the plugin
@@ -32,14 +36,17 @@
 // apart; docs/performance.md).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -48,6 +55,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <stdlib.h>
+#include <time.h>
 
 #ifndef SKC_BENCH_TORCH_PLUGIN
 #error "build with -DSKC_BENCH_TORCH_PLUGIN=\"<path of libskc_torch.so>\""
@@ -187,6 +195,86 @@ constexpr Op op_list[] = {
 };
 constexpr std::size_t op_count = sizeof op_list / sizeof op_list[0];
 
+/// The paired sweep (Paired/<op>): the three states timed back to back, in blocks of about 2 ms of
+/// calls per op and state, 21 blocks, the states' order reversed in every other block. A
+/// benchmark's repetitions are seconds apart and the machine's load moves between them by more than
+/// the differences asked about (what the plugin adds to a call that falls back: tens of ns on a
+/// call of 3 µs); within a block the three states see the same load, and the median over the
+/// blocks of each block's difference is what the Paired/<op> rows report (as counters).
+struct PairedOp {
+    std::vector<double> ns[3];  // per call, per block, for each State
+};
+constexpr int paired_blocks = 21;
+
+/// Thread CPU time: a block preempted by another process is not charged for it.
+double cpu_ns() {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string paired_ops = ".*";  // the ops of the sweep: a regular expression (--benchmark_filter)
+
+/// Runs the sweep once, for the ops paired_ops names, and keeps its figures.
+const std::vector<PairedOp>& paired_sweep() {
+    static const std::vector<PairedOp> sweep = [] {
+        const std::regex selected(paired_ops);
+        std::vector<PairedOp> ops(op_count);
+        std::vector<long> calls(op_count, 0);  // per block, from the first state's calibration
+        for (int block = 0; block < paired_blocks; ++block) {
+            for (int k = 0; k < 3; ++k) {
+                const int state = block % 2 == 0 ? k : 2 - k;
+                enter(static_cast<State>(state));
+                for (std::size_t i = 0; i < op_count; ++i) {
+                    if (!std::regex_search(op_list[i].name, selected)) continue;
+                    if (calls[i] == 0) {  // about 2 ms of calls, timed on 20 warm ones
+                        for (int w = 0; w < 20; ++w) benchmark::DoNotOptimize(op_list[i].call());
+                        const double t0 = cpu_ns();
+                        for (int w = 0; w < 20; ++w) benchmark::DoNotOptimize(op_list[i].call());
+                        calls[i] = std::max(20L, static_cast<long>(2e6 / ((cpu_ns() - t0) / 20)));
+                    }
+                    for (long w = 0; w < calls[i] / 10; ++w) benchmark::DoNotOptimize(op_list[i].call());
+                    const double t0 = cpu_ns();
+                    for (long n = 0; n < calls[i]; ++n) benchmark::DoNotOptimize(op_list[i].call());
+                    ops[i].ns[state].push_back((cpu_ns() - t0) / static_cast<double>(calls[i]));
+                }
+            }
+        }
+        return ops;
+    }();
+    return sweep;
+}
+
+/// Reports op I's row of the sweep: per-call medians of each state, the median of the blocks'
+/// Fallback - Off (what the plugin adds to a call that falls back) and of their Off / Static.
+template <std::size_t I>
+void paired(benchmark::State& s) {
+    const PairedOp& op = paired_sweep()[I];
+    for (auto _ : s) benchmark::DoNotOptimize(op.ns[0].size());
+    std::vector<double> added;
+    std::vector<double> speedup;
+    for (std::size_t b = 0; b < op.ns[0].size(); ++b) {
+        added.push_back(op.ns[1][b] - op.ns[0][b]);
+        speedup.push_back(op.ns[0][b] / op.ns[2][b]);
+    }
+    s.counters["off_ns"] = median(op.ns[0]);
+    s.counters["fallback_ns"] = median(op.ns[1]);
+    s.counters["static_ns"] = median(op.ns[2]);
+    s.counters["added_ns"] = median(added);
+    s.counters["off_per_static"] = median(speedup);
+}
+
+template <std::size_t... I>
+void register_paired(std::index_sequence<I...>) {
+    for (auto [name, fn] : {std::pair{op_list[I].name, &paired<I>}...})
+        benchmark::RegisterBenchmark((std::string("Paired/") + name).c_str(), fn)->Iterations(1);
+}
+
 /// One instantiation per phase and op, so that a profile (callgrind) tells the phases apart.
 template <int Phase, std::size_t I>
 void bench(benchmark::State& s) {
@@ -228,6 +316,7 @@ int main(int argc, char** argv) {
     register_phase<1>("Off", std::make_index_sequence<op_count>{});
     register_phase<2>("Fallback", std::make_index_sequence<op_count>{});
     register_phase<3>("Static", std::make_index_sequence<op_count>{});
+    register_paired(std::make_index_sequence<op_count>{});
     // --benchmark_filter picks ops (e.g. Gelu); Stock runs first, then the other three phases.
     const std::string filter = benchmark::GetBenchmarkFilter();
     const std::string ops = filter.empty() || filter == "all" || filter == "." ? ".*" : "(" + filter + ")";
@@ -246,6 +335,8 @@ int main(int argc, char** argv) {
     plugin.config = R"({"base_dir": ")" + base + R"("})";
     enter(State::compiled);  // the first compile, outside every benchmark's repetitions
     benchmark::RunSpecifiedBenchmarks(reporter, "^(Off|Fallback|Static)/" + ops);  // interleaved when asked
+    paired_ops = ops;
+    benchmark::RunSpecifiedBenchmarks(reporter, "^Paired/" + ops);
     std::printf("plugin counters after the run: %s\n", counters().c_str());
     disable();
     std::error_code ec;
