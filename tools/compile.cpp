@@ -329,6 +329,7 @@ void print_report(const skc::CompileReport& r, const fs::path& library, const st
         s += "  ops        " + std::to_string(r.selected) + " selected of " + std::to_string(r.recorded) +
              " distinct (" + std::to_string(r.recorded - r.supported) + " unsupported, " +
              std::to_string(r.blacklisted) + " blacklisted)\n";
+        if (const std::string w = r.work(); !w.empty()) s += "  kernels    " + w + "\n";
     }
     if (r.failed > 0)
         s += "  failed     " + plural(r.failed, "op", "ops") +

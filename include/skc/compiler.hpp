@@ -265,17 +265,18 @@ private:
         for (;;) {
             if (set.digests.empty()) return detail::leader_message(rep);  // skipped
             try {
-                Value shared = lead_set(run, set, rep, clock, pin);
+                lead_set(run, set, rep, clock, pin);
+                detail::count_work(set.digests.size(), rep);
                 detail::remember_failures(known_, blamed, settings_.log);
-                return shared;
+                return detail::leader_message(rep);
             } catch (const detail::OpsFailed& failed) {
                 set = detail::leave_out_failed(failed, set, run, rep, blamed, settings_.log);
             }
         }
     }
 
-    Value lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
-                   std::shared_ptr<void>& pin) {
+    void lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
+                  std::shared_ptr<void>& pin) {
         const CacheKey k = key(set, rep, clock);
         Compile compile_it{invoker_, *this, run, set, k};
         if constexpr (cache_fits) {
@@ -299,12 +300,11 @@ private:
                     }
                 }
                 pin = std::make_shared<decltype(out)>(std::move(out));
-                return detail::leader_message(rep);
+                return;
             }
         }
         lookup_or_compile(NoCache(), k, compile_it, run, rep, clock);
         install(rep, clock);
-        return detail::leader_message(rep);
     }
 
     /// Step key: the digest of the gathered set and every kernel-changing input.
@@ -338,6 +338,7 @@ private:
         io.checksum = checksum;
         Installation inst = installer_.install(rep.package, settings_.op_library, io);
         rep.installed = inst.stem();
+        rep.packages.push_back(rep.installed);
         rep.extracted = inst.extracted();
         rep.reused = inst.reused();
         installs_.push_back(std::move(inst));

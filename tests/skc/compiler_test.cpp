@@ -376,9 +376,31 @@ TEST_CASE("the report as JSON names the outcome, the key, the counts and the sta
     CHECK(v.find("key")->as_string() == r.key);
     CHECK(v.find("installed")->as_string() == r.key);
     CHECK(v.find("counts")->find("selected")->as_int() == 12);
+    CHECK(v.find("counts")->find("compiled")->as_int() == 12);
+    CHECK(v.find("counts")->find("reused")->as_int() == 0);
+    REQUIRE(v.find("packages")->as_array().size() == 1);
+    CHECK(v.find("packages")->as_array()[0].as_string() == r.key);
     CHECK(v.find("stage_ms")->as_object().size() == r.stages.size());
-    CHECK(r.summary().rfind(
-              "static kernel compile: miss, compiled, key " + r.key + ", 12 of 14 ops selected, installed ", 0) == 0);
+    CHECK(r.work() == "compiled 12 of 12 ops");
+    CHECK(r.summary().rfind("static kernel compile: miss, compiled, key " + r.key +
+                                ", 12 of 14 ops selected, compiled 12 of 12 ops, installed ",
+                            0) == 0);
+
+    // Another process with the same ops: every kernel from the one cached package.
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv> again(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    const skc::CompileReport h = again.compile(example_ops());
+    CHECK(h.outcome == skc::CompileOutcome::hit);
+    CHECK(h.to_value().find("counts")->find("compiled")->as_int() == 0);
+    CHECK(h.to_value().find("counts")->find("reused")->as_int() == 12);
+    CHECK(h.work() == "compiled 0 of 12 ops (12 from 1 cached package)");
+    CHECK(h.summary().find(", compiled 0 of 12 ops (12 from 1 cached package), installed ") != std::string::npos);
+
+    // Nothing selected: nothing compiled or reused, and no such words.
+    const skc::CompileReport none = again.compile(example_ops());
+    CHECK(none.outcome == skc::CompileOutcome::skipped);
+    CHECK(none.work().empty());
+    CHECK(none.to_value().find("packages")->as_array().empty());
 }
 
 TEST_CASE("a failed install leaves the ops to the next call, which installs them from the cache") {

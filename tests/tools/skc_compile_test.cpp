@@ -149,6 +149,8 @@ TEST_CASE("skc compile: compiles with the real host compiler, installs, hits the
     const std::string key = a.find("key")->as_string();
     CHECK(a.find("installed")->as_string() == key);
     CHECK(a.find("counts")->find("selected")->as_int() == 12);
+    CHECK(a.find("counts")->find("compiled")->as_int() == 12);
+    CHECK(a.find("counts")->find("reused")->as_int() == 0);
     const fs::path run1 = a.find("run_dir")->as_string();
     CHECK(run_packages_in(run1) == 1);  // the compiler's own static_kernel_<datetime>.run
     CHECK(fs::exists(run1 / "op_compiler.log"));
@@ -166,11 +168,14 @@ TEST_CASE("skc compile: compiles with the real host compiler, installs, hits the
     CHECK(run_packages_in(run2) == 0);  // the compiler did not run
     CHECK_FALSE(fs::exists(run2 / "op_compiler.log"));
     CHECK(b.find("stage_ms")->find("compile")->as_double() == 0.0);
+    CHECK(b.find("counts")->find("compiled")->as_int() == 0);
+    CHECK(b.find("counts")->find("reused")->as_int() == 12);
 
     const Run text = run_skc(tmp.path(), compile_args(tmp, skc_test::example_ops_dir(), host_compiler));
     CHECK(text.status == 0);
     CHECK(text.out.rfind("skc compile: hit\n  key        " + key + "\n", 0) == 0);
     CHECK(text.out.find("  installed  no (give --op-library to install)\n") != std::string::npos);
+    CHECK(text.out.find("\n  kernels    compiled 0 of 12 ops (12 from 1 cached package)\n") != std::string::npos);
 
     const Run un = run_skc(tmp.path(), {"uninstall", "--op-library", lib.string()});
     CHECK(un.status == 0);
@@ -927,6 +932,7 @@ TEST_CASE(
     const Run file = run_skc(tmp.path(), args + std::vector<std::string>{"--no-cache"});
     CHECK(file.status == 0);
     CHECK(file.out.rfind("skc compile: cache disabled, compiled\n", 0) == 0);
+    CHECK(file.out.find("\n  kernels    compiled 1 of 1 ops\n") != std::string::npos);
     CHECK(file.err.empty());
 }
 

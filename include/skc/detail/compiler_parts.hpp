@@ -308,7 +308,20 @@ inline Value leader_message(const CompileReport& rep) {
                         {"installed", Value(rep.installed)},
                         {"gathered", Value(rep.gathered)},
                         {"known_failed", Value(rep.known_failed)},
-                        {"failed", Value(rep.failed)}});
+                        {"failed", Value(rep.failed)},
+                        {"compiled", Value(rep.ops_compiled)},
+                        {"reused", Value(rep.ops_reused)},
+                        {"cached_packages", Value(rep.cached_packages)}});
+}
+
+/// counts.compiled and counts.reused of the leader's set of `n` ops (what was left of the gathered
+/// set once the failing ops were left out), from its outcome: a hit reuses all of them from one
+/// cached package, a compile builds all of them.
+inline void count_work(std::size_t n, CompileReport& rep) noexcept {
+    const bool cached = rep.cache_hit();
+    rep.ops_compiled = cached ? 0 : n;
+    rep.ops_reused = cached ? n : 0;
+    rep.cached_packages = cached ? 1 : 0;
 }
 
 /// The leader's message into a follower's report; whether the leader installed the package.
@@ -320,8 +333,10 @@ inline bool read_leader_message(const Value& message, CompileReport& rep) {
         if (to_string(o) == outcome) rep.outcome = o;
     rep.key = text("key");
     rep.package = text("package");
-    for (auto [name, count] : {std::pair{"gathered", &rep.gathered}, std::pair{"known_failed", &rep.known_failed},
-                               std::pair{"failed", &rep.failed}})
+    for (auto [name, count] :
+         {std::pair{"gathered", &rep.gathered}, std::pair{"known_failed", &rep.known_failed},
+          std::pair{"failed", &rep.failed}, std::pair{"compiled", &rep.ops_compiled},
+          std::pair{"reused", &rep.ops_reused}, std::pair{"cached_packages", &rep.cached_packages}})
         if (const Value* v = message.find(name); v && v->is_number()) *count = static_cast<std::size_t>(v->as_double());
     return !text("installed").empty();
 }

@@ -442,7 +442,9 @@ def scenario_sessions(base, other_base):
         before = static_calls()
         fn()
         return {"outcome": report["outcome"], "already_compiled": report["counts"]["already_compiled"],
-                "not_recorded": report["not_recorded"], "static": static_calls() > before}
+                "compiled": report["counts"]["compiled"], "reused": report["counts"]["reused"],
+                "packages": report["packages"], "not_recorded": report["not_recorded"],
+                "static": static_calls() > before}
 
     out = {"first": session({"base_dir": base}, lambda: torch.relu(x))}
     torch.ops.skc.disable()

@@ -153,9 +153,13 @@ class Stock(TempBase):
         r = scenario("sessions", self.base, other)
         self.assertEqual(r["first"]["outcome"], "compiled")
         self.assertTrue(r["first"]["static"])
+        self.assertEqual((r["first"]["compiled"], r["first"]["reused"]), (1, 0), r)
+        self.assertEqual(len(r["first"]["packages"]), 1, r)
         # After disable() the op is not "already compiled": the cache has it, and it runs static.
         self.assertEqual(r["after disable"]["outcome"], "hit", r)
         self.assertEqual(r["after disable"]["already_compiled"], 0, r)
+        self.assertEqual((r["after disable"]["compiled"], r["after disable"]["reused"]), (0, 1), r)
+        self.assertEqual(r["after disable"]["packages"], r["first"]["packages"], r)
         self.assertTrue(r["after disable"]["static"], r)
         self.assertEqual(r["another base"]["outcome"], "compiled", r)
         self.assertTrue(r["another base"]["static"], r)

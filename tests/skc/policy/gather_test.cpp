@@ -764,10 +764,15 @@ TEST_CASE(
             CHECK(r.rep().find("local_rank")->as_double() == static_cast<double>(r.rank));
             CHECK(r.rep().find("local_world_size")->as_double() == 8);
             CHECK(r.count("gathered") == static_cast<double>(want.size()));
+            // Every rank reports the leader's work: all compiled the first time, all reused after.
+            CHECK(r.count("compiled") == static_cast<double>(first ? want.size() : 0));
+            CHECK(r.count("reused") == static_cast<double>(first ? 0 : want.size()));
             if (key.empty()) key = r.text("key");
             CHECK(r.text("key") == key);
             CHECK(r.text("package") == ranks[0].text("package"));
             CHECK(r.text("installed") == key);
+            REQUIRE(r.rep().find("packages")->as_array().size() == 1);
+            CHECK(r.rep().find("packages")->as_array()[0].as_string() == key);
             extracted += r.flag("extracted");
             packages += run_packages_in(r.text("run_dir"));
             // Reselect ran once, after the node's install: the global index was there and named it.
