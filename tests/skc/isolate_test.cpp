@@ -136,6 +136,42 @@ TEST_CASE("a compiler that names the ops it failed on: one more compile, no bise
     CHECK(known[0].message == "no kernel for this shape");
 }
 
+TEST_CASE("failures that cannot be remembered are a warning: the rest is compiled, cached, and nothing is lost") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(8);
+    PackingCompiler pc;
+    pc.name_bad = true;
+    pc.bad = {skc::digest(ops[5])};
+    // A folder (not empty) where the list goes: it can be neither written nor replaced.
+    fs::create_directories(known_file(tmp.path()) / "in the way");
+    skc::process_compiled().clear();
+    std::vector<std::string> warnings;
+    skc::CompilerSettings s = settings_with("cc-1");
+    s.log = [&](skc::LogLevel l, std::string_view line) {
+        if (l == skc::LogLevel::warning) warnings.emplace_back(line);
+    };
+    Compiler compiler(pc.invoker(), options_for(tmp.path()), s);
+    const skc::CompileReport r = compiler.compile(ops);
+    CHECK(r.outcome == skc::CompileOutcome::compiled);
+    CHECK(r.failed == 1);
+    CHECK(r.ops_compiled == 7);
+    REQUIRE(warnings.size() == 2);  // the failure found, then the list not written
+    CHECK(warnings[1].rfind("cannot remember the ops the compiler failed on: ", 0) == 0);
+    CHECK(warnings[1].find(known_file(tmp.path()).string()) != std::string::npos);
+    CHECK(fs::is_directory(known_file(tmp.path()) / "in the way"));
+    const skc::VerifyReport v = compiler.cache()->verify_all();
+    CHECK(v.checked == 1);
+    CHECK(v.bad.empty());
+
+    // The next process finds the failure again (one more compile) and hits the rest's package.
+    skc::process_compiled().clear();
+    Compiler again(pc.invoker(), options_for(tmp.path()), s);
+    const skc::CompileReport r2 = again.compile(ops);
+    CHECK(r2.failed == 1);
+    CHECK(r2.outcome == skc::CompileOutcome::hit);
+    CHECK(r2.key == r.key);
+}
+
 TEST_CASE("a timeout, a signal or a compiler that fails on everything is no op's fault and is not remembered") {
     const std::vector<skc::OpRecord> ops = many_ops(16);
     for (const skc::Errc code : {skc::Errc::timeout, skc::Errc::compiler_killed, skc::Errc::io_error}) {
@@ -237,6 +273,16 @@ TEST_CASE("known failures: merged between writers, per fingerprint, forgotten on
         CHECK(b.list().empty());
         CHECK_FALSE(fs::exists(tmp / "ns" / std::string(skc::KnownFailures::file_name)));
         CHECK(a.forget() == 0);
+    }
+    SUBCASE("forget what cannot be removed: an error naming the file, and the file left as it was") {
+        const fs::path file = tmp / "other" / std::string(skc::KnownFailures::file_name);
+        fs::create_directories(file / "in the way");
+        skc::KnownFailures c(tmp / "other", "fp");
+        const skc::Error e = error_of([&] { (void)c.forget(); });
+        CHECK(e.code() == skc::Errc::io_error);
+        CHECK(e.message().rfind("cannot remove the known failures: ", 0) == 0);
+        CHECK(e.file() == file.string());
+        CHECK(fs::is_directory(file / "in the way"));
     }
     SUBCASE("an unreadable list counts as none and is replaced by the next failure") {
         skc_test::spit(tmp / "ns" / std::string(skc::KnownFailures::file_name), "{not json");
