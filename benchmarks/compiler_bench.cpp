@@ -23,6 +23,15 @@
 //                             iteration, installed into an op library: the first run of a job.
 //   BM_EndToEnd/hit           the same on a warm base: the second run (cache hit, install, no compile).
 //
+//   BM_Cover/whole            48 ops (MatMulV2 [m, 64] x [64, 192], m = 1 to 48) compiled at once
+//                             with host_op_compiler in a fresh base, installed;
+//   BM_Cover/delta_16_of_48   the same 48 where the first 32 are cached (compiled outside the timing):
+//                             a cover of one package, the other 16 compiled;
+//   BM_Cover/hit_one_package  the 48 cached as one package: a plain hit, installed;
+//   BM_Cover/covered_by_8_packages  the 48 cached as 8 packages of 6: a cover, nothing compiled, 8
+//                             installed (kept extractions). Counters: the compile, cache and install
+//                             stages, in s and ms.
+//
 //   BM_CompilerFingerprint/hash        the compiler's fingerprint (compiler_check content) of
 //                                      host_op_compiler, hashed in full: the first run on a cache
 //   BM_CompilerFingerprint/remembered  the same remembered in the cache's `compilers` file (a stat
@@ -34,6 +43,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -302,6 +312,69 @@ void BM_EndToEnd(benchmark::State& state, bool hit) {
 }
 BENCHMARK_CAPTURE(BM_EndToEnd, compile, false)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_EndToEnd, hit, true)->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// What the set of BM_Cover is cached as before its timed compiles.
+enum class Cached { nothing, first_32, eight_parts, whole };
+
+/// 48 ops (MatMulV2 [m, 64] x [64, 192], m = 1 to 48) through the whole flow with the real
+/// host_op_compiler, installed, after `cached` was compiled into the base (outside the timing).
+void BM_Cover(benchmark::State& state, Cached cached) {
+    const std::vector<skc::OpRecord> ops = distinct_ops(48);
+    Scratch s;
+    using Compiler = skc::StaticKernelCompiler<skc::ProcessInvoker>;
+    auto run_once = [&](const fs::path& base, std::vector<skc::OpRecord> set) {
+        fs::create_directories(base);
+        Compiler c(skc::ProcessInvoker(SKC_BENCH_HOST_OP_COMPILER), options_for(base), settings_for(s.dir / "lib"));
+        skc::process_compiled().clear();
+        return c.compile(std::move(set));
+    };
+    auto slice = [&](std::size_t first, std::size_t last) {
+        return std::vector<skc::OpRecord>(ops.begin() + static_cast<std::ptrdiff_t>(first),
+                                          ops.begin() + static_cast<std::ptrdiff_t>(last));
+    };
+    auto prepare = [&](const fs::path& base) {
+        if (cached == Cached::first_32) run_once(base, slice(0, 32));
+        if (cached == Cached::whole) run_once(base, ops);
+        if (cached == Cached::eight_parts)
+            for (std::size_t i = 0; i < 48; i += 6) run_once(base, slice(i, i + 6));
+    };
+    // A compile changes the base: each iteration of those that compile has a fresh one.
+    const bool compiles = cached == Cached::nothing || cached == Cached::first_32;
+    if (!compiles) prepare(s.dir / "warm");
+    int n = 0;
+    for (auto _ : state) {
+        state.PauseTiming();
+        const fs::path base = compiles ? s.dir / ("cold" + std::to_string(n++)) : s.dir / "warm";
+        if (compiles) prepare(base);
+        state.ResumeTiming();
+        const skc::CompileReport r = run_once(base, ops);
+        state.PauseTiming();
+        const std::size_t want_compiled = cached == Cached::nothing ? 48 : cached == Cached::first_32 ? 16 : 0;
+        const std::size_t want_packages = cached == Cached::eight_parts ? 8 : cached == Cached::whole ? 1 : 0;
+        if (r.ops_compiled != want_compiled || r.ops_reused != 48 - want_compiled ||
+            (want_packages != 0 && r.cached_packages != want_packages))
+            state.SkipWithError(("unexpected: " + r.work()).c_str());
+        state.counters["compile_s"] = benchmark::Counter(static_cast<double>(r.stage("compile").count()) / 1e9);
+        state.counters["cache_ms"] = benchmark::Counter(static_cast<double>(r.stage("cache").count()) / 1e6);
+        state.counters["install_ms"] = benchmark::Counter(static_cast<double>(r.stage("install").count()) / 1e6);
+        fs::remove_all(r.run_dir);
+        if (compiles) fs::remove_all(base);
+        state.ResumeTiming();
+    }
+}
+BENCHMARK_CAPTURE(BM_Cover, whole, Cached::nothing)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Cover, delta_16_of_48, Cached::first_32)
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Cover, hit_one_package, Cached::whole)
+    ->Iterations(20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Cover, covered_by_8_packages, Cached::eight_parts)
+    ->Iterations(20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_CompilerFingerprint(benchmark::State& state, bool remembered) {
     Scratch s;

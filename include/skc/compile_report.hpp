@@ -95,7 +95,7 @@ struct CompileReport {
     std::string key;                // the cache key in hex; empty when skipped
     std::filesystem::path run_dir;  // ts<timestamp>_pid<pid>_outputs
     std::filesystem::path package;  // the package used (the cache's copy on a hit or after a compile)
-    std::string installed;          // stem of the installed package; empty when nothing was installed
+    std::string installed;          // stem of the package installed last; empty when nothing was installed
 
     std::size_t recorded = 0;   // distinct ops (`<pid>_debug`)
     std::size_t targets = 0;    // `<pid>`
@@ -114,10 +114,11 @@ struct CompileReport {
     std::size_t isolation_compiles = 0;  // extra compiles spent finding those (detail/isolate.hpp)
     std::size_t ops_compiled = 0;  // counts.compiled: ops of the node's set the kernel compiler built in this compile
     std::size_t ops_reused = 0;    // counts.reused: ops of the set whose kernels came from cached packages
-    std::size_t cached_packages = 0;    // the cached packages those came from
-    std::vector<std::string> packages;  // stems of the packages this rank installed, in install order
-    bool extracted = false;             // this rank extracted the package (the node's one install)
-    bool reused = false;                // this rank installed an extraction kept from an earlier holder
+    std::size_t cached_packages = 0;                   // the cached packages those came from
+    std::vector<std::string> packages;                 // stems of the packages this rank installed, in install order
+    std::vector<std::filesystem::path> package_files;  // those packages' files (the leader's go to its followers)
+    bool extracted = false;                            // this rank extracted the package (the node's one install)
+    bool reused = false;                               // this rank installed an extraction kept from an earlier holder
 
     /// Time per stage, in flow order: layout, record, select, [gather], key, cache, compile, install,
     /// reselect. A skipped compile ends after select; install and reselect are absent when nothing

@@ -121,11 +121,7 @@ public:
                 known_ = KnownFailures(root / stem, settings_.compiler_fingerprint, read_only);
             }
             cache_ = cache_opening<Storage, Lock>::open(root, stem, settings_.cache);
-            if (!remote) return;
-            if (!read_only) cache_->set_remote(std::move(remote), stem);
-            else if (settings_.log)
-                settings_.log(LogLevel::info,
-                              "the cache is read-only: the remote cache " + remote->where() + " is not used");
+            detail::attach_remote(*cache_, std::move(remote), stem, read_only, settings_.log);
         }
     }
 
@@ -191,25 +187,10 @@ private:
         const std::shared_ptr<const SessionPlan> plan = select(run, std::move(ops), many, select_error, rep, clock);
 
         std::shared_ptr<void> pin;  // a cache hit stays pinned until every rank has reselected
-        const GatherRequest req{layout_,
-                                run,
-                                plan->selected,
-                                plan->compile_dir(),
-                                std::chrono::duration_cast<std::chrono::nanoseconds>(options_.compile_timeout) +
-                                    std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.install_timeout),
-                                [this] { writer_.wait(); },
-                                [this] { writer_.start(); },
-                                [this](std::function<void()> job) { writer_.defer(std::move(job)); }};
         bool led = false;
-        if (many)
-            detail::report_progress(
-                settings_,
-                {.phase = CompileProgress::Phase::waiting,
-                 .waiting_for = rep.local_rank == 0
-                                    ? "the node's other ranks"
-                                    : "the node's leader (local rank 0) compiling or looking up the node's ops"});
+        if (many) detail::report_waiting_for_ranks(settings_, rep.local_rank);
         gather_.coordinate(
-            req,
+            detail::gather_request(layout_, run, *plan, options_, settings_, writer_),
             [&](const GatheredSet& set) -> Value {
                 led = true;
                 if (many) clock.lap("gather");
@@ -217,8 +198,12 @@ private:
             },
             [&](const Value& shared) {
                 if (many) clock.lap("gather");
-                // A follower takes the leader's outcome and holds the package the leader installed.
-                if (!led && detail::read_leader_message(shared, rep)) install(rep, clock);
+                // A follower takes the leader's outcome and holds the packages the leader installed.
+                if (!led)
+                    for (std::filesystem::path& p : detail::read_leader_message(shared, rep)) {
+                        rep.package = std::move(p);
+                        install(rep, clock);
+                    }
                 reselect(rep, clock);
             });
         if (many) clock.lap("gather");
@@ -265,8 +250,8 @@ private:
         for (;;) {
             if (set.digests.empty()) return detail::leader_message(rep);  // skipped
             try {
-                lead_set(run, set, rep, clock, pin);
-                detail::count_work(set.digests.size(), rep);
+                const std::size_t built = lead_set(run, set, rep, clock, pin);
+                detail::count_work(set.digests.size(), built, rep);
                 detail::remember_failures(known_, blamed, settings_.log);
                 return detail::leader_message(rep);
             } catch (const detail::OpsFailed& failed) {
@@ -275,21 +260,20 @@ private:
         }
     }
 
-    void lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
-                  std::shared_ptr<void>& pin) {
+    /// Key, lookup or compile, install; returns how many ops the package compiled or looked up under
+    /// a key of their own holds (the set's, or a cover's delta).
+    std::size_t lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
+                         std::shared_ptr<void>& pin) {
+        detail::start_lead(rep);
         const CacheKey k = key(set, rep, clock);
         Compile compile_it{invoker_, *this, run, set, k};
         if constexpr (cache_fits) {
             if (cache_) {
-                if (detail::key_busy(*cache_, k, settings_))
-                    detail::report_progress(settings_, {.phase = CompileProgress::Phase::waiting,
-                                                        .waiting_for = "another process compiling cache key " + rep.key,
-                                                        .key = rep.key});
-                else detail::report_progress(settings_, {.phase = CompileProgress::Phase::lookup, .key = rep.key});
+                if (auto built = lead_cover(run, set, k, rep, clock, pin)) return *built;
+                detail::report_lookup(*cache_, k, settings_);
                 auto out = lookup_or_compile(*cache_, k, compile_it, run, rep, clock);
                 if (!install_hit(out, rep, clock)) {
-                    // The cached package was damaged and is discarded: compile again, once (a read-only
-                    // cache could not discard it, so its compile is not stored).
+                    // Damaged and discarded: compile once more (read-only: not stored, it was not discarded).
                     if (settings_.cache.mode == CacheMode::read_only) {
                         lookup_or_compile(NoCache(), k, compile_it, run, rep, clock);
                         install(rep, clock);
@@ -300,11 +284,30 @@ private:
                     }
                 }
                 pin = std::make_shared<decltype(out)>(std::move(out));
-                return;
+                return set.digests.size();
             }
         }
         lookup_or_compile(NoCache(), k, compile_it, run, rep, clock);
         install(rep, clock);
+        return set.digests.size();
+    }
+
+    /// A miss answered by a cover: the cached packages inside the set, and one lookup or compile of
+    /// the rest under its own key (detail::cover_step). nullopt: the set is compiled whole.
+    std::optional<std::size_t> lead_cover(const RunLayout& run, const GatheredSet& set, const CacheKey& k,
+                                          CompileReport& rep, detail::StageClock& clock, std::shared_ptr<void>& pin) {
+        return detail::cover_step(
+            *cache_, k, set, run, rep, clock, pin,
+            [&](const GatheredSet& delta) {
+                const CacheKey dk = detail::cache_key_for(delta, options_, settings_);
+                Compile compile_delta{invoker_, *this, run, delta, dk};
+                return lookup_or_compile(*cache_, dk, compile_delta, run, rep, clock);
+            },
+            [&](auto& out, const std::filesystem::path& package) {
+                rep.package = package;
+                return install_hit(out, rep, clock);
+            },
+            [&](const auto& hit) { return detail::hit_package<cache_fits>(hit, run, cache_.get()); });
     }
 
     /// Step key: the digest of the gathered set and every kernel-changing input.
@@ -339,6 +342,7 @@ private:
         Installation inst = installer_.install(rep.package, settings_.op_library, io);
         rep.installed = inst.stem();
         rep.packages.push_back(rep.installed);
+        rep.package_files.push_back(rep.package);
         rep.extracted = inst.extracted();
         rep.reused = inst.reused();
         installs_.push_back(std::move(inst));
@@ -355,11 +359,8 @@ private:
         } catch (const Error& e) {
             const std::optional<std::string> fault = out.hit ? package_fault(rep.package) : std::nullopt;
             if (!fault) throw;
-            if (settings_.cache.log)
-                settings_.cache.log(LogLevel::warning,
-                                    "the cached package for key " + rep.key + " cannot be installed (" + e.message() +
-                                        "); it is damaged (" + *fault + "), so it is discarded and compiled again");
             const std::string hex = out.hit->entry.key;
+            detail::warn_damaged(settings_.cache.log, hex, e, *fault);
             const Digest checksum = out.hit->entry.checksum;
             out.hit.reset();  // unpinned, so that it can be removed
             cache_->discard_damaged(hex, checksum, *fault);

@@ -107,6 +107,8 @@ template <class Guard>
 struct CacheHit;
 template <class Guard>
 struct CacheOutcome;
+template <class Guard>
+struct CacheCover;
 enum class CacheMode : unsigned char;
 struct PartDifference;
 struct MissExplanation;

@@ -693,6 +693,24 @@ std::string report(const Done& d, const char* member) {
     }
 }
 
+/// Whether skc compile's JSON report says every op it looked up was installed: the packages it
+/// installed end with `installed` (one under the set's key, or a cover's parts and the rest's), and
+/// the ops compiled and reused are every op gathered.
+bool installed_all(const Done& d) {
+    try {
+        const skc::Value v = skc::parse_json(d.out);
+        const skc::Value* packages = v.find("packages");
+        const skc::Value* counts = v.find("counts");
+        if (packages == nullptr || !packages->is_array() || packages->as_array().empty() || counts == nullptr)
+            return false;
+        return packages->as_array().back().as_string() == report(d, "installed") &&
+               counts->find("compiled")->as_int() + counts->find("reused")->as_int() ==
+                   counts->find("gathered")->as_int();
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 /// What is wrong with a run that should have succeeded and installed: its status, its report, the
 /// op library, the cache.
 std::vector<std::string> success_faults(const Done& d, const fs::path& base, const fs::path& lib,
@@ -702,9 +720,8 @@ std::vector<std::string> success_faults(const Done& d, const fs::path& base, con
         faults.push_back(what + " exited with status " + std::to_string(d.status) + ": " +
                          one_line(compile_error(d.err)));
     } else {
-        const std::string key = report(d, "key");
-        if (key.empty() || report(d, "installed") != key)
-            faults.push_back(what + " did not install the package under its key: " + one_line(d.out));
+        if (report(d, "key").empty() || !installed_all(d))
+            faults.push_back(what + " did not install every package of its ops: " + one_line(d.out));
         if (std::string f = library_fault(lib); !f.empty()) faults.push_back(what + ": " + f);
     }
     for (const std::string& f : cache_faults(base)) faults.push_back("after " + what + ": " + f);

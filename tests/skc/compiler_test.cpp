@@ -403,6 +403,52 @@ TEST_CASE("the report as JSON names the outcome, the key, the counts and the sta
     CHECK(none.to_value().find("packages")->as_array().empty());
 }
 
+TEST_CASE("a new shape compiles only itself: the cached packages inside the set, and one compile of the rest") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(12);
+    const std::vector<skc::OpRecord> a(ops.begin(), ops.begin() + 8);
+    PackingCompiler pc;
+    std::size_t kernels = 0;  // in the op library's index while the process held its installs
+    auto process = [&](const std::vector<skc::OpRecord>& set) {  // a new process: nothing compiled in it
+        skc::process_compiled().clear();
+        skc::StaticKernelCompiler<Inv> c(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+        skc::CompileReport r = c.compile(set);
+        kernels = installed_index(tmp / "lib").size();
+        return r;
+    };
+    const skc::CompileReport first = process(a);
+    CHECK(first.work() == "compiled 8 of 8 ops");
+
+    // 4 new ops beside the 8 cached: the compiler gets the 4, cached under their own key.
+    const skc::CompileReport second = process(ops);
+    CHECK(second.outcome == skc::CompileOutcome::compiled);
+    CHECK(pc.calls == 2);
+    CHECK(skc::read_op_info_dir(pc.requests.back().json_dir).ops.size() == 4);
+    CHECK(second.work() == "compiled 4 of 12 ops (8 from 1 cached package)");
+    REQUIRE(second.packages.size() == 2);
+    CHECK(second.packages[0] == first.key);
+    CHECK(second.packages[1] != second.key);  // the 4 ops' package has their key, not the set's
+    CHECK(kernels == 12);
+
+    // The same 12 again: both packages, nothing compiled.
+    const skc::CompileReport third = process(ops);
+    CHECK(third.outcome == skc::CompileOutcome::hit);
+    CHECK(pc.calls == 2);
+    CHECK(third.work() == "compiled 0 of 12 ops (12 from 2 cached packages)");
+    CHECK(third.key == second.key);
+    CHECK(std::set<std::string>(third.packages.begin(), third.packages.end()) ==
+          std::set<std::string>(second.packages.begin(), second.packages.end()));
+    CHECK(kernels == 12);
+    CHECK(third.to_value().find("counts")->find("reused")->as_int() == 12);
+
+    // A set the cached packages do not lie inside is compiled whole: the 8 ops and one other.
+    std::vector<skc::OpRecord> other(ops.begin(), ops.begin() + 7);
+    other.push_back(many_ops(13).back());
+    const skc::CompileReport fourth = process(other);
+    CHECK(pc.calls == 3);
+    CHECK(fourth.work() == "compiled 8 of 8 ops");
+}
+
 TEST_CASE("a failed install leaves the ops to the next call, which installs them from the cache") {
     TempDir tmp;
     skc::process_compiled().clear();

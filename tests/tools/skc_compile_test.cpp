@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -583,6 +584,42 @@ TEST_CASE("skc compile: the compiler is in the key: a changed compiler misses, a
           "skc compile: option '--compiler-check': value \"size\" is not accepted: use content, mtime, none, "
           "string:TEXT or command:CMD\n" +
               hint("skc compile"));
+}
+
+TEST_CASE("skc compile on a superset of a folder compiled before compiles only the new ops; again, nothing") {
+    TempDir tmp;
+    fs::create_directories(tmp / "base");
+    const fs::path ops = ops_dir(tmp, {small_op, "Add_float_ND_32_64_9.json", "MatMulV2_float_ND_32_64_0.json"});
+    const auto args = compile_args(tmp, ops, host_compiler) +
+                      std::vector<std::string>{"--op-library", (tmp / "lib").string(), "--json"};
+    const Run first = run_skc(tmp.path(), args);
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    const std::string first_key = skc::parse_json(first.out).find("key")->as_string();
+
+    for (const char* more : {"LayerNorm_float_ND_32_64_7.json", "Mul_float_ND_2_16_16_10.json"})
+        fs::copy_file(skc_test::example_ops_dir() / more, ops / more);
+    const Run second = run_skc(tmp.path(), args);
+    REQUIRE_MESSAGE(second.status == 0, second.err);
+    const skc::Value b = skc::parse_json(second.out);
+    CHECK(b.find("outcome")->as_string() == "compiled");
+    CHECK(b.find("counts")->find("compiled")->as_int() == 2);
+    CHECK(b.find("counts")->find("reused")->as_int() == 3);
+    const skc::Array& installed = b.find("packages")->as_array();
+    REQUIRE(installed.size() == 2);
+    CHECK(installed[0].as_string() == first_key);
+    // The compiler was given the two new ops only (under the names selection gives them).
+    std::multiset<std::string> given;
+    for (const auto& e : fs::directory_iterator(fs::path(b.find("run_dir")->as_string()) / "delta"))
+        given.insert(skc::read_op_info(e.path()).op_type);
+    CHECK(given == std::multiset<std::string>{"LayerNorm", "Mul"});
+    const skc::Value index =
+        skc::parse_json(skc_test::slurp(tmp / "lib/static_kernel/host/config/host-cpu/binary_info_config.json"));
+    CHECK(index.find("kernels")->as_object().size() == 5);
+
+    const Run third = run_skc(tmp.path(), compile_args(tmp, ops, host_compiler));
+    REQUIRE_MESSAGE(third.status == 0, third.err);
+    CHECK(third.out.rfind("skc compile: hit\n", 0) == 0);
+    CHECK(third.out.find("\n  kernels    compiled 0 of 5 ops (5 from 2 cached packages)\n") != std::string::npos);
 }
 
 TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR) compile each key once") {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 #include "../session_files.hpp"
 #include "../value.hpp"
 #include "isolate.hpp"
+#include "stage_clock.hpp"
 
 namespace skc::detail {
 
@@ -285,6 +287,46 @@ bool key_busy(Cache& cache, const CacheKey& key, const CompilerSettings& setting
     }
 }
 
+/// The progress report before the cache lookup of `key`: waiting, when another process compiles it.
+template <class Cache>
+void report_lookup(Cache& cache, const CacheKey& key, const CompilerSettings& settings) {
+    if (key_busy(cache, key, settings))
+        report_progress(settings, {.phase = CompileProgress::Phase::waiting,
+                                   .waiting_for = "another process compiling cache key " + key.hex(),
+                                   .key = key.hex()});
+    else report_progress(settings, {.phase = CompileProgress::Phase::lookup, .key = key.hex()});
+}
+
+/// What the host gives its Gather policy: this rank's selection and its files, the leader's time
+/// budget, and the background writer of the op info folders.
+inline GatherRequest gather_request(const Layout& layout, const RunLayout& run, const SessionPlan& plan,
+                                    const Options& options, const CompilerSettings& settings, FileWriter& writer) {
+    return GatherRequest{layout,
+                         run,
+                         plan.selected,
+                         plan.compile_dir(),
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(options.compile_timeout) +
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(settings.install_timeout),
+                         [&writer] { writer.wait(); },
+                         [&writer] { writer.start(); },
+                         [&writer](std::function<void()> job) { writer.defer(std::move(job)); }};
+}
+
+/// The progress report of a rank before the exchange with the node's others.
+inline void report_waiting_for_ranks(const CompilerSettings& settings, std::size_t local_rank) {
+    report_progress(settings, {.phase = CompileProgress::Phase::waiting,
+                               .waiting_for = local_rank == 0 ? "the node's other ranks"
+                                                              : "the node's leader (local rank 0) compiling or "
+                                                                "looking up the node's ops"});
+}
+
+/// The warning for a cached package (entry `hex`) that cannot be installed because it is damaged.
+inline void warn_damaged(const LogSink& log, const std::string& hex, const Error& e, const std::string& fault) {
+    if (log)
+        log(LogLevel::warning, "the cached package for key " + hex + " cannot be installed (" + e.message() +
+                                   "); it is damaged (" + fault + "), so it is discarded and compiled again");
+}
+
 /// Waits for the op info folders still being written; an error in writing them is logged (for a
 /// destructor, which cannot throw it).
 inline void wait_for_writer(FileWriter& writer, const LogSink& log) noexcept {
@@ -302,7 +344,10 @@ inline void wait_for_writer(FileWriter& writer, const LogSink& log) noexcept {
 /// What the node's leader tells the other ranks: the outcome, the key, the package and whether it
 /// was installed.
 inline Value leader_message(const CompileReport& rep) {
+    Array files;
+    for (const std::filesystem::path& p : rep.package_files) files.emplace_back(p.string());
     return Value(Object{{"outcome", Value(to_string(rep.outcome))},
+                        {"install", Value(std::move(files))},
                         {"key", Value(rep.key)},
                         {"package", Value(rep.package.string())},
                         {"installed", Value(rep.installed)},
@@ -314,18 +359,36 @@ inline Value leader_message(const CompileReport& rep) {
                         {"cached_packages", Value(rep.cached_packages)}});
 }
 
-/// counts.compiled and counts.reused of the leader's set of `n` ops (what was left of the gathered
-/// set once the failing ops were left out), from its outcome: a hit reuses all of them from one
-/// cached package, a compile builds all of them.
-inline void count_work(std::size_t n, CompileReport& rep) noexcept {
-    const bool cached = rep.cache_hit();
-    rep.ops_compiled = cached ? 0 : n;
-    rep.ops_reused = cached ? n : 0;
-    rep.cached_packages = cached ? 1 : 0;
+/// A leader's attempt at its set starts with nothing installed or reused (an earlier attempt's
+/// installs stay held, but the report tells of the last).
+inline void start_lead(CompileReport& rep) noexcept {
+    rep.cached_packages = 0;
+    rep.packages.clear();
+    rep.package_files.clear();
 }
 
-/// The leader's message into a follower's report; whether the leader installed the package.
-inline bool read_leader_message(const Value& message, CompileReport& rep) {
+/// Puts `remote` behind `cache` (not behind a read-only one: that is said at info level).
+template <class Cache>
+void attach_remote(Cache& cache, std::unique_ptr<RemoteTier> remote, const std::string& stem, bool read_only,
+                   const LogSink& log) {
+    if (!remote) return;
+    if (!read_only) cache.set_remote(std::move(remote), stem);
+    else if (log) log(LogLevel::info, "the cache is read-only: the remote cache " + remote->where() + " is not used");
+}
+
+/// counts.compiled and counts.reused of the leader's set of `n` ops (what was left of the gathered
+/// set once the failing ops were left out), of which the package looked up or compiled under a key
+/// of its own holds `built` (all n, or a cover's delta; the cover's parts are counted already):
+/// from the outcome of that package's lookup.
+inline void count_work(std::size_t n, std::size_t built, CompileReport& rep) noexcept {
+    const bool cached = rep.cache_hit();
+    rep.ops_compiled = cached ? 0 : built;
+    rep.ops_reused = n - rep.ops_compiled;
+    if (cached && built > 0) ++rep.cached_packages;
+}
+
+/// The leader's message into a follower's report; the packages the leader installed, in order.
+inline std::vector<std::filesystem::path> read_leader_message(const Value& message, CompileReport& rep) {
     auto text = [&](std::string_view k) { return string_member(message, k); };
     const std::string outcome = text("outcome");
     for (CompileOutcome o : {CompileOutcome::skipped, CompileOutcome::hit, CompileOutcome::waited,
@@ -338,7 +401,48 @@ inline bool read_leader_message(const Value& message, CompileReport& rep) {
           std::pair{"failed", &rep.failed}, std::pair{"compiled", &rep.ops_compiled},
           std::pair{"reused", &rep.ops_reused}, std::pair{"cached_packages", &rep.cached_packages}})
         if (const Value* v = message.find(name); v && v->is_number()) *count = static_cast<std::size_t>(v->as_double());
-    return !text("installed").empty();
+    std::vector<std::filesystem::path> install;
+    if (const Value* v = message.find("install"); v && v->is_array())
+        for (const Value& p : v->as_array())
+            if (p.is_string()) install.emplace_back(p.as_string());
+    return install;
+}
+
+/// A miss answered by a cover (IndexCache::cover, docs/cache.md "Covers"): the cached packages
+/// whose ops lie inside `set`, pinned in `pin`, and the rest (the delta, its op info files in
+/// `delta/` of the run folder) looked up or compiled under its own key by `build(delta)` (a cache
+/// outcome); then every part's package and the delta's installed in that order by
+/// `install(outcome, package)`, false for a damaged one (discarded). `package_of(hit)` is a hit's
+/// package file. Returns the delta's size; nullopt when there is no cover, when a package proves
+/// damaged, or when the compiler fails on every op of the delta: that is the ops' fault only beside
+/// the set's others, so the whole set's compile is to find which (isolate.hpp).
+template <class Cache, class Build, class Install, class PackageOf>
+std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const GatheredSet& set, const RunLayout& run,
+                                      CompileReport& rep, StageClock& clock, std::shared_ptr<void>& pin, Build&& build,
+                                      Install&& install, PackageOf&& package_of) {
+    auto cover = cache.cover(key);
+    if (cover.parts.empty()) return std::nullopt;
+    rep.cached_packages = cover.parts.size();
+    const GatheredSet delta = without(set, cover.covered, run.dir() / "delta");
+    auto pins = std::make_shared<std::vector<typename Cache::Outcome>>(cover.parts.size());
+    for (std::size_t i = 0; i < cover.parts.size(); ++i) (*pins)[i].hit = std::move(cover.parts[i]);
+    pin = pins;
+    rep.outcome = CompileOutcome::hit;
+    std::filesystem::path rest;  // the delta's package
+    if (delta.digests.empty()) {
+        clock.lap("cache");
+    } else {
+        try {
+            pins->push_back(build(delta));
+        } catch (const Error& e) {
+            if (!may_be_ops_fault(e)) throw;
+            return std::nullopt;
+        }
+        rest = rep.package;
+    }
+    for (std::size_t i = 0; i < pins->size(); ++i)  // the parts, then the delta's package
+        if (!install((*pins)[i], i < cover.parts.size() ? package_of(*(*pins)[i].hit) : rest)) return std::nullopt;
+    return delta.digests.size();
 }
 
 }  // namespace skc::detail

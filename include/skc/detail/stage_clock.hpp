@@ -16,25 +16,29 @@ public:
     /// Ends the current stage as `name` (added to it when the stage was timed before).
     void lap(std::string name) {
         const auto now = std::chrono::steady_clock::now();
-        for (auto& [n, t] : r_.stages)
-            if (n == name) {
-                t += now - t_;
-                t_ = now;
-                return;
-            }
-        r_.stages.emplace_back(std::move(name), now - t_);
+        add(std::move(name), now - t_);
         t_ = now;
     }
-    /// Ends the current stage as two: `inner` took `inner_time` of it, `outer` the rest.
+    /// Ends the current stage as two: `inner` took `inner_time` of it, `outer` the rest (each added
+    /// to the stage of that name when it was timed before).
     void split(std::string outer, std::string inner, std::chrono::nanoseconds inner_time) {
         const auto now = std::chrono::steady_clock::now();
         const std::chrono::nanoseconds all = now - t_;
-        r_.stages.emplace_back(std::move(outer), all > inner_time ? all - inner_time : std::chrono::nanoseconds{0});
-        r_.stages.emplace_back(std::move(inner), inner_time);
+        add(std::move(outer), all > inner_time ? all - inner_time : std::chrono::nanoseconds{0});
+        add(std::move(inner), inner_time);
         t_ = now;
     }
 
 private:
+    void add(std::string name, std::chrono::nanoseconds d) {
+        for (auto& [n, t] : r_.stages)
+            if (n == name) {
+                t += d;
+                return;
+            }
+        r_.stages.emplace_back(std::move(name), d);
+    }
+
     CompileReport& r_;
     std::chrono::steady_clock::time_point t_;
 };

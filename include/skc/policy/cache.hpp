@@ -5,7 +5,8 @@
 // cache folder. The key is in cache_key.hpp, the files in cache_format.hpp, the limits in
 // cache_limits.hpp; docs/cache.md describes each step, its system calls and its faults.
 // IndexCache's interface and state are in index_cache.hpp, its members' definitions in one file
-// for each role: cache/lookup.hpp, cache/eviction.hpp, cache/stats_log.hpp, cache/remote_tier.hpp.
+// for each role: cache/lookup.hpp, cache/cover.hpp, cache/eviction.hpp, cache/stats_log.hpp,
+// cache/remote_tier.hpp.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "../detail/names.hpp"
 #include "../layout.hpp"
 #include "index_cache.hpp"
+#include "cache/cover.hpp"
 #include "cache/eviction.hpp"
 #include "cache/lookup.hpp"
 #include "cache/remote_tier.hpp"

@@ -48,6 +48,7 @@ struct CacheConfig {
     std::chrono::milliseconds wait_timeout = std::chrono::hours(2);  // for another process's compile
     LogSink log = stderr_log();
     CacheMode mode = CacheMode::read_write;  // read-only: never writes; recache: compiles and overwrites
+    std::size_t cover_packages = 8;          // most packages a cover may install, the delta's counted (cover())
 };
 
 /// How a get_or_compile() ended.
@@ -87,6 +88,13 @@ struct CacheOutcome {
 
     std::filesystem::path compiled_package;  // the package the compile produced (compiled, disabled)
     std::chrono::nanoseconds lock_wait{0};
+};
+
+/// A cover of a key's ops (IndexCache::cover): cached entries whose ops all lie inside them.
+template <class Guard>
+struct CacheCover {
+    std::vector<CacheHit<Guard>> parts;              // pinned, largest first
+    std::unordered_set<Digest, DigestHash> covered;  // the ops the parts hold
 };
 
 struct PruneReport {
@@ -193,6 +201,15 @@ public:
     /// compiles without storing (`compiled`, no hit). Recache: compiles and replaces the entry.
     template <class Compile>
     Outcome get_or_compile(const CacheKey& key, Compile&& compile);
+
+    /// A miss answered from entries compiled before (docs/cache.md, "Covers"): the entries whose key
+    /// inputs are `key`'s but for the ops and whose ops all lie inside `key.ops`, picked largest
+    /// first while each adds ops, each pinned, checked as a hit is and counted as one. None when
+    /// `key` has an entry or another process compiles it, when its ops are unknown, in recache
+    /// mode, and when the parts and the package of the rest would be more than
+    /// config().cover_packages (the set is then compiled whole). Reads every entry and the op list
+    /// of each with the same inputs: a miss's cost, not a hit's.
+    CacheCover<Guard> cover(const CacheKey& key);
 
     /// Stores `package` for `key` (taking the key's exclusive lock). Replaces an existing entry.
     CacheEntry publish(const CacheKey& key, const std::filesystem::path& package,

@@ -173,6 +173,24 @@ def scenario_hit(base):
     return {"report": report, "counters": counters(), "static_run": compare(static, stock)}
 
 
+def scenario_shapes(base, batches):
+    """One process: the encoder run at each batch size of `batches` (say "2,4"), recorded in one
+    session, compiled (or covered by packages compiled before), then run static against stock."""
+    torch.manual_seed(5)
+    model, _ = MODELS["encoder"](2, 8, 32)
+    model.eval()
+    xs = [torch.randn(int(b), 8, 32) for b in batches.split(",")]
+    stock = [outputs(model, x) for x in xs]
+    torch.ops.skc.enable(json.dumps({"base_dir": base}))
+    for x in xs:
+        outputs(model, x)
+    report = json.loads(torch.ops.skc.compile())
+    before = static_calls()
+    static = [outputs(model, x) for x in xs]
+    return {"report": report, "static_calls": static_calls() - before,
+            "equal": all(c["allclose"] for g, w in zip(static, stock) for c in compare(g, w).values())}
+
+
 def static_calls():
     return sum(c["static"] for c in counters().values())
 
@@ -512,6 +530,7 @@ def main():
     if name != "bad_configs":
         torch.ops.load_library(PLUGIN)
     result = {"model": scenario_model, "bad_configs": scenario_bad_configs, "hit": scenario_hit,
+              "shapes": scenario_shapes,
               "special_values": scenario_special_values, "sessions": scenario_sessions,
               "accuracy": scenario_accuracy}[name](*args)
     print(json.dumps(result))

@@ -210,6 +210,30 @@ class Cache(TempBase):
                 self.assertTrue(c["allclose"], f"{mode}: {c}")
             self.assertGreater(sum(c["static"] for c in r["counters"].values()), 0)
 
+    def test_a_new_shape_compiles_only_its_ops(self):
+        """Batch 2, then batches 2 and 4 in a new process: only the ops of batch 4 are compiled,
+        the others come from the first package; a third process compiles nothing."""
+        first = scenario("shapes", self.base, "2")
+        second = scenario("shapes", self.base, "2,4")
+        third = scenario("shapes", self.base, "2,4")
+        n1 = first["report"]["counts"]["compiled"]
+        self.assertGreater(n1, 0)
+        self.assertEqual(first["report"]["counts"]["reused"], 0)
+        c2 = second["report"]["counts"]
+        self.assertEqual(second["report"]["outcome"], "compiled")
+        self.assertEqual(c2["reused"], n1)  # every op of batch 2, from the first package
+        self.assertGreater(c2["compiled"], 0)
+        self.assertLess(c2["compiled"], c2["gathered"])
+        self.assertEqual(second["report"]["packages"][0], first["report"]["key"])
+        self.assertEqual(third["report"]["outcome"], "hit")
+        self.assertEqual(third["report"]["counts"]["compiled"], 0)
+        self.assertEqual(third["report"]["counts"]["reused"], c2["gathered"])
+        self.assertEqual(sorted(third["report"]["packages"]), sorted(second["report"]["packages"]))
+        self.assertEqual(len(run_packages(self.base)), 2, "the third process compiled")
+        for r in (first, second, third):
+            self.assertTrue(r["equal"], r)
+            self.assertGreater(r["static_calls"], 0, r)
+
     def test_example_twice(self):
         """examples/torch/transformer.py, as the README runs it: compiles, then hits."""
         example = os.environ["SKC_TORCH_EXAMPLE"]

@@ -822,6 +822,40 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("four ranks whose union grows: the leader compiles only the new ops, every rank installs both packages") {
+    Node node;
+    const std::vector<std::string> files{"Add_float_ND_32_64_9.json",        "Gelu_float_ND_32_256_8.json",
+                                         "LayerNorm_float_ND_32_64_7.json",  "MatMulV2_float_ND_32_64_0.json",
+                                         "Mul_float_ND_2_16_16_10.json",     "SoftmaxV2_float_ND_2_16_16_6.json",
+                                         "Transpose_float_ND_2_16_64_5.json"};
+    std::string first_key;
+    for (const std::string run_id : {"job-a", "job-b"}) {
+        CAPTURE(run_id);
+        const bool first = run_id == std::string("job-a");
+        std::vector<Rank> ranks;
+        for (std::size_t k = 0; k < 4; ++k) {  // job-a: files 0..3, one a rank; job-b: also 4..6
+            std::vector<std::string> mine{files[k]};
+            if (!first && k + 4 < files.size()) mine.push_back(files[k + 4]);
+            ranks.push_back(node.start(k, 4, run_id, node.ops(run_id + std::to_string(k), mine)));
+        }
+        Node::wait_all(ranks, Clock::now() + 30s);
+        CHECK(node.compiles() == (first ? 1u : 2u));
+        for (const Rank& r : ranks) {
+            INFO(r.log());
+            REQUIRE(r.status == 0);
+            CHECK(r.count("gathered") == (first ? 4 : 7));
+            CHECK(r.count("compiled") == (first ? 4 : 3));
+            CHECK(r.count("reused") == (first ? 0 : 4));
+            const skc::Array& packages = r.rep().find("packages")->as_array();
+            REQUIRE(packages.size() == (first ? 1u : 2u));
+            if (first) first_key = r.text("key");
+            CHECK(packages[0].as_string() == first_key);
+            CHECK(r.reselect().find("calls")->as_double() == 1);
+        }
+        Node::check_nothing_left();
+    }
+}
+
 TEST_CASE("a rank that never arrives: every rank ends with a timeout naming it, within the timeout + 1 s") {
     Node node;
     const fs::path ops = node.ops("a", {"Add_float_ND_32_64_9.json"});
