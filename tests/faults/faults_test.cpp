@@ -1161,6 +1161,39 @@ TEST_CASE(
         const std::vector<std::string> faults = success_faults(again, b, lib, "the next run");
         CHECK_MESSAGE(faults.empty(), join(faults));
     }
+
+    // Into a cover's compile of the rest: two of the three ops are cached as one package; the run
+    // of all three compiles the third alone and is killed there. The part stays cached and sound,
+    // nothing of the third is cached or installed, and the next run compiles only the third.
+    {
+        const Hit h{"into the compile of a cover's rest", SIGKILL, true, 300ms};
+        INFO(signal_text(h));
+        const fs::path b = disk / "base-cover", lib = disk / "lib-cover";
+        fs::create_directories(b);
+        const fs::path all_ops = rig.ops;
+        rig.ops = rig.tmp / "two-ops";
+        fs::create_directories(rig.ops);
+        for (std::size_t i = 0; i < 2; ++i) fs::copy_file(all_ops / op_files[i], rig.ops / op_files[i]);
+        const Done part = rig.compile(b, {});
+        REQUIRE_MESSAGE(part.status == 0, part.err);
+        rig.ops = all_ops;
+        std::error_code ec;
+        fs::remove(rig.marks / "compile-ended", ec);
+        const Proc p = rig.start(b, lib, {"SKC_FAULTS_MARKS=" + rig.marks.string(), "SKC_FAULTS_LINGER=5"}, {},
+                                 /*own_group=*/true);
+        REQUIRE_MESSAGE(wait_for_file(rig.marks / "compile-ended", 60s), "the compiler did not end");
+        const Done d = after_signal(h, p);
+        MESSAGE(signal_text(h) << ": exit " << d.status
+                               << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
+        CHECK(cached_packages(b).size() == 1);  // the part's
+        CHECK(listed_packages(lib).empty());
+        const Done again = rig.compile(b, lib);
+        CHECK(report(again, "outcome") == "compiled");
+        CHECK(again.out.find("\"compiled\": 1,") != std::string::npos);
+        CHECK(again.out.find("\"reused\": 2") != std::string::npos);
+        const std::vector<std::string> faults = success_faults(again, b, lib, "the next run after the cover's");
+        CHECK_MESSAGE(faults.empty(), join(faults));
+    }
 }
 
 TEST_CASE(
