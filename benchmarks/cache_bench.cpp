@@ -19,6 +19,10 @@
 //   BM_Floor/<n>             open + flock(LOCK_SH) + one read + close of one small file (skc's entry
 //                            file of the key): the least any lookup that reads a locked file costs.
 //
+//   BM_CoverMiss/<n>         IndexCache::cover() of a key of 2 ops that no entry has (its other
+//                            inputs match no entry's): what a miss pays before its compile since
+//                            misses look for a cover (docs/cache.md): every entry is read.
+//
 // Where a hit's time goes:
 //   BM_HitSyscalls/<n>       the 7 system calls of one hit, as IndexCache::lookup makes them (lock
 //                            file: open, flock; entry: open, one read, close; package: lstat;
@@ -413,6 +417,22 @@ void set_context(benchmark::State& state, const Dataset& d) {
     state.counters["probes"] = static_cast<double>(d.probes.size());
 }
 
+void BM_CoverMiss(benchmark::State& state, std::size_t n) {
+    const Dataset& d = dataset(n);
+    auto cache = skc::open_cache(skc::Layout(d.ours_base), toolchain_version, device);
+    skc::CacheKey key = our_key(n + 1);  // no entry has it
+    for (const char* hex : {"00000000000000000000000000000001", "00000000000000000000000000000002"})
+        key.ops.push_back(skc::KeyOp{*skc::Digest::from_hex(hex), std::string(hex) + ".json"});
+    for (auto _ : state) {
+        const auto cover = cache->cover(key);
+        if (!cover.parts.empty()) {
+            state.SkipWithError("an entry covered ops no entry has");
+            break;
+        }
+    }
+    set_context(state, d);
+}
+
 void BM_Hit_Ours(benchmark::State& state, std::size_t n) {
     const Dataset& d = dataset(n);
     auto cache = skc::open_cache(skc::Layout(d.ours_base), toolchain_version, device);
@@ -620,6 +640,10 @@ void register_all() {
         benchmark::RegisterBenchmark(("BM_HitSteps" + suffix).c_str(), BM_HitSteps, n)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
+        benchmark::RegisterBenchmark(("BM_CoverMiss" + suffix).c_str(), BM_CoverMiss, n)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->Iterations(n > 10'000 ? 3 : 30);
     }
     benchmark::RegisterBenchmark("BM_Export/1000", BM_Export, 1'000)
         ->Unit(benchmark::kMillisecond)
