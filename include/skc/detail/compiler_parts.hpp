@@ -341,8 +341,9 @@ inline void wait_for_writer(FileWriter& writer, const LogSink& log) noexcept {
     }
 }
 
-/// What the node's leader tells the other ranks: the outcome, the key, the package and whether it
-/// was installed.
+/// What the node's leader tells the other ranks: the outcome, the key, the counts, and the packages
+/// it installed, in order (`install`: one, or a cover's parts and the rest's; none when it
+/// installed nothing), which each of them installs too.
 inline Value leader_message(const CompileReport& rep) {
     Array files;
     for (const std::filesystem::path& p : rep.package_files) files.emplace_back(p.string());
@@ -408,7 +409,7 @@ inline std::vector<std::filesystem::path> read_leader_message(const Value& messa
     return install;
 }
 
-/// A miss answered by a cover (IndexCache::cover, docs/cache.md "Covers"): the cached packages
+/// A miss answered by a cover (IndexCache::cover; docs/cache.md, covers): the cached packages
 /// whose ops lie inside `set`, pinned in `pin`, and the rest (the delta, its op info files in
 /// `delta/` of the run folder) looked up or compiled under its own key by `build(delta)` (a cache
 /// outcome); then every part's package and the delta's installed in that order by

@@ -202,7 +202,7 @@ public:
     template <class Compile>
     Outcome get_or_compile(const CacheKey& key, Compile&& compile);
 
-    /// A miss answered from entries compiled before (docs/cache.md, "Covers"): the entries whose key
+    /// A miss answered from entries compiled before (docs/cache.md, covers): the entries whose key
     /// inputs are `key`'s but for the ops and whose ops all lie inside `key.ops`, picked largest
     /// first while each adds ops, each pinned, checked as a hit is and counted as one. None when
     /// `key` has an entry or another process compiles it, when its ops are unknown, in recache

@@ -1,6 +1,6 @@
 // skc/policy/cache/cover.hpp: IndexCache::cover, a miss answered from the entries compiled before
-// whose ops lie inside the key's (docs/cache.md, "Covers"). The host compiles only the ops none of
-// them holds, under their own key (compiler.hpp).
+// whose ops lie inside the key's (docs/cache.md, "A new shape compiles only itself"). The host
+// compiles the ops none of them holds, under their own key (compiler.hpp).
 #pragma once
 
 #include <algorithm>
