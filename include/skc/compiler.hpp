@@ -269,8 +269,8 @@ private:
         Compile compile_it{invoker_, *this, run, set, k};
         if constexpr (cache_fits) {
             if (cache_) {
-                if (auto built = lead_cover(run, set, k, rep, clock, pin)) return *built;
                 detail::report_lookup(*cache_, k, settings_);
+                if (auto built = lead_cover(run, set, k, rep, clock, pin)) return *built;
                 auto out = lookup_or_compile(*cache_, k, compile_it, run, rep, clock);
                 if (!install_hit(out, rep, clock)) {
                     // Damaged and discarded: compile once more (read-only: not stored, it was not discarded).
@@ -292,8 +292,8 @@ private:
         return set.digests.size();
     }
 
-    /// A miss answered by a cover: the cached packages inside the set, and one lookup or compile of
-    /// the rest under its own key (detail::cover_step). nullopt: the set is compiled whole.
+    /// A hit, or a miss answered by a cover: the cached packages inside the set, and one lookup or
+    /// compile of the rest under its own key (detail::cover_step). nullopt: get_or_compile decides.
     std::optional<std::size_t> lead_cover(const RunLayout& run, const GatheredSet& set, const CacheKey& k,
                                           CompileReport& rep, detail::StageClock& clock, std::shared_ptr<void>& pin) {
         return detail::cover_step(

@@ -409,14 +409,13 @@ inline std::vector<std::filesystem::path> read_leader_message(const Value& messa
     return install;
 }
 
-/// A miss answered by a cover (IndexCache::cover; docs/cache.md, covers): the cached packages
-/// whose ops lie inside `set`, pinned in `pin`, and the rest (the delta, its op info files in
-/// `delta/` of the run folder) looked up or compiled under its own key by `build(delta)` (a cache
-/// outcome); then every part's package and the delta's installed in that order by
-/// `install(outcome, package)`, false for a damaged one (discarded). `package_of(hit)` is a hit's
-/// package file. Returns the delta's size; nullopt when there is no cover, when a package proves
-/// damaged, or when the compiler fails on every op of the delta: that is the ops' fault only beside
-/// the set's others, so the whole set's compile is to find which (isolate.hpp).
+/// A hit, or a miss answered by a cover (IndexCache::cover; docs/cache.md, covers): the cached
+/// packages whose ops lie inside `set` (on a hit, the key's own), pinned in `pin`, and the rest (the delta, its op info
+/// files in `delta/` of the run folder) looked up or compiled under its own key by `build(delta)` (a cache outcome);
+/// then every part's package and the delta's installed in that order by `install(outcome, package)`, false for a
+/// damaged one (discarded). `package_of(hit)` is a hit's package file. Returns the delta's size; nullopt when there is
+/// no cover, when a package proves damaged, or when the compiler fails on every op of the delta: that is the ops' fault
+/// only beside the set's others, so the whole set's compile is to find which (isolate.hpp).
 template <class Cache, class Build, class Install, class PackageOf>
 std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const GatheredSet& set, const RunLayout& run,
                                       CompileReport& rep, StageClock& clock, std::shared_ptr<void>& pin, Build&& build,
@@ -424,14 +423,14 @@ std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const G
     auto cover = cache.cover(key);
     if (cover.parts.empty()) return std::nullopt;
     rep.cached_packages = cover.parts.size();
-    const GatheredSet delta = without(set, cover.covered, run.dir() / "delta");
+    const GatheredSet delta = cover.whole ? GatheredSet{} : without(set, cover.covered, run.dir() / "delta");
     auto pins = std::make_shared<std::vector<typename Cache::Outcome>>(cover.parts.size());
     for (std::size_t i = 0; i < cover.parts.size(); ++i) (*pins)[i].hit = std::move(cover.parts[i]);
     pin = pins;
     rep.outcome = CompileOutcome::hit;
     std::filesystem::path rest;  // the delta's package
     if (delta.digests.empty()) {
-        clock.lap("cache");
+        clock.split("cache", "compile", std::chrono::nanoseconds{0});
     } else {
         try {
             pins->push_back(build(delta));

@@ -95,6 +95,7 @@ template <class Guard>
 struct CacheCover {
     std::vector<CacheHit<Guard>> parts;              // pinned, largest first
     std::unordered_set<Digest, DigestHash> covered;  // the ops the parts hold
+    bool whole = false;                              // the one part is the key's own entry: a plain hit
 };
 
 struct PruneReport {
@@ -202,13 +203,14 @@ public:
     template <class Compile>
     Outcome get_or_compile(const CacheKey& key, Compile&& compile);
 
-    /// A miss answered from entries compiled before (docs/cache.md, covers): the entries whose key
+    /// The key's own entry (`whole`: a plain hit, the same lookup get_or_compile makes), or else a
+    /// miss answered from entries compiled before (docs/cache.md, covers): the entries whose key
     /// inputs are `key`'s but for the ops and whose ops all lie inside `key.ops`, picked largest
-    /// first while each adds ops, each pinned, checked as a hit is and counted as one. None when
-    /// `key` has an entry or another process compiles it, when its ops are unknown, in recache
-    /// mode, and when the parts and the package of the rest would be more than
-    /// config().cover_packages (the set is then compiled whole). Reads every entry and the op list
-    /// of each with the same inputs: a miss's cost, not a hit's.
+    /// first while each adds ops. Each part is pinned, checked as a hit is and counted as one. None
+    /// in recache mode, when another process compiles `key`, when its ops are unknown, and when the
+    /// parts and the package of the rest would be more than config().cover_packages (the set is
+    /// then compiled whole): get_or_compile() takes it from there. Reads every entry and the op
+    /// list of each with the same inputs: a miss's cost, not a hit's.
     CacheCover<Guard> cover(const CacheKey& key);
 
     /// Stores `package` for `key` (taking the key's exclusive lock). Replaces an existing entry.

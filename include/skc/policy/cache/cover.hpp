@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -36,8 +37,14 @@ inline bool same_but_ops(const std::vector<std::pair<std::string, std::string>>&
 template <class S, class L>
 auto IndexCache<S, L>::cover(const CacheKey& key) -> CacheCover<Guard> {
     CacheCover<Guard> out;
-    if (config_.mode == CacheMode::recache || key.ops.size() < 2 || config_.cover_packages < 2) return out;
-    if (busy(key) || lookup_pinned(key.hex(), /*wait=*/false)) return out;  // the key's own entry comes first
+    if (config_.mode == CacheMode::recache) return out;
+    if (std::optional<Hit> h = lookup_pinned(key.hex(), /*wait=*/false); h && verify(*h)) {
+        count_hit(*h);
+        out.parts.push_back(std::move(*h));
+        out.whole = true;
+        return out;
+    }
+    if (key.ops.size() < 2 || config_.cover_packages < 2 || busy(key)) return out;
     std::unordered_set<Digest, DigestHash> want;
     for (const KeyOp& op : key.ops) want.insert(op.digest);
 
