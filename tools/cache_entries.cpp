@@ -48,22 +48,42 @@ skc::Object entry_json(const Target& t, const std::string& stem, const skc::Cach
     return o;
 }
 
+skc::Object composite_json(const skc::CompositeEntry& c) {
+    skc::Object o;
+    o.push_back({"key", utf8(c.key)});
+    o.push_back({"ops", c.ops});
+    o.push_back({"created_unix", c.created_unix});
+    o.push_back({"last_used_ns", c.last_used_ns});
+    o.push_back({"compile_ns", c.compile_ns});
+    skc::Array parts;
+    for (const skc::CachePart& p : c.parts)
+        parts.emplace_back(skc::Object{{"key", utf8(p.key)}, {"size", p.size}, {"checksum", p.checksum.hex()}});
+    o.push_back({"parts", std::move(parts)});
+    return o;
+}
+
 int cache_ls(const Target& t, const CacheOptions& o) {
     if (nothing_there(t, o)) return exit_ok;
     skc::Array list;
     std::string r;
     for (const std::string& stem : t.namespaces) {
-        std::vector<skc::CacheEntry> entries = open_namespace(t, stem)->entries();
+        const std::unique_ptr<FsCache> cache = open_namespace(t, stem);
+        std::vector<skc::CacheEntry> entries = cache->entries();
+        std::vector<skc::CompositeEntry> composites = cache->composites();
         // Least recently used first, as the cache gives them; entries used at the same instant by key.
-        std::sort(entries.begin(), entries.end(), [](const skc::CacheEntry& a, const skc::CacheEntry& b) {
+        const auto by_use = [](const auto& a, const auto& b) {
             return std::tie(a.last_used_ns, a.key) < std::tie(b.last_used_ns, b.key);
-        });
+        };
+        std::sort(entries.begin(), entries.end(), by_use);
+        std::sort(composites.begin(), composites.end(), by_use);
         if (o.json) {
-            skc::Array items;
+            skc::Array items, comps;
             for (const skc::CacheEntry& e : entries) items.emplace_back(entry_json(t, stem, e));
+            for (const skc::CompositeEntry& c : composites) comps.emplace_back(composite_json(c));
             skc::Object n;
             n.push_back({"namespace", utf8(stem)});
             n.push_back({"entries", std::move(items)});
+            n.push_back({"composites", std::move(comps)});
             list.emplace_back(std::move(n));
             continue;
         }
@@ -80,6 +100,16 @@ int cache_ls(const Target& t, const CacheOptions& o) {
                  pad_right(e.created_unix == 0 ? "-" : local_time(e.created_unix), 21) +
                  pad_right(local_time(e.last_used_ns / 1000000000), 21) +
                  (e.compile_ns == 0 ? "-" : human_duration(e.compile_ns)) + "\n";
+        if (composites.empty()) continue;
+        // A composite: a set held by the packages of other entries together (a cover).
+        r += plural(composites.size(), "composite entry", "composite entries") + ", each held by other entries:\n";
+        r += pad_right("key", 34) + pad_left("ops", 6) + "  " + pad_right("last used", 21) + "parts\n";
+        for (const skc::CompositeEntry& c : composites) {
+            std::string parts;
+            for (const skc::CachePart& p : c.parts) parts += (parts.empty() ? "" : " ") + p.key.substr(0, 8);
+            r += pad_right(printable(c.key), 34) + pad_left(std::to_string(c.ops), 6) + "  " +
+                 pad_right(local_time(c.last_used_ns / 1000000000), 21) + parts + "\n";
+        }
     }
     if (o.json) {
         print_namespaces_json(t, std::move(list));

@@ -107,13 +107,23 @@ int cache_explain(const Target& t, const CacheOptions& opts) {
         root.push_back({"key", key.hex()});
         root.push_back({"ops", digests.size()});
         root.push_back({"hit", x && x->hit});
+        if (x && x->composite) {
+            skc::Array parts;
+            for (const skc::CachePart& p : x->composite->parts)
+                parts.emplace_back(skc::Object{{"key", p.key}, {"size", p.size}});
+            root.push_back({"composite", skc::Object{{"namespace", utf8(x->ns)}, {"parts", std::move(parts)}}});
+        }
         root.push_back({"nearest", x && !x->hit ? skc::Value(explanation_json(*x)) : skc::Value(nullptr)});
         print_json(std::move(root));
         return exit_ok;
     }
     std::string r = "cache directory: " + printable(t.shown) + "\nkey " + key.hex() + " (" +
                     plural(digests.size(), "op", "ops") + ")\n";
-    if (x && x->hit) r += "hit: the key has an entry in " + printable(x->ns) + "\n";
+    if (x && x->composite) {
+        r += "hit: the key is a composite entry in " + printable(x->ns) + ", held by " +
+             plural(x->composite->parts.size(), "package", "packages") + " of other entries:\n";
+        for (const skc::CachePart& p : x->composite->parts) r += "  " + p.key + "  " + human_size(p.size) + "\n";
+    } else if (x && x->hit) r += "hit: the key has an entry in " + printable(x->ns) + "\n";
     else if (!x) r += "miss: the cache has no entry to compare with\n";
     else r += "miss\n" + explanation_text(*x);
     out(r);

@@ -24,6 +24,7 @@ struct NamespaceStats {
     std::string name;
     skc::CacheStats stats;
     std::uint64_t entries = 0;
+    std::uint64_t composites = 0;
     std::uint64_t bytes = 0;
 };
 
@@ -31,6 +32,7 @@ skc::Object stats_json(const NamespaceStats& s) {
     skc::Object o;
     if (!s.name.empty()) o.push_back({"namespace", utf8(s.name)});
     o.push_back({"entries", s.entries});
+    o.push_back({"composites", s.composites});
     o.push_back({"bytes", s.bytes});
     o.push_back({"hits", s.stats.hits});
     o.push_back({"misses", s.stats.misses});
@@ -44,6 +46,9 @@ skc::Object stats_json(const NamespaceStats& s) {
     o.push_back({"waits", s.stats.waits});
     o.push_back({"lock_wait_ns", s.stats.lock_wait_ns});
     o.push_back({"compile_time_saved_ns", s.stats.compile_time_saved_ns});
+    o.push_back({"composite_hits", s.stats.composite_hits});
+    o.push_back({"ops_compiled", s.stats.ops_compiled});
+    o.push_back({"ops_reused", s.stats.ops_reused});
     o.push_back({"remote", skc::Object{{"hits", s.stats.remote_hits},
                                        {"misses", s.stats.remote_misses},
                                        {"uploads", s.stats.remote_uploads},
@@ -60,6 +65,7 @@ std::string stats_text(const NamespaceStats& s) {
     };
     std::string r;
     r += row("entries", std::to_string(s.entries));
+    if (s.composites != 0) r += row("composite entries", std::to_string(s.composites));
     r += row("size", human_size(s.bytes) + (s.bytes < 1024 ? "" : " (" + std::to_string(s.bytes) + " bytes)"));
     r += row("hits", std::to_string(s.stats.hits));
     r += row("misses", std::to_string(s.stats.misses));
@@ -71,6 +77,12 @@ std::string stats_text(const NamespaceStats& s) {
     r += row("lock wait time", human_duration(s.stats.lock_wait_ns));
     r += row("compile time saved", human_duration(s.stats.compile_time_saved_ns));
     const skc::CacheStats& c = s.stats;
+    if (c.composite_hits + c.ops_compiled + c.ops_reused != 0) {  // counted by compiles since 2026-12
+        r += row("composite hits", std::to_string(c.composite_hits));
+        r += row("ops compiled", std::to_string(c.ops_compiled));
+        r += row("ops reused",
+                 std::to_string(c.ops_reused) + " (" + percent(c.ops_reused, c.ops_reused + c.ops_compiled) + ")");
+    }
     if (c.remote_hits + c.remote_misses + c.remote_uploads + c.remote_errors != 0) {
         r += row("remote hits", std::to_string(c.remote_hits));
         r += row("remote misses", std::to_string(c.remote_misses));
@@ -151,8 +163,10 @@ int cache_stats(const Target& t, const CacheOptions& o) {
             ++s.entries;
             s.bytes += e.size;
         }
+        s.composites = cache->composites().size();
         total.stats += s.stats;
         total.entries += s.entries;
+        total.composites += s.composites;
         total.bytes += s.bytes;
         all.push_back(std::move(s));
     }

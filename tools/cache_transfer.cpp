@@ -24,14 +24,16 @@ int cache_export(const Target& t, const CacheOptions& o) {
         skc::Object root = json_head(t);
         root.push_back({"file", utf8(*o.output)});
         root.push_back({"entries", r.entries});
+        root.push_back({"composites", r.composites});
         root.push_back({"package_bytes", r.package_bytes});
         skc::Array skipped;
         for (const std::string& k : r.skipped) skipped.emplace_back(k);
         root.push_back({"skipped", std::move(skipped)});
         print_json(std::move(root));
     } else {
-        out("exported " + plural(r.entries, "entry", "entries") + " (" + human_size(r.package_bytes) +
-            " of packages) to " + printable(*o.output) + "\n");
+        out("exported " + plural(r.entries, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages)" +
+            (r.composites != 0 ? " and " + plural(r.composites, "composite entry", "composite entries") : "") + " to " +
+            printable(*o.output) + "\n");
         for (const std::string& k : r.skipped)
             out("skipped " + k + ": the entry or its package is bad (run skc cache verify)\n");
     }
@@ -47,12 +49,15 @@ int cache_import(const Target& t, const CacheOptions& o) {
         skc::Object root = json_head(t);
         root.push_back({"file", utf8(*o.file)});
         root.push_back({"added", r.added});
+        root.push_back({"composites_added", r.composites_added});
         root.push_back({"present", r.present});
         root.push_back({"package_bytes", r.package_bytes});
         print_json(std::move(root));
     } else {
-        out("imported " + plural(r.added, "entry", "entries") + " (" + human_size(r.package_bytes) +
-            " of packages) into " + printable(t.shown) +
+        out("imported " + plural(r.added, "entry", "entries") + " (" + human_size(r.package_bytes) + " of packages)" +
+            (r.composites_added != 0 ? " and " + plural(r.composites_added, "composite entry", "composite entries")
+                                     : "") +
+            " into " + printable(t.shown) +
             (r.present != 0 ? "; " + std::to_string(r.present) + " already there" : std::string()) + "\n");
     }
     return exit_ok;

@@ -1,17 +1,21 @@
 // skc/cache_archive.hpp: moving cache entries on purpose: export to one file, import from it.
 //
 // An export file holds whole entries: each entry's text (its own check line), its op list and its
-// package, and a last line with the number of entries and a checksum of everything before it:
+// package; then the composite entries whose parts are all in the file; and a last line with the
+// number of records and a checksum of everything before it:
 //
 //   skc-cache-export 1\n
 //   entry <namespace> <entry bytes> <op list bytes> <package bytes>\n <the three, back to back>
 //   ...
-//   end <entries> <MurmurHash3_x64_128 of every byte above, 32 hex digits>\n
+//   composite <namespace> <composite bytes>\n <the composite's text>
+//   ...
+//   end <records> <MurmurHash3_x64_128 of every byte above, 32 hex digits>\n
 //
 // import_cache() reads the file twice: first it checks everything (the framing, each entry's check
-// line, each package's size and checksum against its entry, the count and the checksum at the end)
-// and adds nothing if anything is wrong; then it adds each entry under its key's lock, as a publish
-// does. Entries already in the cache with the same package are kept.
+// line, each package's size and checksum against its entry, each composite's parts among the
+// entries before it, the count and the checksum at the end) and adds nothing if anything is wrong;
+// then it adds each entry under its key's lock, as a publish does, and each composite after its
+// parts. Entries and composites already in the cache are kept.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,12 +45,14 @@ namespace skc {
 
 struct ExportReport {
     std::uint64_t entries = 0;
+    std::uint64_t composites = 0;  // composite entries: each with every part among the entries
     std::uint64_t package_bytes = 0;
     std::vector<std::string> skipped;  // keys left out: the entry or its package is bad (`skc cache verify`)
 };
 
 struct ImportReport {
     std::uint64_t added = 0;
+    std::uint64_t composites_added = 0;
     std::uint64_t present = 0;  // already in the cache with the same package
     std::uint64_t package_bytes = 0;
 };
@@ -131,6 +138,15 @@ struct ExportRecord {
     std::uint64_t entry_bytes = 0, op_list_bytes = 0, package_bytes = 0;
 };
 
+/// `composite <ns> <n>`: the namespace and the composite's bytes.
+inline std::optional<std::pair<std::string, std::uint64_t>> parse_composite_line(std::string_view l) {
+    if (!l.starts_with("composite ")) return std::nullopt;
+    const std::vector<std::string_view> f = split(l.substr(10), ' ');
+    std::uint64_t n = 0;
+    if (f.size() != 2 || !valid_namespace(f[0]) || !parse_u64(f[1], n) || n > (1u << 20)) return std::nullopt;
+    return std::pair{std::string(f[0]), n};
+}
+
 /// `entry <ns> <n> <n> <n>`.
 inline std::optional<ExportRecord> parse_record_line(std::string_view l) {
     if (!l.starts_with("entry ")) return std::nullopt;
@@ -148,7 +164,8 @@ inline std::optional<ExportRecord> parse_record_line(std::string_view l) {
 }  // namespace detail
 
 /// Writes the entries of cache folder `root` to `file` (atomically: a whole file or none): those
-/// of namespace `only_ns` (empty: every namespace), and of the keys `keys` (empty: every key).
+/// of namespace `only_ns` (empty: every namespace), and of the keys `keys` (empty: every key; a
+/// composite's key brings its parts). Then the composites whose parts were all written.
 /// Reads the cache without writing to it; each entry is pinned while it is copied, and its package
 /// is checked against its checksum first (a bad one is skipped and reported).
 inline ExportReport export_cache(const std::filesystem::path& root, const std::filesystem::path& file,
@@ -160,8 +177,14 @@ inline ExportReport export_cache(const std::filesystem::path& root, const std::f
         CacheConfig config{{}, std::chrono::seconds(30), null_log()};
         config.mode = CacheMode::read_only;
         auto cache = open_cache_namespace(root, stem, config);
+        const std::vector<CompositeEntry> composites = cache->composites();
+        std::vector<std::string> wanted = keys;
+        for (const CompositeEntry& c : composites)
+            if (std::find(keys.begin(), keys.end(), c.key) != keys.end())
+                for (const CachePart& p : c.parts) wanted.push_back(p.key);
+        std::map<std::string, Digest> written;  // key -> checksum
         for (const CacheEntry& listed : cache->entries()) {
-            if (!keys.empty() && std::find(keys.begin(), keys.end(), listed.key) == keys.end()) continue;
+            if (!keys.empty() && std::find(wanted.begin(), wanted.end(), listed.key) == wanted.end()) continue;
             Digest d;
             if (!detail::parse_hex_digest(listed.key, d)) continue;
             const std::optional<CacheHit<FileLock::Guard>> hit = cache->lookup(CacheKey{d, {}, {}});
@@ -192,9 +215,21 @@ inline ExportReport export_cache(const std::filesystem::path& root, const std::f
                             ErrorContext{file.string(), {}, {}});
             ++report.entries;
             report.package_bytes += copied;
+            written[listed.key] = hit->entry.checksum;
+        }
+        for (const CompositeEntry& c : composites) {
+            if (!keys.empty() && std::find(keys.begin(), keys.end(), c.key) == keys.end()) continue;
+            if (!std::all_of(c.parts.begin(), c.parts.end(), [&](const CachePart& p) {
+                    const auto it = written.find(p.key);
+                    return it != written.end() && it->second == p.checksum;
+                }))
+                continue;  // a part is gone or changed: the composite is no longer whole
+            const std::string text = detail::encode_composite(c);
+            out.write("composite " + stem + " " + std::to_string(text.size()) + "\n" + text);
+            ++report.composites;
         }
     }
-    out.write("end " + std::to_string(report.entries) + " " + out.digest().hex() + "\n");
+    out.write("end " + std::to_string(report.entries + report.composites) + " " + out.digest().hex() + "\n");
     out.commit();
     return report;
 }
@@ -207,6 +242,7 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
     // Pass 1: check everything, keep nothing.
     std::uint64_t count = 0;
     {
+        std::set<std::string> seen;  // <ns>/<key>/<checksum> of the entries read so far
         detail::ExportReader in(file);
         if (in.line() != std::string(detail::export_magic.substr(0, detail::export_magic.size() - 1)))
             in.bad("not an skc cache export (its first line is not \"skc-cache-export 1\")");
@@ -219,6 +255,19 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
                 if (*l != expect) in.bad("the end line does not match the content (altered or cut short)");
                 if (!in.at_end()) in.bad("bytes follow the end line");
                 break;
+            }
+            if (const auto c = detail::parse_composite_line(*l)) {
+                std::string text;
+                in.bytes(c->second, [&](std::string_view b) { text.append(b); });
+                const std::optional<CompositeEntry> comp = detail::decode_composite(text);
+                if (!comp)
+                    in.bad("record " + std::to_string(count + 1) + ": the composite text is altered or truncated");
+                for (const CachePart& p : comp->parts)
+                    if (seen.count(c->first + "/" + p.key + "/" + p.checksum.hex()) == 0)
+                        in.bad("composite " + comp->key + ": its part " + p.key +
+                               " is not among the entries before it");
+                ++count;
+                continue;
             }
             const std::optional<detail::ExportRecord> r = detail::parse_record_line(*l);
             if (!r) in.bad("entry " + std::to_string(count + 1) + ": a malformed record line");
@@ -233,6 +282,7 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
             in.bytes(r->package_bytes, [&](std::string_view c) { h.update(c); });
             if (h.digest() != e->checksum)
                 in.bad("entry " + e->key + ": the package's checksum does not match the entry");
+            seen.insert(r->ns + "/" + e->key + "/" + e->checksum.hex());
             ++count;
         }
     }
@@ -248,6 +298,19 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
         // The file was checked whole; if it changes now, import_entry still refuses a package
         // that is not its entry's.
         const std::optional<std::string> line = in.line();
+        if (const auto c = line ? detail::parse_composite_line(*line) : std::nullopt) {
+            std::string text;
+            in.bytes(c->second, [&](std::string_view b) { text.append(b); });
+            const std::optional<CompositeEntry> comp = detail::decode_composite(text);
+            if (!comp)
+                throw Error(Errc::corrupt, "the export file changed while it was imported",
+                            ErrorContext{file.string(), {}, {}});
+            auto& cache = caches[c->first];
+            if (!cache) cache = open_cache_namespace(root, c->first, config);
+            if (cache->import_composite(*comp)) ++report.composites_added;
+            else ++report.present;
+            continue;
+        }
         const std::optional<detail::ExportRecord> r = line ? detail::parse_record_line(*line) : std::nullopt;
         if (!r)
             throw Error(Errc::corrupt, "the export file changed while it was imported",

@@ -32,10 +32,11 @@ struct PartDifference {
 };
 
 struct MissExplanation {
-    bool hit = false;                   // the key itself has an entry (no miss)
-    std::string ns;                     // the nearest entry's namespace
-    CacheEntry entry;                   // the nearest entry (with its components)
-    std::vector<PartDifference> parts;  // the key parts besides the ops that differ
+    bool hit = false;                         // the key itself has an entry, or a composite entry (no miss)
+    std::optional<CompositeEntry> composite;  // the key's composite entry (a hit on other entries' packages)
+    std::string ns;                           // the nearest entry's namespace
+    CacheEntry entry;                         // the nearest entry (with its components)
+    std::vector<PartDifference> parts;        // the key parts besides the ops that differ
     bool ops_differ = false;
     bool ops_known = false;                                    // both sides have op lists: the lists below are complete
     std::vector<std::string> added;                            // op info files of the key that the entry lacks
@@ -170,7 +171,8 @@ inline std::string MissExplanation::summary() const {
 }
 
 /// Compares `key` with the entries of every namespace in cache folder `root` (or only namespace
-/// `only_ns`); nullopt when there is no entry at all. Reads only: it creates and locks nothing.
+/// `only_ns`); nullopt when there is no entry at all. A key with a composite entry is a hit (its
+/// parts in `composite`). Reads only: it creates and locks nothing.
 inline std::optional<MissExplanation> explain_miss(const std::filesystem::path& root, const CacheKey& key,
                                                    std::string_view only_ns = {}) {
     const std::vector<std::pair<std::string, std::string>> wanted = detail::key_parts(key.components);
@@ -182,6 +184,13 @@ inline std::optional<MissExplanation> explain_miss(const std::filesystem::path& 
         IndexCache<FilesystemStorage, FileLock> cache(FilesystemStorage(root / stem),
                                                       FileLock(root, LockAccess::read_only), config,
                                                       CacheLockNames{stem + "/keys/", stem});
+        if (std::optional<CompositeEntry> c = cache.composite(key.hex())) {
+            MissExplanation x;
+            x.ns = stem;
+            x.hit = true;
+            x.composite = std::move(c);
+            return x;
+        }
         for (CacheEntry& e : cache.entries()) {
             MissExplanation x;
             x.ns = stem;

@@ -1,7 +1,8 @@
 // skc/cache_format.hpp: the files of a cache namespace, written and read: an entry
 // (`entries/<key>`, a short text with its own checksum line naming the package's size and
 // checksum), the op list beside it (`oplists/<key>`), the statistics log (`stats.log`, one line per
-// process) and the folded `stats`, and the manifest `<namespace>.json`. policy/cache.hpp uses them;
+// process) and the folded `stats`, the composite entries (`composites/<key>`, the packages of other
+// entries that hold a key's ops together) and the manifest `<namespace>.json`. policy/cache.hpp uses them;
 // docs/cache.md ("On disk", "Statistics") describes each.
 #pragma once
 
@@ -40,6 +41,25 @@ struct CacheEntry {
     std::uint64_t ops = 0;
     std::vector<std::pair<std::string, std::string>> components;
     std::int64_t last_used_ns = 0;  // the entry object's modification time; not stored in the text
+};
+
+/// A package a composite entry uses: another entry's key, and its package's size and checksum
+/// when the composite was written.
+struct CachePart {
+    std::string key;
+    std::uint64_t size = 0;
+    Digest checksum;
+};
+
+/// A composite entry (`composites/<key>`): the op set of `key` is held by the packages of other
+/// entries together (a cover: docs/cache.md), installed in this order. It has no package itself.
+struct CompositeEntry {
+    std::string key;
+    std::vector<CachePart> parts;
+    std::int64_t created_unix = 0;
+    std::int64_t compile_ns = 0;    // the parts' compile times: what a hit saves
+    std::uint64_t ops = 0;          // the key's ops (the parts' together)
+    std::int64_t last_used_ns = 0;  // the object's modification time; not stored in the text
 };
 
 namespace detail {
@@ -127,18 +147,26 @@ inline std::optional<std::string_view> checked_body(std::string_view t, std::str
     return t.substr(magic.size(), check_at - magic.size());
 }
 
+/// Calls `field(name, value)` for each `<name> <value>` line of `body` (checked_body()); false when a
+/// line has no space or `field` returns false for one.
+template <class Field>
+bool for_each_field(std::string_view body, Field&& field) {
+    for (std::size_t pos = 0; pos < body.size();) {
+        const std::size_t nl = body.find('\n', pos);
+        const std::string_view line = body.substr(pos, nl - pos);
+        pos = nl + 1;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string_view::npos || !field(line.substr(0, sp), line.substr(sp + 1))) return false;
+    }
+    return true;
+}
+
 inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_components = true) {
     const std::optional<std::string_view> body = checked_body(t, entry_magic);
     if (!body) return std::nullopt;
     CacheEntry e;
     bool have_key = false, have_package = false, have_checksum = false;
-    for (std::size_t pos = 0; pos < body->size();) {
-        const std::size_t nl = body->find('\n', pos);
-        const std::string_view line = body->substr(pos, nl - pos);
-        pos = nl + 1;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string_view::npos) return std::nullopt;
-        const std::string_view name = line.substr(0, sp), value = line.substr(sp + 1);
+    const bool read = for_each_field(*body, [&](std::string_view name, std::string_view value) {
         bool ok = true;
         if (name == "key") {
             Digest d;
@@ -153,17 +181,59 @@ inline std::optional<CacheEntry> decode_entry(std::string_view t, bool with_comp
         else if (name == "created_unix") ok = parse_i64(value, e.created_unix);
         else if (name == "compile_ns") ok = parse_i64(value, e.compile_ns);
         else if (name == "ops") ok = parse_u64(value, e.ops);
-        else if (name == "component") {
-            if (!with_components) continue;
+        else if (name == "component" && with_components) {
             const std::size_t eq = value.find('=');
-            if (eq == std::string_view::npos) return std::nullopt;
-            e.components.emplace_back(unescape_line(value.substr(0, eq)), unescape_line(value.substr(eq + 1)));
+            ok = eq != std::string_view::npos;
+            if (ok) e.components.emplace_back(unescape_line(value.substr(0, eq)), unescape_line(value.substr(eq + 1)));
         }
-        // Unknown lines are allowed: a newer writer may add fields.
-        if (!ok) return std::nullopt;
-    }
-    if (!have_key || !have_package || !have_checksum) return std::nullopt;
+        return ok;  // unknown lines are allowed: a newer writer may add fields
+    });
+    if (!read || !have_key || !have_package || !have_checksum) return std::nullopt;
     return e;
+}
+
+inline constexpr std::string_view composite_magic = "skc-cache-composite 1\n";
+
+/// A composite: `key`, `created_unix`, `compile_ns`, `ops`, one `part <key> <size> <checksum>`
+/// line per package in install order, then a check line as in an entry.
+inline std::string encode_composite(const CompositeEntry& c) {
+    std::string t(composite_magic);
+    t += "key " + c.key + "\n";
+    t += "created_unix " + std::to_string(c.created_unix) + "\n";
+    t += "compile_ns " + std::to_string(c.compile_ns) + "\n";
+    t += "ops " + std::to_string(c.ops) + "\n";
+    for (const CachePart& p : c.parts)
+        t += "part " + p.key + " " + std::to_string(p.size) + " " + p.checksum.hex() + "\n";
+    append_check_line(t);
+    return t;
+}
+
+/// Parses a composite; nullopt when it is truncated, altered, has no part, or is not one.
+inline std::optional<CompositeEntry> decode_composite(std::string_view t) {
+    const std::optional<std::string_view> body = checked_body(t, composite_magic);
+    if (!body) return std::nullopt;
+    CompositeEntry c;
+    Digest d;
+    const bool read = for_each_field(*body, [&](std::string_view name, std::string_view value) {
+        bool ok = true;
+        if (name == "key") {
+            ok = parse_hex_digest(value, d);
+            c.key = std::string(value);
+        } else if (name == "created_unix") ok = parse_i64(value, c.created_unix);
+        else if (name == "compile_ns") ok = parse_i64(value, c.compile_ns);
+        else if (name == "ops") ok = parse_u64(value, c.ops);
+        else if (name == "part") {
+            const std::size_t a = value.find(' '), b = value.rfind(' ');
+            CachePart p;
+            ok = a == 32 && b > a && parse_hex_digest(value.substr(0, a), d) &&
+                 parse_u64(value.substr(a + 1, b - a - 1), p.size) && parse_hex_digest(value.substr(b + 1), p.checksum);
+            p.key = std::string(value.substr(0, a));
+            c.parts.push_back(std::move(p));
+        }
+        return ok;
+    });
+    if (!read || c.key.empty() || c.parts.empty()) return std::nullopt;
+    return c;
 }
 
 inline constexpr std::string_view op_list_magic = "skc-cache-ops 1\n";
@@ -234,6 +304,10 @@ struct CacheStats {
     std::uint64_t remote_upload_bytes = 0;    // their bytes
     std::uint64_t remote_download_bytes = 0;  // the bytes of the packages downloaded
     std::uint64_t remote_errors = 0;          // faults: the store failed, or a package was refused
+    // Covers (docs/cache.md): sets answered by the packages of several entries.
+    std::uint64_t composite_hits = 0;  // hits on a composite entry (each also one of `hits`)
+    std::uint64_t ops_compiled = 0;    // ops the compiles of sets looked up here compiled
+    std::uint64_t ops_reused = 0;      // ops of those sets that cached packages held
 
     /// Adds counts, saturating at the types' limits (a hostile or huge `stats` file must not wrap
     /// them, nor be undefined behaviour).
@@ -257,6 +331,9 @@ struct CacheStats {
         add(remote_upload_bytes, o.remote_upload_bytes);
         add(remote_download_bytes, o.remote_download_bytes);
         add(remote_errors, o.remote_errors);
+        add(composite_hits, o.composite_hits);
+        add(ops_compiled, o.ops_compiled);
+        add(ops_reused, o.ops_reused);
         return *this;
     }
     friend bool operator==(const CacheStats&, const CacheStats&) = default;
@@ -279,6 +356,9 @@ struct CacheStats {
         f(std::string_view("remote_upload_bytes"), s.remote_upload_bytes);
         f(std::string_view("remote_download_bytes"), s.remote_download_bytes);
         f(std::string_view("remote_errors"), s.remote_errors);
+        f(std::string_view("composite_hits"), s.composite_hits);
+        f(std::string_view("ops_compiled"), s.ops_compiled);
+        f(std::string_view("ops_reused"), s.ops_reused);
     }
 
     /// Sets counter `name` from its text `value`; false when `value` is not a number of its type.

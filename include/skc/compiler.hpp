@@ -251,7 +251,7 @@ private:
             if (set.digests.empty()) return detail::leader_message(rep);  // skipped
             try {
                 const std::size_t built = lead_set(run, set, rep, clock, pin);
-                detail::count_work(set.digests.size(), built, rep);
+                detail::count_work<cache_fits>(set.digests.size(), built, rep, cache_.get());
                 detail::remember_failures(known_, blamed, settings_.log);
                 return detail::leader_message(rep);
             } catch (const detail::OpsFailed& failed) {

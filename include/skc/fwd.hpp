@@ -88,6 +88,8 @@ struct CacheKey;
 struct KeyInputs;
 struct CacheEntry;
 struct CacheStats;
+struct CachePart;
+struct CompositeEntry;
 struct CacheLimits;
 struct StoredLimits;
 enum class LimitSource : unsigned char;

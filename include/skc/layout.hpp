@@ -246,14 +246,14 @@ inline bool check_cache_trust(int root_fd, const std::filesystem::path& root, co
     return true;
 }
 
-/// The same for the folders below namespace `stem` (entries/, packages/, oplists/, keys/): they
+/// The same for the folders below namespace `stem` (entries/, packages/, oplists/, composites/, keys/): they
 /// must not be writable by everyone. The cache judges them before it first stores or uses a package
 /// (IndexCache::verify, publish), not on every open.
 inline void check_cache_subfolders_trust(int root_fd, const std::filesystem::path& root, const std::string& stem) {
     if (root_fd < 0) return;
     struct stat st {};
     std::string sub = stem + "/";
-    for (const char* name : {"entries", "packages", "oplists", "keys"}) {
+    for (const char* name : {"entries", "packages", "oplists", "composites", "keys"}) {
         sub.resize(stem.size() + 1);
         sub += name;
         if (::fstatat(root_fd, sub.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)

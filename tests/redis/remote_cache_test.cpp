@@ -141,6 +141,63 @@ TEST_CASE("two bases and one Redis: the first compiles, the second downloads and
     CHECK(v.out.find("CANN-1.0_host-cpu: checked 1 remote entry, all good") != std::string::npos);
 }
 
+TEST_CASE("two bases and one Redis: a grown set's composite and its parts; a base with some parts downloads the rest") {
+    World w;
+    RedisServer redis;
+    const fs::path small = w.tmp / "small";  // the first op alone
+    fs::create_directories(small);
+    fs::copy_file(w.ops / "Gelu_float_ND_32_256_8.json", small / "Gelu_float_ND_32_256_8.json");
+    fs::copy_file(skc_test::example_ops_dir() / "Add_float_ND_32_64_9.json", w.ops / "Add_float_ND_32_64_9.json");
+    const auto run = [&](const std::string& base, const fs::path& ops) {
+        std::vector<std::string> args = w.args(base, redis.url());
+        args[2] = ops.string();
+        fs::create_directories(w.tmp / base);
+        return skc_test::run_program(tool, w.tmp.path(), args);
+    };
+    const auto remote_stats = [&](const std::string& base) {
+        const Run s = w.skc({"cache", "stats", "--base", (w.tmp / base).string(), "--json"});
+        REQUIRE(s.status == 0);
+        return *skc::parse_json(s.out).find("total");
+    };
+    // Base a: the first op, then both: the second compiles only the new op, and uploads the
+    // composite of the two packages after them.
+    REQUIRE(outcome(run("a", small)) == "compiled");
+    const Run grown = run("a", w.ops);
+    REQUIRE(grown.status == 0);
+    const skc::Value g = skc::parse_json(grown.out);
+    CHECK(g.find("counts")->find("compiled")->as_int() == 1);
+    CHECK(w.compiler_runs("a") == 2);
+    const std::string set_key = g.find("key")->as_string();
+    CHECK(count(keys(redis, "skc:*:record:*"), ":record:") == 3);  // two packages and the composite
+
+    // Base b has nothing: it downloads both parts and the composite, and compiles nothing.
+    const Run b = run("b", w.ops);
+    REQUIRE_MESSAGE(b.status == 0, b.err);
+    CHECK(skc::parse_json(b.out).find("counts")->find("compiled")->as_int() == 0);
+    CHECK(skc::parse_json(b.out).find("counts")->find("reused")->as_int() == 2);
+    CHECK(w.compiler_runs("b") == 0);
+    CHECK(remote_stats("b").find("remote")->find("hits")->as_int() == 2);
+    CHECK(remote_stats("b").find("composite_hits")->as_int() == 1);
+    CHECK(fs::exists(w.tmp / "b/static_kernel_compile_outputs/static_kernel_cache/CANN-1.0_host-cpu/composites" /
+                     set_key));
+
+    // Base c has the first op's package already: it downloads only the second's.
+    REQUIRE(outcome(run("c", small)) == "downloaded");
+    const std::int64_t bytes_before = remote_stats("c").find("remote")->find("download_bytes")->as_int();
+    const Run c = run("c", w.ops);
+    REQUIRE_MESSAGE(c.status == 0, c.err);
+    CHECK(skc::parse_json(c.out).find("counts")->find("compiled")->as_int() == 0);
+    CHECK(w.compiler_runs("c") == 0);
+    const skc::Value sc = remote_stats("c");
+    CHECK(sc.find("remote")->find("hits")->as_int() == 2);  // the first op's, then only the second's
+    CHECK(sc.find("remote")->find("download_bytes")->as_int() > bytes_before);
+    CHECK(count(b.err + c.err, failed_warning) == 0);
+
+    const Run v = w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url()});
+    CHECK(v.status == 0);
+    CHECK(v.out.find("CANN-1.0_host-cpu: checked 3 remote entries, all good") != std::string::npos);
+}
+
 TEST_CASE("8 processes across two bases at once: one compile") {
     World w;
     RedisServer redis;

@@ -409,11 +409,13 @@ TEST_CASE("a new shape compiles only itself: the cached packages inside the set,
     const std::vector<skc::OpRecord> a(ops.begin(), ops.begin() + 8);
     PackingCompiler pc;
     std::size_t kernels = 0;  // in the op library's index while the process held its installs
+    skc::CacheStats stats;    // the process's cache counters
     auto process = [&](const std::vector<skc::OpRecord>& set) {  // a new process: nothing compiled in it
         skc::process_compiled().clear();
         skc::StaticKernelCompiler<Inv> c(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
         skc::CompileReport r = c.compile(set);
         kernels = installed_index(tmp / "lib").size();
+        stats = c.cache()->stats();
         return r;
     };
     const skc::CompileReport first = process(a);
@@ -429,6 +431,9 @@ TEST_CASE("a new shape compiles only itself: the cached packages inside the set,
     CHECK(second.packages[0] == first.key);
     CHECK(second.packages[1] != second.key);  // the 4 ops' package has their key, not the set's
     CHECK(kernels == 12);
+    CHECK(stats.ops_compiled == 4);
+    CHECK(stats.ops_reused == 8);
+    CHECK(stats.composite_hits == 0);
 
     // The same 12 again: both packages, nothing compiled.
     const skc::CompileReport third = process(ops);
@@ -436,10 +441,13 @@ TEST_CASE("a new shape compiles only itself: the cached packages inside the set,
     CHECK(pc.calls == 2);
     CHECK(third.work() == "compiled 0 of 12 ops (12 from 2 cached packages)");
     CHECK(third.key == second.key);
-    CHECK(std::set<std::string>(third.packages.begin(), third.packages.end()) ==
-          std::set<std::string>(second.packages.begin(), second.packages.end()));
     CHECK(kernels == 12);
     CHECK(third.to_value().find("counts")->find("reused")->as_int() == 12);
+    // ... found by one lookup: the composite entry the second wrote, naming both packages in order.
+    CHECK(stats.composite_hits == 1);
+    CHECK(stats.hits == 1);
+    CHECK(stats.ops_reused == 12);
+    CHECK(third.packages == second.packages);
 
     // A set the cached packages do not lie inside is compiled whole: the 8 ops and one other.
     std::vector<skc::OpRecord> other(ops.begin(), ops.begin() + 7);

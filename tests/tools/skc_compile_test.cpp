@@ -620,6 +620,71 @@ TEST_CASE("skc compile on a superset of a folder compiled before compiles only t
     REQUIRE_MESSAGE(third.status == 0, third.err);
     CHECK(third.out.rfind("skc compile: hit\n", 0) == 0);
     CHECK(third.out.find("\n  kernels    compiled 0 of 5 ops (5 from 2 cached packages)\n") != std::string::npos);
+
+    // The second wrote a composite entry for the 5: the third found it in one lookup.
+    const std::string base = (tmp / "base").string(), set_key = b.find("key")->as_string();
+    const Run ls = run_skc(tmp.path(), {"cache", "ls", "--base", base, "--json"});
+    REQUIRE_MESSAGE(ls.status == 0, ls.err);
+    const skc::Value listed = skc::parse_json(ls.out);
+    const skc::Value& ns = listed.find("namespaces")->as_array().at(0);
+    CHECK(ns.find("entries")->as_array().size() == 2);
+    const skc::Array& composites = ns.find("composites")->as_array();
+    REQUIRE(composites.size() == 1);
+    CHECK(composites[0].find("key")->as_string() == set_key);
+    CHECK(composites[0].find("ops")->as_int() == 5);
+    REQUIRE(composites[0].find("parts")->as_array().size() == 2);
+    CHECK(composites[0].find("parts")->as_array()[0].find("key")->as_string() == installed[0].as_string());
+    CHECK(composites[0].find("parts")->as_array()[1].find("key")->as_string() == installed[1].as_string());
+    const Run ls_text = run_skc(tmp.path(), {"cache", "ls", "--base", base});
+    CHECK(ls_text.out.find("1 composite entry, each held by other entries:\n") != std::string::npos);
+    CHECK(ls_text.out.find(installed[0].as_string().substr(0, 8) + " " + installed[1].as_string().substr(0, 8) +
+                           "\n") != std::string::npos);
+
+    const Run stats = run_skc(tmp.path(), {"cache", "stats", "--base", base, "--json"});
+    const skc::Value st = *skc::parse_json(stats.out).find("total");
+    CHECK(st.find("composite_hits")->as_int() == 1);
+    CHECK(st.find("ops_compiled")->as_int() == 3 + 2);  // the first 3, then the 2 new
+    CHECK(st.find("ops_reused")->as_int() == 3 + 5);
+    const Run stats_text = run_skc(tmp.path(), {"cache", "stats", "--base", base});
+    CHECK(stats_text.out.find("  composite hits:      1\n") != std::string::npos);
+    CHECK(stats_text.out.find("  ops reused:          8 (61.54 %)\n") != std::string::npos);
+
+    const Run explain = run_skc(tmp.path(), {"cache", "explain", "--base", base, "--ops", ops.string(), "--compiler",
+                                             host_compiler, "--device", "host-cpu", "--toolchain-version", "1.0"});
+    REQUIRE_MESSAGE(explain.status == 0, explain.err);
+    CHECK(explain.out.find("hit: the key is a composite entry in CANN-1.0_host-cpu, held by 2 packages of other "
+                           "entries:\n  " +
+                           installed[0].as_string() + "  ") != std::string::npos);
+
+    // Exported and imported, the composite comes with its parts: the other base hits all 5 at once.
+    const std::string file = (tmp / "set.skcx").string();
+    fs::create_directories(tmp / "other");
+    const Run ex = run_skc(tmp.path(), {"cache", "export", "--base", base, "--key", set_key, "-o", file});
+    REQUIRE_MESSAGE(ex.status == 0, ex.err);
+    CHECK(ex.out.find("exported 2 entries (") != std::string::npos);
+    CHECK(ex.out.find(" of packages) and 1 composite entry to ") != std::string::npos);
+    const Run im = run_skc(tmp.path(), {"cache", "import", "--base", (tmp / "other").string(), file, "--json"});
+    REQUIRE_MESSAGE(im.status == 0, im.err);
+    CHECK(skc::parse_json(im.out).find("added")->as_int() == 2);
+    CHECK(skc::parse_json(im.out).find("composites_added")->as_int() == 1);
+    std::vector<std::string> other = args;
+    other[4] = (tmp / "other").string();
+    const Run there = run_skc(tmp.path(), other);
+    REQUIRE_MESSAGE(there.status == 0, there.err);
+    CHECK(skc::parse_json(there.out).find("outcome")->as_string() == "hit");
+    CHECK(skc::parse_json(there.out).find("counts")->find("compiled")->as_int() == 0);
+    const Run other_stats = run_skc(tmp.path(), {"cache", "stats", "--base", (tmp / "other").string(), "--json"});
+    CHECK(skc::parse_json(other_stats.out).find("total")->find("composite_hits")->as_int() == 1);
+
+    // Pruned to one entry, the composite goes with the part that went; verify finds nothing bad.
+    const Run prune = run_skc(tmp.path(), {"cache", "prune", "--base", base, "--max-entries", "1"});
+    REQUIRE_MESSAGE(prune.status == 0, prune.err);
+    const Run after = run_skc(tmp.path(), {"cache", "ls", "--base", base, "--json"});
+    const skc::Value after_json = skc::parse_json(after.out);
+    const skc::Value& left = after_json.find("namespaces")->as_array().at(0);
+    CHECK(left.find("entries")->as_array().size() == 1);
+    CHECK(left.find("composites")->as_array().empty());
+    CHECK(run_skc(tmp.path(), {"cache", "verify", "--base", base}).status == 0);
 }
 
 TEST_CASE("skc compile: bases sharing a cache folder (--cache-dir, SKC_CACHE_DIR) compile each key once") {

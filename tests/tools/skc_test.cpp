@@ -645,6 +645,9 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
     s.waits = 2;
     s.lock_wait_ns = 123456789;                 // 123.5 ms
     s.compile_time_saved_ns = 7384000000000LL;  // 2 h 3 min 4 s
+    s.composite_hits = 2;
+    s.ops_compiled = 10;
+    s.ops_reused = 30;
     skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /
                            "CANN-8.0_Ascend910B")
         .write("stats", s.encode());
@@ -664,7 +667,10 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
                        "  compiles:            3\n"
                        "  waits:               2\n"
                        "  lock wait time:      123.5 ms\n"
-                       "  compile time saved:  2h 03m 04s\n");
+                       "  compile time saved:  2h 03m 04s\n"
+                       "  composite hits:      2\n"
+                       "  ops compiled:        10\n"
+                       "  ops reused:          30 (75.00 %)\n");
     const skc::Value doc = skc::parse_json(run_skc(tmp.path(), {"cache", "stats", "--base", "base", "--json"}).out);
     const skc::Value& n = at(doc, "namespaces").as_array().at(0);
     CHECK(num(n, "corrupt") == 1);
@@ -674,6 +680,10 @@ TEST_CASE("stats: every counter as the cache stored it, and a namespace with no 
     CHECK(num(n, "lock_wait_ns") == 123456789);
     CHECK(num(n, "compile_time_saved_ns") == 7384000000000ULL);
     CHECK(at(n, "hit_rate").as_double() == 0.625);
+    CHECK(num(n, "composite_hits") == 2);
+    CHECK(num(n, "ops_compiled") == 10);
+    CHECK(num(n, "ops_reused") == 30);
+    CHECK(num(n, "composites") == 0);
 
     // No lookups at all: no hit rate.
     skc::FilesystemStorage(tmp / "base" / "static_kernel_compile_outputs" / "static_kernel_cache" /

@@ -381,11 +381,14 @@ void attach_remote(Cache& cache, std::unique_ptr<RemoteTier> remote, const std::
 /// set once the failing ops were left out), of which the package looked up or compiled under a key
 /// of its own holds `built` (all n, or a cover's delta; the cover's parts are counted already):
 /// from the outcome of that package's lookup.
-inline void count_work(std::size_t n, std::size_t built, CompileReport& rep) noexcept {
+template <bool CacheFits, class Cache>
+void count_work(std::size_t n, std::size_t built, CompileReport& rep, Cache* cache) {
     const bool cached = rep.cache_hit();
     rep.ops_compiled = cached ? 0 : built;
     rep.ops_reused = n - rep.ops_compiled;
     if (cached && built > 0) ++rep.cached_packages;
+    if constexpr (CacheFits)
+        if (cache) cache->count_ops(rep.ops_compiled, rep.ops_reused);
 }
 
 /// The leader's message into a follower's report; the packages the leader installed, in order.
@@ -423,7 +426,8 @@ std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const G
     auto cover = cache.cover(key);
     if (cover.parts.empty()) return std::nullopt;
     rep.cached_packages = cover.parts.size();
-    const GatheredSet delta = cover.whole ? GatheredSet{} : without(set, cover.covered, run.dir() / "delta");
+    const bool complete = cover.whole || cover.composite;
+    const GatheredSet delta = complete ? GatheredSet{} : without(set, cover.covered, run.dir() / "delta");
     auto pins = std::make_shared<std::vector<typename Cache::Outcome>>(cover.parts.size());
     for (std::size_t i = 0; i < cover.parts.size(); ++i) (*pins)[i].hit = std::move(cover.parts[i]);
     pin = pins;
@@ -442,6 +446,16 @@ std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const G
     }
     for (std::size_t i = 0; i < pins->size(); ++i)  // the parts, then the delta's package
         if (!install((*pins)[i], i < cover.parts.size() ? package_of(*(*pins)[i].hit) : rest)) return std::nullopt;
+    if (!complete) {  // remembered, so that the next cover of the set is one lookup
+        std::vector<CachePart> parts;
+        std::chrono::nanoseconds saved{0};
+        for (const auto& out : *pins)
+            if (out.hit) {
+                parts.push_back(CachePart{out.hit->entry.key, out.hit->entry.size, out.hit->entry.checksum});
+                saved += std::chrono::nanoseconds(out.hit->entry.compile_ns);
+            }
+        if (parts.size() == pins->size()) cache.record_composite(key, parts, saved);
+    }
     return delta.digests.size();
 }
 

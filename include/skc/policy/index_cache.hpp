@@ -96,6 +96,7 @@ struct CacheCover {
     std::vector<CacheHit<Guard>> parts;              // pinned, largest first
     std::unordered_set<Digest, DigestHash> covered;  // the ops the parts hold
     bool whole = false;                              // the one part is the key's own entry: a plain hit
+    bool composite = false;                          // the parts are the key's composite entry: all its ops
 };
 
 struct PruneReport {
@@ -213,6 +214,30 @@ public:
     /// list of each with the same inputs: a miss's cost, not a hit's.
     CacheCover<Guard> cover(const CacheKey& key);
 
+    /// Records that `parts` (the packages of other entries, in install order) hold `key`'s ops
+    /// together: a composite entry (`composites/<key>`), so that the next cover() of `key` is one
+    /// lookup. Not when the key has an entry of its own or another process holds its lock, and
+    /// only in read-write mode; `compile_ns` is what a hit on it saves.
+    void record_composite(const CacheKey& key, const std::vector<CachePart>& parts,
+                          std::chrono::nanoseconds compile_ns);
+
+    /// Every readable composite entry, oldest use first (as entries()).
+    std::vector<CompositeEntry> composites();
+
+    /// Composite `hex`; nullopt when there is none or it is unreadable.
+    [[nodiscard]] std::optional<CompositeEntry> composite(const std::string& hex) const {
+        const std::optional<std::string> text = storage_.read("composites/" + hex);
+        std::optional<CompositeEntry> c = text ? detail::decode_composite(*text) : std::nullopt;
+        return c && c->key == hex ? c : std::nullopt;
+    }
+
+    /// Counts the ops of a set looked up here: those compiled and those cached packages held.
+    void count_ops(std::uint64_t compiled, std::uint64_t reused) {
+        std::lock_guard lock(mu_);
+        stats_.ops_compiled += compiled;
+        stats_.ops_reused += reused;
+    }
+
     /// Stores `package` for `key` (taking the key's exclusive lock). Replaces an existing entry.
     CacheEntry publish(const CacheKey& key, const std::filesystem::path& package,
                        std::chrono::nanoseconds compile_time = {});
@@ -235,6 +260,11 @@ public:
     /// package is not the entry's; nothing is stored then. The limits are not applied: call
     /// apply_limits() after a batch.
     bool import_entry(const CacheEntry& e, const std::filesystem::path& package, std::string_view op_list = {});
+
+    /// Adds a composite made elsewhere (`skc cache import`), under its key's exclusive lock, when each
+    /// of its parts is an entry here with the package it recorded and the key has neither an entry
+    /// nor a composite yet; returns whether it was added.
+    bool import_composite(const CompositeEntry& c);
 
     /// Applies the configured limits now (as after a publish), least recently used first.
     PruneReport apply_limits() { return evict_over_limits(limits_in_effect(), std::nullopt, {}); }
@@ -356,11 +386,21 @@ private:
     bool package_intact(const CacheEntry& e) const;
     std::optional<CacheEntry> read_entry(const std::string& hex, bool repair);
     std::optional<Hit> lookup_pinned(const std::string& hex, bool wait,
-                                     LockClock::time_point deadline = LockClock::time_point::min());
+                                     LockClock::time_point deadline = LockClock::time_point::min(),
+                                     Guard* absent_pin = nullptr);
     bool discard(const std::string& hex, const std::string& reason);
     void remove_entry(const std::string& hex, const std::string& package);
     CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package,
                               std::chrono::nanoseconds compile_time);
+
+    // Composite entries (policy/cache/cover.hpp).
+    std::optional<CacheCover<Guard>> composite_cover(const CacheKey& key, Guard& pin);
+    std::optional<std::string> composite_fault(const CompositeEntry& c, std::string& identities);
+    void drop_composite(const std::string& hex, const std::string& reason);
+    void remove_composite(const std::string& hex);
+
+    std::int64_t last_use(const std::string& name, const std::string& key,
+                          const std::map<std::string, std::int64_t, std::less<>>& used) const;
 
     // Eviction over the limits and the leftovers of killed writers (policy/cache/eviction.hpp).
     std::uint64_t remove_leftovers();
@@ -384,6 +424,9 @@ private:
     bool download(const std::string& hex, bool count_miss, std::optional<std::uint64_t>& bad);
     void upload(const RemoteLease& lease, const CacheEntry& e);
     void release_quietly(const RemoteLease& lease) noexcept;
+    enum class RemoteHas : unsigned char { nothing, package, composite };
+    RemoteHas fetch_composite(const std::string& hex);
+    void upload_composite(const CompositeEntry& c);
 
     S storage_;
     mutable L locks_;  // persisted_stats() reads under a shared lock: locking changes nothing

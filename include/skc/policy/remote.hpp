@@ -144,6 +144,22 @@ inline std::optional<RemoteRecord> decode_remote_record(std::string_view text, s
     return r;
 }
 
+/// A composite's record (docs/cache.md, covers): the head of a package's with no chunks, then the
+/// composite's text (encode_composite; its `check` line covers it). Its parts are records of their own.
+inline std::string encode_remote_composite(std::uint64_t token, const CompositeEntry& c) {
+    return std::string(detail::remote_record_head) + std::to_string(token) + " 0\n" + detail::encode_composite(c);
+}
+
+/// The composite in record `text` of key `key`; nullopt when it is no whole, unaltered composite's.
+inline std::optional<CompositeEntry> decode_remote_composite(std::string_view text, std::string_view key) {
+    const std::size_t eol = text.find('\n');
+    if (!text.starts_with(detail::remote_record_head) || eol == std::string_view::npos ||
+        !text.substr(0, eol).ends_with(" 0"))
+        return std::nullopt;
+    std::optional<CompositeEntry> c = detail::decode_composite(text.substr(eol + 1));
+    return c && c->key == key ? c : std::nullopt;
+}
+
 /// What reading a remote package found.
 struct RemoteRead {
     enum class Status : unsigned char {
@@ -217,7 +233,23 @@ struct RemoteVerifyReport {
 inline RemoteVerifyReport verify_remote(RemoteTier& remote, std::string_view ns) {
     RemoteVerifyReport r;
     for (const std::string& key : remote.keys(ns)) {
-        const RemoteRead read = read_remote_package(remote, ns, key, [](std::string_view) {});
+        std::optional<std::string> record = remote.get_record(ns, key);
+        if (!record) continue;  // removed meanwhile
+        if (const std::optional<CompositeEntry> c = decode_remote_composite(*record, key)) {
+            ++r.checked;  // its parts are checked as records of their own; each must be there
+            for (const CachePart& p : c->parts) {
+                const std::optional<std::string> part = remote.get_record(ns, p.key);
+                const std::optional<RemoteRecord> pr = part ? decode_remote_record(*part, p.key) : std::nullopt;
+                if (pr && pr->entry.checksum == p.checksum) continue;
+                const bool remove = !remote.read_only();
+                if (remove) remote.remove(ns, key);
+                r.bad.push_back(BadEntry{key, "its part " + p.key + " is not the package it recorded", remove});
+                break;
+            }
+            continue;
+        }
+        const RemoteRead read = read_remote_package(
+            remote, ns, key, [](std::string_view) {}, std::move(record));
         if (read.status == RemoteRead::Status::absent) continue;  // removed meanwhile
         ++r.checked;
         std::string why;

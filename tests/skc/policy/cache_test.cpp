@@ -863,6 +863,146 @@ TEST_CASE("cache_mode read-only: a reader waits for a writer compiling the key, 
     CHECK_FALSE(reader_compiled);
 }
 
+namespace {
+
+/// The key of ops MatMulV2 [i, 8] for i in [first, last): the sets of ranges lie inside each other.
+skc::CacheKey range_key(int first, int last) {
+    skc::OpSet set;
+    for (int i = first; i < last; ++i) set.insert(op("MatMulV2", i));
+    skc::CacheKey k = skc::make_cache_key(set, {"8.0", "dev", false, {}});
+    for (const skc::OpSet::Entry& e : set) k.ops.push_back(skc::KeyOp{e.digest, e.digest.hex() + ".json"});
+    return k;
+}
+
+template <class Guard>
+std::vector<skc::CachePart> parts_of(const skc::CacheCover<Guard>& c) {
+    std::vector<skc::CachePart> out;
+    for (const auto& h : c.parts) out.push_back(skc::CachePart{h.entry.key, h.entry.size, h.entry.checksum});
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("composites: a cover once recorded is one lookup; it goes with a part, never while in use", C,
+                   FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey a = range_key(0, 4), b = range_key(4, 8), u = range_key(0, 8);
+    for (const skc::CacheKey& k : {a, b}) cache->get_or_compile(k, [&] { return compiler(k); });
+
+    // The first cover of the 8 reads the entries: both parts, nothing left.
+    std::vector<skc::CachePart> parts;
+    {
+        const auto first = cache->cover(u);
+        CHECK_FALSE(first.composite);
+        CHECK(first.covered.size() == 8);
+        parts = parts_of(first);
+    }
+    REQUIRE(parts.size() == 2);
+    cache->record_composite(u, parts, 5ms);
+    const std::optional<skc::CompositeEntry> recorded = cache->composite(u.hex());
+    REQUIRE(recorded.has_value());
+    CHECK(recorded->ops == 8);
+    CHECK(recorded->compile_ns == 5000000);
+    CHECK(recorded->parts.size() == 2);
+
+    // The next is the composite: its parts in order, one hit, one composite hit.
+    const skc::CacheStats before = cache->stats();
+    {
+        const auto again = cache->cover(u);
+        CHECK(again.composite);
+        REQUIRE(again.parts.size() == 2);
+        for (std::size_t i = 0; i < 2; ++i) {
+            CHECK(again.parts[i].entry.key == parts[i].key);
+            CHECK(again.parts[i].entry.checksum == parts[i].checksum);
+            CHECK(fx.package_bytes(*cache, again.parts[i].entry.package).size() == parts[i].size);
+        }
+        CHECK(cache->stats().hits == before.hits + 1);
+        CHECK(cache->stats().composite_hits == before.composite_hits + 1);
+        CHECK(cache->stats().compile_time_saved_ns == before.compile_time_saved_ns + 5000000);
+        // In use, it keeps its parts: clear() removes neither.
+        const skc::PruneReport kept = cache->clear();
+        CHECK(kept.removed == 0);
+        CHECK(kept.skipped_in_use == 3);  // the composite and both parts
+        CHECK(cache->entries().size() == 2);
+        CHECK(cache->composite(u.hex()).has_value());
+        CHECK(cache->verify_all().bad.empty());
+    }
+
+    // A read-only cache records nothing.
+    {
+        skc::CacheConfig ro;
+        ro.mode = skc::CacheMode::read_only;
+        auto reader = fx.make(ro);
+        const skc::CacheKey v = range_key(0, 6);
+        reader->record_composite(v, parts, 1ms);
+        CHECK_FALSE(reader->composite(v.hex()).has_value());
+    }
+
+    // Over the limit of one entry, the least recently used part goes, and the composite with it.
+    const skc::PruneReport pruned = cache->prune(skc::CacheLimits{0, 1});
+    CHECK(pruned.removed == 2);  // a part and the composite
+    CHECK(cache->entries().size() == 1);
+    CHECK_FALSE(cache->composite(u.hex()).has_value());
+    CHECK(cache->composites().empty());
+}
+
+TEST_CASE_TEMPLATE("composites: a part replaced, removed or damaged is found; the composite is dropped, not the part",
+                   C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey a = range_key(0, 4), b = range_key(4, 8), u = range_key(0, 8);
+    for (const skc::CacheKey& k : {a, b}) cache->get_or_compile(k, [&] { return compiler(k); });
+    auto record = [&] { cache->record_composite(u, parts_of(cache->cover(u)), 1ms); };
+    record();
+    REQUIRE(cache->composite(u.hex()).has_value());
+
+    // Part a published again with other bytes of the same size: the composite is not used (the
+    // cover is found by reading the entries again) and is dropped; a is kept.
+    const fs::path other = fx.dir / "other.run";
+    skc_test::spit(other, std::string(Compiler::content(a).size(), 'x'));
+    cache->publish(a, other);
+    {
+        auto fresh = fx.make();  // another process: nothing checked yet
+        const auto c = fresh->cover(u);
+        CHECK_FALSE(c.composite);
+        CHECK(c.parts.size() == 2);
+        CHECK(fresh->stats().composite_hits == 0);
+    }
+    CHECK_FALSE(cache->composite(u.hex()).has_value());
+    CHECK(cache->entries().size() == 2);
+
+    // An altered composite is no composite: dropped, and the entries answer.
+    record();
+    cache->storage().write("composites/" + u.hex(), "skc-cache-composite 1\nkey " + u.hex() + "\ncheck 00\n");
+    {
+        auto fresh = fx.make();
+        CHECK_FALSE(fresh->cover(u).composite);
+    }
+    CHECK_FALSE(cache->composite(u.hex()).has_value());
+    CHECK_FALSE(cache->storage().stat("composites/" + u.hex()).has_value());
+
+    // A part's entry gone: verify_all names the composite and removes it.
+    record();
+    cache->storage().remove("entries/" + b.hex());
+    const skc::VerifyReport v = cache->verify_all();
+    REQUIRE(v.bad.size() == 1);
+    CHECK(v.bad[0].key == u.hex());
+    CHECK(v.bad[0].reason == "its part " + b.hex() + " is no longer the package it recorded");
+    CHECK(v.bad[0].removed);
+    CHECK_FALSE(cache->composite(u.hex()).has_value());
+
+    // The set's own package replaces a composite.
+    cache->get_or_compile(b, [&] { return compiler(b); });
+    record();
+    REQUIRE(cache->composite(u.hex()).has_value());
+    CHECK(cache->get_or_compile(u, [&] { return compiler(u); }).result == skc::CacheResult::compiled);
+    CHECK_FALSE(cache->composite(u.hex()).has_value());
+    CHECK(cache->cover(u).whole);
+}
+
 TEST_CASE("cache_mode recache: compiles again and replaces the entry; zero_stats resets every count") {
     skc_test::TempDir dir;
     Compiler compiler{dir.path()};

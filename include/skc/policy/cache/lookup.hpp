@@ -310,8 +310,8 @@ std::optional<CacheEntry> IndexCache<S, L>::read_entry(const std::string& hex, b
 }
 
 template <class S, class L>
-auto IndexCache<S, L>::lookup_pinned(const std::string& hex, bool wait, LockClock::time_point deadline)
-    -> std::optional<Hit> {
+auto IndexCache<S, L>::lookup_pinned(const std::string& hex, bool wait, LockClock::time_point deadline,
+                                     Guard* absent_pin) -> std::optional<Hit> {
     Guard pin = wait ? locks_.lock_until(key_lock(hex), LockMode::shared, deadline)
                      : LockTraits<L>::try_lock(locks_, key_lock(hex), LockMode::shared);
     if (!pin.owns()) return std::nullopt;
@@ -320,7 +320,10 @@ auto IndexCache<S, L>::lookup_pinned(const std::string& hex, bool wait, LockCloc
         pin = Guard{};
         discard(hex, *l.fault);
     }
-    if (!l.entry) return std::nullopt;
+    if (!l.entry) {
+        if (absent_pin && pin.owns()) *absent_pin = std::move(pin);  // no entry: the caller looks further
+        return std::nullopt;
+    }
     Hit h{std::move(*l.entry), {}, std::move(pin)};
     h.package_path = StorageTraits<S>::local_path(storage_, h.entry.package);
     return h;
@@ -387,6 +390,7 @@ CacheEntry IndexCache<S, L>::publish_locked(const CacheKey& key, const std::file
     if (!key.ops.empty()) storage_.write("oplists/" + hex, detail::encode_op_list(key.ops));
     else storage_.remove("oplists/" + hex);
     storage_.write("entries/" + hex, detail::encode_entry(e));
+    storage_.remove("composites/" + hex);  // the set's one package replaces the packages it was covered by
     write_manifest();
     for (const auto& [name, value] : key.components)
         log(LogLevel::debug, "cache key " + hex + ": " + name + "=" + value);

@@ -208,6 +208,69 @@ void IndexCache<S, L>::upload(const RemoteLease& lease, const CacheEntry& e) {
     }
 }
 
+/// After a local miss of key `hex` and of its composite (cover()): what the remote tier has for it.
+/// A composite: the parts this node lacks are downloaded (each under its key's lock, as after a
+/// miss), then the composite is stored here (`composite`). A package of its own: left to
+/// get_or_compile(), which downloads it (`package`). A fault of the remote: `nothing`, after the
+/// one warning.
+template <class S, class L>
+auto IndexCache<S, L>::fetch_composite(const std::string& hex) -> RemoteHas {
+    try {
+        const std::optional<std::string> record = remote_->get_record(remote_ns_, hex);
+        if (!record) return RemoteHas::nothing;
+        const std::optional<CompositeEntry> c = decode_remote_composite(*record, hex);
+        if (!c) return RemoteHas::package;
+        const auto deadline = LockClock::now() + config_.wait_timeout;
+        for (const CachePart& p : c->parts) {
+            const auto here = [&] {
+                const Loaded l = load_entry(p.key, /*with_components=*/false);
+                return l.entry && l.entry->checksum == p.checksum;
+            };
+            if (here()) continue;  // a node that has some of the parts downloads only the rest
+            Guard ex = locks_.lock_until(key_lock(p.key), LockMode::exclusive, deadline);
+            std::optional<std::uint64_t> bad;
+            if (!ex.owns() || (!here() && (!download(p.key, /*count_miss=*/true, bad) || !here())))
+                return RemoteHas::nothing;  // compiled here from the entries there are
+        }
+        storage_.write("composites/" + hex, detail::encode_composite(*c));
+        return RemoteHas::composite;
+    } catch (const LocalFault& f) {
+        std::rethrow_exception(f.error);
+    } catch (const std::exception& e) {
+        remote_failed(e.what());
+        return RemoteHas::nothing;
+    }
+}
+
+/// Uploads composite `c`, just recorded here, and those of its parts the remote tier lacks (a
+/// part compiled before the remote was there), each under its own lease; a key whose lease
+/// another node holds is left to it. The composite's record goes last, after its parts.
+template <class S, class L>
+void IndexCache<S, L>::upload_composite(const CompositeEntry& c) {
+    if (!remote_usable() || remote_->read_only()) return;
+    try {
+        for (const CachePart& p : c.parts) {
+            const std::optional<std::string> there = remote_->get_record(remote_ns_, p.key);
+            const std::optional<RemoteRecord> r = there ? decode_remote_record(*there, p.key) : std::nullopt;
+            if (r && r->entry.checksum == p.checksum) continue;
+            const std::optional<std::uint64_t> token = remote_->try_lease(remote_ns_, p.key, remote_lease_ttl_);
+            if (!token) return;  // another node is uploading it: its composite waits for the next cover
+            const RemoteLease lease{remote_ns_, p.key, *token};
+            const Loaded l = load_entry(p.key, /*with_components=*/true);
+            if (l.entry && l.entry->checksum == p.checksum) upload(lease, *l.entry);
+            release_quietly(lease);
+            if (!l.entry || l.entry->checksum != p.checksum) return;
+        }
+        const std::optional<std::uint64_t> token = remote_->try_lease(remote_ns_, c.key, remote_lease_ttl_);
+        if (!token) return;
+        const RemoteLease lease{remote_ns_, c.key, *token};
+        remote_->commit(lease, 0, encode_remote_composite(*token, c));
+        release_quietly(lease);
+    } catch (const std::exception& e) {
+        remote_failed(e.what());
+    }
+}
+
 template <class S, class L>
 void IndexCache<S, L>::release_quietly(const RemoteLease& lease) noexcept {
     try {

@@ -85,7 +85,11 @@ void IndexCache<S, L>::flush() {
             const std::string line = detail::stats_log_line(delta, touched, now_ns);
             fold_due = detail::stats_log_fold_due(storage_.append(detail::stats_log, line), line.size());
         } else {
-            for (const auto& key : touched) storage_.touch("entries/" + std::string(key.data(), key.size()));
+            for (const auto& key : touched) {
+                const std::string k(key.data(), key.size());
+                storage_.touch("entries/" + k);
+                storage_.touch("composites/" + k);
+            }
             if (delta == CacheStats{}) return;
             Guard g = locks_.lock_until(names_.namespace_lock, LockMode::exclusive,
                                         LockClock::now() + std::chrono::seconds(30));
@@ -165,7 +169,10 @@ void IndexCache<S, L>::fold_locked(bool zero) {
         for (const std::string_view key : l.used) note_use(used, key, l.at_ns);
     });
     if (read.taken.empty() && read.mark == detail::stats_log_mark(stats_text) && !zero) return;
-    for (const auto& [key, at_ns] : used) storage_.touch("entries/" + key, at_ns);
+    for (const auto& [key, at_ns] : used) {  // a key is an entry's or a composite's
+        storage_.touch("entries/" + key, at_ns);
+        storage_.touch("composites/" + key, at_ns);
+    }
     std::string records = detail::stats_log_mark_line(read.mark);
     for (const auto& [name, size] : read.taken) records += "folded " + name + " " + std::to_string(size) + "\n";
     storage_.write("stats", sum.encode() + records);
