@@ -14,7 +14,8 @@
 //     loadable op library;
 //   - a read-only base, no inodes left, and an op library on a full file system of its own;
 //   - SIGKILL and SIGINT to skc (alone, or its whole process group as a terminal's Ctrl-C does)
-//     during the compile and during the install;
+//     during the compile and during the install, also a cover's compile of its rest and its
+//     install of its parts;
 //   - a rank of a node killed while the other ranks wait for it at the barrier.
 // Each level and each signal is one line in the test's output, with the stage named by the message.
 #include <doctest/doctest.h>
@@ -900,6 +901,63 @@ bool wait_for_file(const fs::path& p, Clock::duration limit) {
     return fs::exists(p);
 }
 
+/// Sends `h` to `p` after its delay and waits for `p` to end: it must end at once with a failure, and
+/// nothing it started may go on (neither the compiler nor the extraction).
+Done after_signal(const Hit& h, const Proc& p) {
+    std::this_thread::sleep_for(h.after);
+    REQUIRE(::kill(h.group ? -p.pid : p.pid, h.sig) == 0);
+    const auto sent = Clock::now();
+    const Done d = await(p, 30s);
+    INFO("skc's stderr: " << d.err);
+    CHECK(d.status != 0);
+    CHECK(d.ended - sent < 5s);
+    const std::string left = processes_left(2500ms);
+    CHECK_MESSAGE(left.empty(), "still running 2.5 s after skc ended:" << left);
+    kill_children();
+    return d;
+}
+
+/// A count of skc compile's JSON report (`counts.<member>`; -1 when absent or not JSON).
+std::int64_t count(const Done& d, const char* member) {
+    try {
+        const skc::Value v = skc::parse_json(d.out);
+        const skc::Value* counts = v.find("counts");
+        const skc::Value* m = counts != nullptr ? counts->find(member) : nullptr;
+        return m != nullptr ? m->as_int() : -1;
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
+
+/// The packages skc compile's JSON report says it installed, in its order.
+std::vector<std::string> installed_packages(const Done& d) {
+    std::vector<std::string> out;
+    try {
+        const skc::Value v = skc::parse_json(d.out);
+        const skc::Value* packages = v.find("packages");
+        if (packages != nullptr && packages->is_array())
+            for (const skc::Value& p : packages->as_array()) out.push_back(p.as_string());
+    } catch (const std::exception&) {
+        out.clear();
+    }
+    return out;
+}
+
+/// The entries skc cache verify checked under `base` (-1 when it did not say).
+std::int64_t verified_entries(const fs::path& base) {
+    TempDir io;
+    const Done v =
+        await(spawn(tool, {"cache", "verify", "--base", base.string(), "--json"}, {"SKC_CACHE_DIR="}, io.path()));
+    try {
+        const skc::Value doc = skc::parse_json(v.out);
+        const skc::Value* total = doc.find("total");
+        const skc::Value* checked = total != nullptr ? total->find("checked") : nullptr;
+        return checked != nullptr ? checked->as_int() : -1;
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
+
 }  // namespace
 
 // ================================================================================================
@@ -1081,20 +1139,6 @@ TEST_CASE(
         "PATH=" + rig.shim.string() + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
 
     int serial = 0;
-    auto after_signal = [&](const Hit& h, const Proc& p) {
-        std::this_thread::sleep_for(h.after);
-        REQUIRE(::kill(h.group ? -p.pid : p.pid, h.sig) == 0);
-        const auto sent = Clock::now();
-        const Done d = await(p, 30s);
-        INFO("skc's stderr: " << d.err);
-        CHECK(d.status != 0);
-        CHECK(d.ended - sent < 5s);
-        // Nothing skc started may go on: neither the compiler nor the extraction.
-        const std::string left = processes_left(2500ms);
-        CHECK_MESSAGE(left.empty(), "still running 2.5 s after skc ended:" << left);
-        kill_children();
-        return d;
-    };
 
     const std::vector<Hit> install_hits{
         {"into the install, before the archive is read", SIGKILL, false, 500ms},
@@ -1193,6 +1237,99 @@ TEST_CASE(
         CHECK(again.out.find("\"reused\": 2") != std::string::npos);
         const std::vector<std::string> faults = success_faults(again, b, lib, "the next run after the cover's");
         CHECK_MESSAGE(faults.empty(), join(faults));
+    }
+}
+
+TEST_CASE(
+    "SIGKILL while a cover's parts are installed: the cache verifies clean, every entry intact, and the next run "
+    "installs every kernel") {
+    // A cover (docs/cache.md, "A new shape compiles only itself") pins its parts, compiles and caches
+    // the rest, then installs every part and the rest's package. Each case caches its parts, then runs
+    // skc compile of all three ops with the slow extraction (the Rig's gzip) and kills it while it
+    // extracts the package of its `extraction`th install: nothing is lost.
+    require_private_mounts();
+    Rig rig;
+    Tmpfs disk(rig.tmp / "disk", 64u << 20, 16384);
+    const Reaper reaper;
+    const std::string path =
+        "PATH=" + rig.shim.string() + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+    const fs::path all_ops = rig.ops;
+    int serial = 0;
+    // skc compile of the op files `files` alone into `base`, not installed: a part of the covers below.
+    auto cache_part = [&](const fs::path& base, const std::vector<std::string>& files) {
+        rig.ops = rig.tmp / ("part-ops-" + std::to_string(++serial));
+        fs::create_directories(rig.ops);
+        for (const std::string& f : files) fs::copy_file(all_ops / f, rig.ops / f);
+        const Done d = rig.compile(base, {});
+        rig.ops = all_ops;
+        REQUIRE_MESSAGE(d.status == 0, d.err);
+        return report(d, "key");
+    };
+    struct Case {
+        Hit hit;
+        std::vector<std::vector<std::string>> parts;  // the op files of each package cached first
+        bool rest;                                    // whether the cover compiles a rest (the third op)
+        std::size_t extraction;                       // the install killed: 1 is the first part's
+    };
+    const std::vector<Case> cases{
+        {{"into the install of a cover's first part (the rest compiled and cached before)", SIGKILL, false, 1500ms},
+         {{op_files[0], op_files[1]}},
+         true,
+         1},
+        {{"into the install of a cover's middle part (the second of 3 packages)", SIGKILL, true, 1500ms},
+         {{op_files[0]}, {op_files[1]}},
+         true,
+         2},
+        {{"into the install of the first part of a cover with no rest", SIGKILL, true, 1500ms},
+         {{op_files[0], op_files[1]}, {op_files[2]}},
+         false,
+         1},
+    };
+    for (const Case& c : cases) {
+        INFO(signal_text(c.hit));
+        const fs::path b = disk / ("base-" + std::to_string(++serial)), lib = disk / ("lib-" + std::to_string(serial));
+        fs::create_directories(b);
+        std::vector<std::string> part_keys;
+        for (const std::vector<std::string>& files : c.parts) part_keys.push_back(cache_part(b, files));
+        const std::size_t entries = c.parts.size() + (c.rest ? 1 : 0);
+        const fs::path slow = rig.tmp / ("extracting-" + std::to_string(serial));
+        const Proc p = rig.start(b, lib, {path, "SKC_FAULTS_SLOW=" + slow.string()}, {}, /*own_group=*/true);
+        for (std::size_t i = 1; i <= c.extraction; ++i) {
+            REQUIRE_MESSAGE(wait_for_file(slow, 120s), "extraction " << i << " did not start");
+            if (i < c.extraction) fs::remove(slow);  // each extraction takes 6 s: the next one makes it again
+        }
+        const Done d = after_signal(c.hit, p);
+        MESSAGE(signal_text(c.hit) << ": exit " << d.status
+                                   << (d.err.empty() ? std::string() : ", " + one_line(compile_error(d.err), 200)));
+        // Every package is cached (the rest's before the first install), every entry verifies, and the
+        // installs before the one killed are whole, that one is not there.
+        CHECK(cached_packages(b).size() == entries);
+        CHECK(verified_entries(b) == static_cast<std::int64_t>(entries));
+        const std::vector<std::string> cache = cache_faults(b);
+        CHECK_MESSAGE(cache.empty(), join(cache));
+        const std::vector<std::string> left = half_written({b}, lib, /*staging_allowed=*/true);
+        CHECK_MESSAGE(left.empty(), join(left));
+        const std::vector<std::string> listed = listed_packages(lib);
+        CHECK(listed.size() == c.extraction - 1);
+        for (const std::string& stem : listed)
+            CHECK_MESSAGE(std::find(part_keys.begin(), part_keys.end(), stem) != part_keys.end(),
+                          "config.ini lists " << stem << ", which is not a part");
+        // A fresh process with the same set: the cover now holds every op; it compiles nothing and
+        // installs every package, and the op library gives the three kernels.
+        const Done again = rig.compile(b, lib);
+        CHECK(report(again, "outcome") == "hit");
+        CHECK(count(again, "compiled") == 0);
+        CHECK(count(again, "reused") == static_cast<std::int64_t>(kernel_count));
+        const std::vector<std::string> installed = installed_packages(again);
+        CHECK(installed.size() == entries);
+        for (const std::string& key : part_keys)
+            CHECK_MESSAGE(std::find(installed.begin(), installed.end(), key) != installed.end(),
+                          "the next run did not install the part " << key);
+        const std::vector<std::string> faults = success_faults(again, b, lib, "the next run");
+        CHECK_MESSAGE(faults.empty(), join(faults));
+        CHECK(cached_packages(b).size() == entries);
+        const std::vector<std::string> after = half_written({b, lib}, lib);
+        CHECK_MESSAGE(after.empty(), join(after));
     }
 }
 

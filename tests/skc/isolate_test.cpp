@@ -6,11 +6,13 @@
 
 #include <skc/compiler.hpp>
 #include <skc/known_failures.hpp>
+#include <skc/policy/process_invoker.hpp>
 
 #include "compiler_fixtures.hpp"
 #include "packing_compiler.hpp"
 #include "test_support.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -24,6 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Compiler = skc::StaticKernelCompiler<skc_test::Inv, skc::FilesystemStorage, skc::FileLock, skc::NoInstall>;
+using skc_test::Fn;
+using skc_test::Inv;
 using skc_test::many_ops;
 using skc_test::options_for;
 using skc_test::PackingCompiler;
@@ -221,6 +225,89 @@ TEST_CASE("a timeout, a signal or a compiler that fails on everything is no op's
         CHECK(pc.calls == 3);  // the set, then its two halves of 8
         CHECK_FALSE(fs::exists(known_file(tmp.path())));
     }
+}
+
+TEST_CASE("a cover's rest timing out with a silent compiler: a timeout, nothing remembered, the part intact") {
+    using namespace std::chrono_literals;
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(6);
+    const std::vector<skc::OpRecord> part(ops.begin(), ops.begin() + 4);
+    std::unordered_set<skc::Digest, skc::DigestHash> rest;
+    for (std::size_t i = 4; i < ops.size(); ++i) rest.insert(skc::digest(ops[i]));
+    skc::Options o = options_for(tmp.path());
+    o.compile_timeout = 1s;
+    PackingCompiler pc;
+    skc::process_compiled().clear();
+    std::string part_key;
+    {
+        Compiler compiler(pc.invoker(), o, settings_with("cc-1"));
+        const skc::CompileReport r = compiler.compile(part);
+        CHECK(r.work() == "compiled 4 of 4 ops");
+        part_key = r.key;
+    }
+    REQUIRE(pc.calls == 1);
+
+    // The set of 6 in another process: the 4 are the cover's part, and the compiler, given the 2
+    // others, says one line and names no op, then runs on until the compile timeout kills its
+    // process group.
+    const fs::path script = tmp / "silent_compiler.sh";
+    skc_test::spit(script, "#!/bin/sh\necho compiling\nexec sleep 30\n");
+    fs::permissions(script, fs::perms::owner_all);
+    skc::ProcessInvoker silent(script);
+    std::vector<skc::CompileRequest> requests;
+    skc::process_compiled().clear();
+    {
+        Compiler compiler(Inv(Fn([&](const skc::CompileRequest& r) {
+                              requests.push_back(r);
+                              return silent.compile(r);
+                          })),
+                          o, settings_with("cc-1"));
+        const auto started = std::chrono::steady_clock::now();
+        const skc::Error e = error_of([&] { (void)compiler.compile(ops); });
+        const auto took = std::chrono::steady_clock::now() - started;
+        CHECK(e.code() == skc::Errc::timeout);
+        CHECK(e.message() ==
+              "the compiler did not finish within 1 s; its process group was killed. Last lines of its log:\n"
+              "compiling");
+        CHECK(fs::path(e.file()).filename() == "op_compiler.log");
+        CHECK(std::string(e.what()) == e.file() + ": " + e.message());
+        CHECK(took < 20s);  // killed, not waited for
+        // One compile, of the 2 ops alone: no trial compile to find ops at fault, and the whole set
+        // not compiled.
+        REQUIRE(requests.size() == 1);
+        CHECK(digests_in(requests[0].json_dir) == rest);
+        CHECK(requests[0].timeout == 1s);
+        // Nothing remembered, the part intact, nothing cached for the 2 ops.
+        CHECK_FALSE(fs::exists(known_file(tmp.path())));
+        CHECK(skc::KnownFailures(known_file(tmp.path()).parent_path(), "cc-1").list().empty());
+        const skc::VerifyReport v = compiler.cache()->verify_all();
+        CHECK(v.checked == 1);
+        CHECK(v.bad.empty());
+        const std::vector<skc::CacheEntry> entries = compiler.cache()->entries();
+        REQUIRE(entries.size() == 1);
+        CHECK(entries[0].key == part_key);
+        CHECK(entries[0].ops == 4);
+    }
+
+    // A later process with a compiler that works (the same fingerprint, so a failure remembered would
+    // leave the 2 ops out): the part from the cache, and only the 2 ops compiled.
+    skc::process_compiled().clear();
+    Compiler compiler(pc.invoker(), o, settings_with("cc-1"));
+    const skc::CompileReport r = compiler.compile(ops);
+    CHECK(r.outcome == skc::CompileOutcome::compiled);
+    CHECK(r.work() == "compiled 2 of 6 ops (4 from 1 cached package)");
+    CHECK(r.known_failed == 0);
+    CHECK(r.failed == 0);
+    CHECK(pc.calls == 2);
+    CHECK(digests_in(pc.requests.back().json_dir) == rest);
+    CHECK(compiler.cache()->verify_all().bad.empty());
+    std::size_t parts = 0, rests = 0;  // the part's entry, and the 2 ops' entry under their own key
+    for (const skc::CacheEntry& e : compiler.cache()->entries()) {
+        parts += e.key == part_key && e.ops == 4 ? 1 : 0;
+        rests += e.ops == 2 ? 1 : 0;
+    }
+    CHECK(parts == 1);
+    CHECK(rests == 1);
 }
 
 TEST_CASE("a failure found but the rest failing otherwise: nothing is remembered") {
