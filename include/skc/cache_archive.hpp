@@ -294,6 +294,15 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
     detail::ExportReader in(file);
     (void)in.line();
     std::map<std::string, std::unique_ptr<IndexCache<FilesystemStorage, FileLock>>> caches;
+    auto cache_of = [&](const std::string& ns) -> IndexCache<FilesystemStorage, FileLock>& {
+        auto& cache = caches[ns];
+        if (!cache) cache = open_cache_namespace(root, ns, config);
+        return *cache;
+    };
+    auto changed = [&] {
+        return Error(Errc::corrupt, "the export file changed while it was imported",
+                     ErrorContext{file.string(), {}, {}});
+    };
     for (std::uint64_t i = 0; i < count; ++i) {
         // The file was checked whole; if it changes now, import_entry still refuses a package
         // that is not its entry's.
@@ -302,19 +311,13 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
             std::string text;
             in.bytes(c->second, [&](std::string_view b) { text.append(b); });
             const std::optional<CompositeEntry> comp = detail::decode_composite(text);
-            if (!comp)
-                throw Error(Errc::corrupt, "the export file changed while it was imported",
-                            ErrorContext{file.string(), {}, {}});
-            auto& cache = caches[c->first];
-            if (!cache) cache = open_cache_namespace(root, c->first, config);
-            if (cache->import_composite(*comp)) ++report.composites_added;
+            if (!comp) throw changed();
+            if (cache_of(c->first).import_composite(*comp)) ++report.composites_added;
             else ++report.present;
             continue;
         }
         const std::optional<detail::ExportRecord> r = line ? detail::parse_record_line(*line) : std::nullopt;
-        if (!r)
-            throw Error(Errc::corrupt, "the export file changed while it was imported",
-                        ErrorContext{file.string(), {}, {}});
+        if (!r) throw changed();
         std::string text, ops;
         in.bytes(r->entry_bytes, [&](std::string_view c) { text.append(c); });
         in.bytes(r->op_list_bytes, [&](std::string_view c) { ops.append(c); });
@@ -324,12 +327,8 @@ inline ImportReport import_cache(const std::filesystem::path& root, const std::f
             package.commit(/*durable=*/false);  // the cache's own copy is made durable
         }
         const std::optional<CacheEntry> e = detail::decode_entry(text);
-        if (!e)
-            throw Error(Errc::corrupt, "the export file changed while it was imported",
-                        ErrorContext{file.string(), {}, {}});
-        auto& cache = caches[r->ns];
-        if (!cache) cache = open_cache_namespace(root, r->ns, config);
-        if (cache->import_entry(*e, tmp, ops)) {
+        if (!e) throw changed();
+        if (cache_of(r->ns).import_entry(*e, tmp, ops)) {
             ++report.added;
             report.package_bytes += r->package_bytes;
         } else {

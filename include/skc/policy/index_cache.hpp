@@ -378,6 +378,7 @@ private:
     template <class Compile>
     std::filesystem::path compile_counted(Compile& compile, std::chrono::nanoseconds* elapsed = nullptr);
     void count_hit(const Hit& h);
+    void note_use_locked(const std::string& hex);
     void add_wait(std::chrono::nanoseconds d);
     void judge_subfolders();
     void write_manifest();
@@ -390,6 +391,7 @@ private:
                                      Guard* absent_pin = nullptr);
     bool discard(const std::string& hex, const std::string& reason);
     void remove_entry(const std::string& hex, const std::string& package);
+    void forget_checked(const std::string& hex);
     CacheEntry publish_locked(const CacheKey& key, const std::filesystem::path& package,
                               std::chrono::nanoseconds compile_time);
 

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -130,13 +129,8 @@ auto IndexCache<S, L>::composite_cover(const CacheKey& key, Guard& pin) -> std::
     ++stats_.hits;
     ++stats_.composite_hits;
     stats_.compile_time_saved_ns += c->compile_ns;
-    std::array<char, 32> k;
-    std::copy(hex.begin(), hex.end(), k.begin());
-    touched_.push_back(k);
-    for (const Hit& h : out.parts) {  // a use of the composite is a use of its packages
-        std::copy(h.entry.key.begin(), h.entry.key.end(), k.begin());
-        touched_.push_back(k);
-    }
+    note_use_locked(hex);
+    for (const Hit& h : out.parts) note_use_locked(h.entry.key);  // a use of the composite is one of its packages
     return out;
 }
 
@@ -194,8 +188,7 @@ void IndexCache<S, L>::drop_composite(const std::string& hex, const std::string&
 template <class S, class L>
 void IndexCache<S, L>::remove_composite(const std::string& hex) {
     storage_.remove("composites/" + hex);
-    for (const std::string& name : storage_.list("verified"))
-        if (name.compare(9, hex.size() + 1, hex + ".") == 0) storage_.remove(name);
+    forget_checked(hex);
 }
 
 template <class S, class L>

@@ -240,11 +240,17 @@ void IndexCache<S, L>::count_hit(const Hit& h) {
     std::lock_guard lock(mu_);
     ++stats_.hits;
     stats_.compile_time_saved_ns += h.entry.compile_ns;
-    if (h.entry.key.size() == 32) {  // kept as fixed arrays: no allocation per hit
-        std::array<char, 32> k;
-        std::copy(h.entry.key.begin(), h.entry.key.end(), k.begin());
-        touched_.push_back(k);
-    }
+    note_use_locked(h.entry.key);
+}
+
+/// Records a use of key `hex` for the next flush (under mu_). Kept as fixed arrays: no allocation
+/// per hit.
+template <class S, class L>
+void IndexCache<S, L>::note_use_locked(const std::string& hex) {
+    if (hex.size() != 32) return;
+    std::array<char, 32> k;
+    std::copy(hex.begin(), hex.end(), k.begin());
+    touched_.push_back(k);
 }
 
 template <class S, class L>
@@ -354,6 +360,12 @@ void IndexCache<S, L>::remove_entry(const std::string& hex, const std::string& p
     storage_.remove("entries/" + hex);
     storage_.remove(package);
     storage_.remove("oplists/" + hex);
+    forget_checked(hex);
+}
+
+/// Removes what nodes remembered of checking key `hex` (`verified/<hex>.<node>`).
+template <class S, class L>
+void IndexCache<S, L>::forget_checked(const std::string& hex) {
     for (const std::string& name : storage_.list("verified"))
         if (name.compare(9, hex.size() + 1, hex + ".") == 0) storage_.remove(name);
 }
