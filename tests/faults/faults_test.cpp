@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -683,33 +684,41 @@ struct Rig {
     }
 };
 
+/// Member `name` of JSON object `v`; throws when there is none.
+const skc::Value& at(const skc::Value& v, const char* name) {
+    if (const skc::Value* m = v.find(name)) return *m;
+    throw std::out_of_range(std::string("no member ") + name);
+}
+
+/// `read(document)` of the JSON text `text`, or `fallback` when it is not JSON or `read` throws (a
+/// member missing, or of another type).
+template <class T, class Read>
+T from_json(const std::string& text, T fallback, Read&& read) {
+    try {
+        return read(skc::parse_json(text));
+    } catch (const std::exception&) {
+        return fallback;
+    }
+}
+
 /// A member of skc compile's JSON report ("" when absent or not JSON).
 std::string report(const Done& d, const char* member) {
-    try {
-        const skc::Value v = skc::parse_json(d.out);
-        const skc::Value* m = v.find(member);
-        return m != nullptr && m->is_string() ? m->as_string() : std::string();
-    } catch (const std::exception&) {
-        return {};
-    }
+    return from_json<std::string>(d.out, {}, [&](const skc::Value& v) {
+        const skc::Value& m = at(v, member);
+        return m.is_string() ? m.as_string() : std::string();
+    });
 }
 
 /// Whether skc compile's JSON report says every op it looked up was installed: the packages it
 /// installed end with `installed` (one under the set's key, or a cover's parts and the rest's), and
 /// the ops compiled and reused are every op gathered.
 bool installed_all(const Done& d) {
-    try {
-        const skc::Value v = skc::parse_json(d.out);
-        const skc::Value* packages = v.find("packages");
-        const skc::Value* counts = v.find("counts");
-        if (packages == nullptr || !packages->is_array() || packages->as_array().empty() || counts == nullptr)
-            return false;
-        return packages->as_array().back().as_string() == report(d, "installed") &&
-               counts->find("compiled")->as_int() + counts->find("reused")->as_int() ==
-                   counts->find("gathered")->as_int();
-    } catch (const std::exception&) {
-        return false;
-    }
+    return from_json(d.out, false, [&](const skc::Value& v) {
+        const skc::Array& packages = at(v, "packages").as_array();
+        const skc::Value& counts = at(v, "counts");
+        return !packages.empty() && packages.back().as_string() == report(d, "installed") &&
+               at(counts, "compiled").as_int() + at(counts, "reused").as_int() == at(counts, "gathered").as_int();
+    });
 }
 
 /// What is wrong with a run that should have succeeded and installed: its status, its report, the
@@ -919,28 +928,17 @@ Done after_signal(const Hit& h, const Proc& p) {
 
 /// A count of skc compile's JSON report (`counts.<member>`; -1 when absent or not JSON).
 std::int64_t count(const Done& d, const char* member) {
-    try {
-        const skc::Value v = skc::parse_json(d.out);
-        const skc::Value* counts = v.find("counts");
-        const skc::Value* m = counts != nullptr ? counts->find(member) : nullptr;
-        return m != nullptr ? m->as_int() : -1;
-    } catch (const std::exception&) {
-        return -1;
-    }
+    return from_json<std::int64_t>(d.out, -1,
+                                   [&](const skc::Value& v) { return at(at(v, "counts"), member).as_int(); });
 }
 
 /// The packages skc compile's JSON report says it installed, in its order.
 std::vector<std::string> installed_packages(const Done& d) {
-    std::vector<std::string> out;
-    try {
-        const skc::Value v = skc::parse_json(d.out);
-        const skc::Value* packages = v.find("packages");
-        if (packages != nullptr && packages->is_array())
-            for (const skc::Value& p : packages->as_array()) out.push_back(p.as_string());
-    } catch (const std::exception&) {
-        out.clear();
-    }
-    return out;
+    return from_json<std::vector<std::string>>(d.out, {}, [](const skc::Value& v) {
+        std::vector<std::string> out;
+        for (const skc::Value& p : at(v, "packages").as_array()) out.push_back(p.as_string());
+        return out;
+    });
 }
 
 /// The entries skc cache verify checked under `base` (-1 when it did not say).
@@ -948,14 +946,8 @@ std::int64_t verified_entries(const fs::path& base) {
     TempDir io;
     const Done v =
         await(spawn(tool, {"cache", "verify", "--base", base.string(), "--json"}, {"SKC_CACHE_DIR="}, io.path()));
-    try {
-        const skc::Value doc = skc::parse_json(v.out);
-        const skc::Value* total = doc.find("total");
-        const skc::Value* checked = total != nullptr ? total->find("checked") : nullptr;
-        return checked != nullptr ? checked->as_int() : -1;
-    } catch (const std::exception&) {
-        return -1;
-    }
+    return from_json<std::int64_t>(v.out, -1,
+                                   [](const skc::Value& doc) { return at(at(doc, "total"), "checked").as_int(); });
 }
 
 }  // namespace
