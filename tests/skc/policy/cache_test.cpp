@@ -1003,6 +1003,34 @@ TEST_CASE_TEMPLATE("composites: a part replaced, removed or damaged is found; th
     CHECK(cache->cover(u).whole);
 }
 
+TEST_CASE("import: a composite whose parts are not before it, or whose text is altered, adds nothing and says why") {
+    skc_test::TempDir dir;
+    const skc::CacheKey a = range_key(0, 4), b = range_key(4, 8), u = range_key(0, 8);
+    skc::CompositeEntry c;
+    c.key = u.hex();
+    c.ops = 8;
+    c.parts = {skc::CachePart{a.hex(), 10, {}}, skc::CachePart{b.hex(), 10, {}}};
+    const fs::path file = dir / "composite.skcx";
+    auto import_of = [&](const std::string& text) {  // a file whose framing and end line are right
+        std::string body = std::string(skc::detail::export_magic) + "composite CANN-8.0_dev " +
+                           std::to_string(text.size()) + "\n" + text;
+        skc::detail::Hasher h;
+        h.update(body);
+        skc_test::spit(file, body + "end 1 " + h.digest().hex() + "\n");
+        return skc::import_cache(dir / "cache", file);
+    };
+    const std::string text = skc::detail::encode_composite(c);
+    const std::string no_part =
+        "composite " + u.hex() + ": its part " + a.hex() + " is not among the entries before it; nothing was imported";
+    CHECK_THROWS_WITH_AS(import_of(text), doctest::Contains(no_part.c_str()), skc::Error);
+    std::string altered = text;
+    altered[altered.find("ops 8")] = 'O';
+    CHECK_THROWS_WITH_AS(
+        import_of(altered),
+        doctest::Contains("record 1: the composite text is altered or truncated; nothing was imported"), skc::Error);
+    CHECK_FALSE(fs::exists(dir / "cache"));  // nothing was written
+}
+
 TEST_CASE("cache_mode recache: compiles again and replaces the entry; zero_stats resets every count") {
     skc_test::TempDir dir;
     Compiler compiler{dir.path()};
