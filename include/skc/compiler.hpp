@@ -293,7 +293,8 @@ private:
     }
 
     /// A hit, or a miss answered by a cover: the cached packages inside the set, and one lookup or
-    /// compile of the rest under its own key (detail::cover_step). nullopt: get_or_compile decides.
+    /// compile of the rest under its own key (detail::cover_step), installed in order: in one go those
+    /// the installer need not extract (detail::install_kept), then the others. nullopt: get_or_compile decides.
     std::optional<std::size_t> lead_cover(const RunLayout& run, const GatheredSet& set, const CacheKey& k,
                                           CompileReport& rep, detail::StageClock& clock, std::shared_ptr<void>& pin) {
         return detail::cover_step(
@@ -303,9 +304,12 @@ private:
                 Compile compile_delta{invoker_, *this, run, delta, dk};
                 return lookup_or_compile(*cache_, dk, compile_delta, run, rep, clock);
             },
-            [&](auto& out, const std::filesystem::path& package) {
-                rep.package = package;
-                return install_hit(out, rep, clock);
+            [&](auto& outs, const std::vector<std::filesystem::path>& packages) {
+                auto i = detail::install_kept(installer_, settings_, cache_ != nullptr, outs, packages, rep, installs_,
+                                              clock);
+                for (; i < outs.size(); ++i)
+                    if (rep.package = packages[i]; !install_hit(outs[i], rep, clock)) return false;
+                return true;
             },
             [&](const auto& hit) { return detail::hit_package<cache_fits>(hit, run, cache_.get()); });
     }
@@ -339,13 +343,7 @@ private:
         detail::report_progress(settings_, {.phase = CompileProgress::Phase::installing, .key = rep.key});
         InstallOptions io = detail::install_options(settings_, cache_ != nullptr);
         io.checksum = checksum;
-        Installation inst = installer_.install(rep.package, settings_.op_library, io);
-        rep.installed = inst.stem();
-        rep.packages.push_back(rep.installed);
-        rep.package_files.push_back(rep.package);
-        rep.extracted = inst.extracted();
-        rep.reused = inst.reused();
-        installs_.push_back(std::move(inst));
+        detail::note_install(installer_.install(rep.package, settings_.op_library, io), rep, installs_);
         clock.lap("install");
     }
 

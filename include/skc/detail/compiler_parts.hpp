@@ -207,6 +207,42 @@ inline void report_progress(const CompilerSettings& settings, const CompileProgr
     } catch (...) {}
 }
 
+/// Notes an install in the report (the package `rep.package`) and keeps its handle.
+inline void note_install(Installation inst, CompileReport& rep, std::vector<Installation>& installs) {
+    rep.installed = inst.stem();
+    rep.packages.push_back(rep.installed);
+    rep.package_files.push_back(rep.package);
+    rep.extracted = inst.extracted();
+    rep.reused = inst.reused();
+    installs.push_back(std::move(inst));
+}
+
+/// The first installs of `packages` (of the cache outcomes `outs`): those the Install policy makes in
+/// one go without extracting (InstallerTraits::installs_kept), noted in the report. Returns how many.
+template <class Install, class Outcome>
+std::size_t install_kept(Install& installer, const CompilerSettings& settings, bool cache_on,
+                         const std::vector<Outcome>& outs, const std::vector<std::filesystem::path>& packages,
+                         CompileReport& rep, std::vector<Installation>& installs, StageClock& clock) {
+    if constexpr (InstallerTraits<Install>::installs_kept) {
+        if (settings.op_library.empty()) return 0;
+        report_progress(settings, {.phase = CompileProgress::Phase::installing, .key = rep.key});
+        std::vector<InstallRequest> requests;
+        for (std::size_t i = 0; i < packages.size(); ++i) {
+            requests.push_back({packages[i], install_options(settings, cache_on)});
+            if (outs[i].hit) requests.back().options.checksum = outs[i].hit->entry.checksum;
+        }
+        std::vector<Installation> done = installer.install_kept(requests, settings.op_library);
+        for (std::size_t i = 0; i < done.size(); ++i) {
+            rep.package = packages[i];
+            note_install(std::move(done[i]), rep, installs);
+        }
+        if (!done.empty()) clock.lap("install");
+        return done.size();
+    } else {
+        return 0;
+    }
+}
+
 /// Reports the compile of `total` op info files under `key` as starting, and has `req` forward the
 /// kernel compiler's progress lines to settings.progress with the time since it started (`done`
 /// strictly increases).
@@ -415,10 +451,10 @@ inline std::vector<std::filesystem::path> read_leader_message(const Value& messa
 /// A hit, or a miss answered by a cover (IndexCache::cover; docs/cache.md, covers): the cached
 /// packages whose ops lie inside `set` (on a hit, the key's own), pinned in `pin`, and the rest (the delta, its op info
 /// files in `delta/` of the run folder) looked up or compiled under its own key by `build(delta)` (a cache outcome);
-/// then every part's package and the delta's installed in that order by `install(outcome, package)`, false for a
-/// damaged one (discarded). `package_of(hit)` is a hit's package file. Returns the delta's size; nullopt when there is
-/// no cover, when a package proves damaged, or when the compiler fails on every op of the delta: that is the ops' fault
-/// only beside the set's others, so the whole set's compile is to find which (isolate.hpp).
+/// then every part's package and the delta's installed in that order by `install(outcomes, packages)`, false when
+/// one is damaged (discarded). `package_of(hit)` is a hit's package file. Returns the delta's size; nullopt when there
+/// is no cover, when a package proves damaged, or when the compiler fails on every op of the delta: that is the ops'
+/// fault only beside the set's others, so the whole set's compile is to find which (isolate.hpp).
 template <class Cache, class Build, class Install, class PackageOf>
 std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const GatheredSet& set, const RunLayout& run,
                                       CompileReport& rep, StageClock& clock, std::shared_ptr<void>& pin, Build&& build,
@@ -444,8 +480,10 @@ std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const G
         }
         rest = rep.package;
     }
-    for (std::size_t i = 0; i < pins->size(); ++i)  // the parts, then the delta's package
-        if (!install((*pins)[i], i < cover.parts.size() ? package_of(*(*pins)[i].hit) : rest)) return std::nullopt;
+    std::vector<std::filesystem::path> packages;  // the parts', then the delta's
+    for (std::size_t i = 0; i < pins->size(); ++i)
+        packages.push_back(i < cover.parts.size() ? package_of(*(*pins)[i].hit) : rest);
+    if (!install(*pins, packages)) return std::nullopt;
     if (!complete) {  // remembered, so that the next cover of the set is one lookup
         std::vector<CachePart> parts;
         std::chrono::nanoseconds saved{0};

@@ -41,6 +41,12 @@ struct InstallOptions {
     std::optional<Digest> checksum;
 };
 
+/// One package of an install of several (RunPackageInstaller::install_kept): its file and options.
+struct InstallRequest {
+    std::filesystem::path package;
+    InstallOptions options;
+};
+
 /// One installed package as list() sees it.
 struct InstalledPackage {
     std::string stem;
@@ -146,6 +152,14 @@ struct InstallerTraits {
             return i.check(package);
         else return std::nullopt;
     }
+
+    /// Whether the policy installs, in one go, the longest prefix of a list of packages that it can
+    /// install without extracting (RunPackageInstaller::install_kept); the caller installs the rest
+    /// one by one.
+    static constexpr bool installs_kept =
+        requires(I & i, const std::vector<InstallRequest>& requests, const std::filesystem::path& library) {
+        { i.install_kept(requests, library) } -> std::same_as<std::vector<Installation>>;
+    };
 };
 
 /// The folder of a backend's packages in an op library: L/static_kernel/<backend>.

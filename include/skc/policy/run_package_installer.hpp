@@ -79,8 +79,8 @@ public:
             cleanup_locked(base, opt.keep_bytes);
             if (installed_locked(base, stem)) return hold_locked(base, stem, opt, false);
             if (opt.keep_bytes > 0 && ::lstat((kept_dir(base) / stem).c_str(), &kept_st) == 0)
-                if (std::optional<Installation> inst = reuse_locked(base, stem, package, opt, identify()))
-                    return std::move(*inst);
+                if (std::optional<std::string> device = reuse_locked(base, stem, package, opt, identify()))
+                    return publish_and_hold_locked(base, stem, *device, opt, false, true);
         }
         // Extract and check outside the lock: other installs go on meanwhile.
         static std::atomic<unsigned> counter{0};
@@ -109,6 +109,15 @@ public:
         detail::fsync_dir(base);
         return publish_and_hold_locked(base, stem, payload.device, opt, true, false);
     }
+
+    /// Installs the longest prefix of `requests` (each package with its options, all for one
+    /// backend) whose packages are installed already or reuse their kept extraction, as install() of
+    /// each in turn would, but under one hold of the install lock with one cleanup and one
+    /// publication of the shared files for them all: a cover's parts in the process after the one
+    /// that installed them (docs/cache.md). Returns their handles, in order; install() takes the
+    /// package it stopped at (one to extract) and those after it.
+    std::vector<Installation> install_kept(const std::vector<InstallRequest>& requests,
+                                           const std::filesystem::path& library);
 
     /// Gives up this process's references to `stem` (persistent = false; handles become inert) or
     /// the persistent reference (persistent = true). True when the package was uninstalled (kept in
@@ -166,9 +175,9 @@ private:
     static std::optional<Identity> read_identity(const std::filesystem::path& folder);
     static bool write_small_file(const std::filesystem::path& p, const std::string& text);
     static std::uint64_t read_keep_limit(const std::filesystem::path& base);
-    static std::optional<Installation> reuse_locked(const std::filesystem::path& base, const std::string& stem,
-                                                    const std::filesystem::path& package, const InstallOptions& opt,
-                                                    const Identity& want);
+    static std::optional<std::string> reuse_locked(const std::filesystem::path& base, const std::string& stem,
+                                                   const std::filesystem::path& package, const InstallOptions& opt,
+                                                   const Identity& want);
     static bool retire_locked(const std::filesystem::path& base, const std::string& stem, std::uint64_t limit);
     static void remove_locked(const std::filesystem::path& base, const std::filesystem::path& path,
                               const std::string& stem);

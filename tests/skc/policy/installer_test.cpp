@@ -23,6 +23,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -641,6 +642,108 @@ TEST_CASE("a damaged kept extraction is not reused: the package is extracted aga
     CHECK(slurp(inst.folder() / "kernels/b.so") == "b kernel\n");
     CHECK(index_packages(lib) == std::map<std::string, std::string>{{digest_of(1), "dmg"}, {digest_of(2), "dmg"}});
     CHECK(kept_stems(lib).empty());
+}
+
+/// How many times `name` was renamed into `dir` while `f` ran (inotify): each publication of the
+/// shared files renames a new config.ini into place once.
+template <class F>
+int renames_into(const fs::path& dir, const std::string& name, F&& f) {
+    const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::inotify_add_watch(fd, dir.c_str(), IN_MOVED_TO) >= 0);
+    f();
+    int n = 0;
+    alignas(inotify_event) char buf[1 << 16];
+    for (ssize_t len; (len = ::read(fd, buf, sizeof buf)) > 0;)
+        for (char* p = buf; p < buf + len;) {
+            const auto* e = reinterpret_cast<const inotify_event*>(p);
+            if (e->len > 0 && name == e->name) ++n;
+            p += sizeof(inotify_event) + e->len;
+        }
+    ::close(fd);
+    return n;
+}
+
+TEST_CASE("install_kept installs the kept and installed packages before the first to extract, with one publication") {
+    skc_test::TempDir tmp;
+    const fs::path lib = tmp / "lib";
+    const fs::path base = lib / "static_kernel/host";
+    // kb and kc share a kernel: the later installed wins it.
+    const fs::path held = make_simple(tmp.path(), "held", 1), ka = make_simple(tmp.path(), "ka", 2),
+                   kb = make_simple(tmp.path(), "kb", 3), kc = make_simple(tmp.path(), "kc", 3),
+                   fresh = make_simple(tmp.path(), "fresh", 4);
+    skc::RunPackageInstaller installer;
+    for (const fs::path& p : {ka, kb, kc}) installer.install(p, lib, {}).release();
+    skc::Installation h = installer.install(held, lib, {});
+    REQUIRE(kept_stems(lib) == std::vector<std::string>{"ka", "kb", "kc"});
+    auto request = [](const fs::path& p) { return skc::InstallRequest{p, {}}; };
+
+    SUBCASE("in order, up to the first package to extract") {
+        std::vector<skc::Installation> got;
+        const int published = renames_into(base, "config.ini", [&] {
+            got = installer.install_kept(
+                {request(kc), request(held), request(ka), request(kb), request(fresh), request(kc)}, lib);
+        });
+        CHECK(published == 1);
+        REQUIRE(got.size() == 4);
+        CHECK(got[0].reused());
+        CHECK_FALSE(got[1].reused());  // installed already: held, not moved
+        CHECK_FALSE(got[1].extracted());
+        CHECK(got[2].reused());
+        CHECK(got[3].reused());
+        CHECK(config_stems(lib) == std::vector<std::string>{"held", "kc", "ka", "kb"});
+        CHECK(index_packages(lib) ==
+              std::map<std::string, std::string>{{digest_of(1), "held"}, {digest_of(2), "ka"}, {digest_of(3), "kb"}});
+        CHECK(kept_stems(lib).empty());
+        CHECK(holder_count(lib, "held") == 2);
+        // The rest is install()'s: one extraction.
+        skc::Installation rest = installer.install(fresh, lib, {});
+        CHECK(rest.extracted());
+        // Each handle holds its package as install()'s does: released, it is kept again.
+        got.clear();
+        CHECK(kept_stems(lib) == std::vector<std::string>{"ka", "kb", "kc"});
+        CHECK(config_stems(lib) == std::vector<std::string>{"held", "fresh"});
+    }
+    SUBCASE("nothing to reuse: nothing installed, nothing published") {
+        std::vector<skc::Installation> got;
+        CHECK(renames_into(base, "config.ini", [&] {
+                  got = installer.install_kept({request(fresh), request(ka)}, lib);
+              }) == 0);
+        CHECK(got.empty());
+        CHECK(kept_stems(lib) == std::vector<std::string>{"ka", "kb", "kc"});
+    }
+    SUBCASE("a damaged kept extraction ends the prefix and is deleted; install() extracts it") {
+        fs::remove(base / ".kept/kb/kernels/kb.so");
+        std::vector<skc::Installation> got = installer.install_kept({request(ka), request(kb), request(kc)}, lib);
+        REQUIRE(got.size() == 1);
+        CHECK(kept_stems(lib) == std::vector<std::string>{"kc"});
+        skc::Installation b = installer.install(kb, lib, {});
+        CHECK(b.extracted());
+        CHECK(slurp(b.folder() / "kernels/kb.so") == "kernel kb\n");
+        CHECK(config_stems(lib) == std::vector<std::string>{"held", "ka", "kb"});
+    }
+    SUBCASE("another backend ends the prefix") {
+        skc::InstallRequest other = request(kb);
+        other.options.backend = "other";
+        CHECK(installer.install_kept({request(ka), other, request(kc)}, lib).size() == 1);
+    }
+    SUBCASE("a package stem that is not accepted: an error, and nothing changed") {
+        const fs::path bad = tmp / "bad name.run";
+        fs::copy_file(ka, bad);
+        const std::string before = slurp(base / "config.ini");
+        try {
+            installer.install_kept({request(ka), request(bad)}, lib);
+            FAIL("installed " << bad);
+        } catch (const skc::Error& e) {
+            CHECK(e.code() == skc::Errc::invalid_name);
+            CHECK(e.file() == bad.string());
+            CHECK(
+                e.message() ==
+                "package stem \"bad name\" is not accepted: use letters, digits, '_', '-', '.', not starting with '.'");
+        }
+        CHECK(slurp(base / "config.ini") == before);
+        CHECK(kept_stems(lib) == std::vector<std::string>{"ka", "kb", "kc"});
+    }
 }
 
 TEST_CASE("a SIGKILLed holder's package is kept by the next cleanup, not deleted and not left installed") {

@@ -24,6 +24,7 @@
 #include "../../detail/unique_fd.hpp"
 #include "../../error.hpp"
 #include "../../op_info_io.hpp"
+#include "../lock.hpp"
 #include "../run_package_installer.hpp"
 
 namespace skc {
@@ -123,13 +124,13 @@ inline std::uint64_t RunPackageInstaller::read_keep_limit(const std::filesystem:
     return err == std::errc() && next != text.data() ? v : 0;
 }
 
-/// Under the lock: installs `stem` from its kept extraction when that is the same package (`want`)
-/// and passes the payload checks; otherwise deletes the kept folder and returns nullopt (the
-/// caller extracts).
-inline std::optional<Installation> RunPackageInstaller::reuse_locked(const std::filesystem::path& base,
-                                                                     const std::string& stem,
-                                                                     const std::filesystem::path& package,
-                                                                     const InstallOptions& opt, const Identity& want) {
+/// Under the lock: moves `stem`'s kept extraction into its installed place when that is the same
+/// package (`want`) and passes the payload checks, and returns the package's device (the caller
+/// publishes); otherwise deletes the kept folder and returns nullopt (the caller extracts).
+inline std::optional<std::string> RunPackageInstaller::reuse_locked(const std::filesystem::path& base,
+                                                                    const std::string& stem,
+                                                                    const std::filesystem::path& package,
+                                                                    const InstallOptions& opt, const Identity& want) {
     const std::filesystem::path kept = kept_dir(base) / stem;
     const std::optional<Identity> have = read_identity(kept);
     std::optional<Payload> payload;
@@ -143,8 +144,7 @@ inline std::optional<Installation> RunPackageInstaller::reuse_locked(const std::
     std::error_code ec;
     if (payload && payload->bytes == have->extracted_bytes) {
         std::filesystem::remove_all(folder, ec);  // a leftover not listed in config.ini
-        if (::rename(kept.c_str(), folder.c_str()) == 0)
-            return publish_and_hold_locked(base, stem, payload->device, opt, false, true);
+        if (::rename(kept.c_str(), folder.c_str()) == 0) return payload->device;
     }
     remove_locked(base, kept, stem);
     return std::nullopt;
@@ -223,6 +223,52 @@ inline void RunPackageInstaller::evict_kept_locked(const std::filesystem::path& 
         remove_locked(base, dir / k.stem, k.stem);
         total -= k.bytes;
     }
+}
+
+inline std::vector<Installation> RunPackageInstaller::install_kept(const std::vector<InstallRequest>& requests,
+                                                                   const std::filesystem::path& library) {
+    std::vector<Installation> out;  // before the lock: on an error its handles are released after it
+    if (requests.empty()) return out;
+    const std::string& backend = requests.front().options.backend;
+    check_name(backend, "backend", requests.front().package);
+    const std::filesystem::path base = install_base(library, backend);
+    struct stat st {};
+    if (::lstat(base.c_str(), &st) != 0) return out;  // nothing installed or kept there yet
+    // The identities of the packages with a kept extraction, outside the lock (see install()).
+    std::vector<std::optional<Identity>> ids;
+    for (const auto& [package, opt] : requests) {
+        std::string stem = package.stem().string();
+        check_name(stem, "package stem", package);
+        const bool kept = opt.keep_bytes > 0 && ::lstat((kept_dir(base) / stem).c_str(), &st) == 0;
+        ids.push_back(kept ? std::optional(identify_package(package, opt.checksum)) : std::nullopt);
+    }
+    FileLock locks(base);
+    auto guard = locks.lock("install", LockMode::exclusive);
+    cleanup_locked(base, requests.front().options.keep_bytes);
+    Order order = read_config(base);
+    std::vector<bool> reused;
+    for (std::size_t i = 0; i < requests.size() && requests[i].options.backend == backend; ++i) {
+        const std::string stem = requests[i].package.stem().string();
+        if (std::any_of(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }) &&
+            ::lstat((base / stem).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+            reused.push_back(false);  // installed already
+            continue;
+        }
+        // The kept folder may have gone since its identity was taken (another process reused it).
+        if (!ids[i] || ::lstat((kept_dir(base) / stem).c_str(), &st) != 0) break;
+        const std::optional<std::string> device =
+            reuse_locked(base, stem, requests[i].package, requests[i].options, *ids[i]);
+        if (!device) break;
+        order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
+                    order.end());
+        order.emplace_back(stem, *device);
+        reused.push_back(true);
+    }
+    // Published before any holder is added, as publish_and_hold_locked() does.
+    if (std::find(reused.begin(), reused.end(), true) != reused.end()) publish_locked(base, order);
+    for (std::size_t i = 0; i < reused.size(); ++i)
+        out.push_back(hold_locked(base, requests[i].package.stem().string(), requests[i].options, false, reused[i]));
+    return out;
 }
 
 }  // namespace skc
