@@ -14,6 +14,7 @@ packages=(
   libxsmm-dev                                 # benchmarks: LIBXSMM beside the host MatMul
   libopenmpi-dev openmpi-bin                  # optional MpiGather (skc/ext/mpi.hpp), skc compile --mpi, tests/mpi
   libtorch-dev python3-torch                  # the PyTorch plugin examples/torch (libskc_torch.so) and its tests
+  python3-tqdm python3-pytest                 # the Python package skc_torch: its progress bar; its tests
   libhiredis-dev redis-server                 # the Redis remote cache tier (skc/ext/redis.hpp) and its tests
 )
 
