@@ -1,10 +1,14 @@
 // libskc_torch.so: static kernel compilation for PyTorch's CPU backend, through skc.
 //
-// Loaded with torch.ops.load_library(path), it defines four ops (docs/torch.md):
+// Loaded with torch.ops.load_library(path) (the Python package skc_torch does that), it defines
+// these ops (docs/torch.md):
 //   torch.ops.skc.enable(config: str)   start recording (config: skc options plus compiler,
 //                                       device, toolchain_version, op_library, timing)
+//   torch.ops.skc.check(config: str)    what enable() checks of a config, without starting anything
 //   torch.ops.skc.compile() -> str      end the session, compile or find in the cache, install,
 //                                       load the kernels; the report as JSON
+//   torch.ops.skc.progress() -> str     the running compile()'s latest skc::CompileProgress as
+//                                       JSON, or null (for a progress display in another thread)
 //   torch.ops.skc.counters() -> str     per op type: static, stock, recorded, unsupported calls
 //   torch.ops.skc.disable()             stock kernels again, nothing recorded
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
@@ -369,6 +373,13 @@ public:
         (*d.kernel)(ins, outs);
     }
 
+    /// What enable() checks of `text` before it starts a session (the JSON, every key and type,
+    /// the compiler, the base), for a caller that wants a bad config refused before it records.
+    static void check(std::string_view text) {
+        const Config c = parse_config(text);
+        if (c.options.static_kernel_compile) (void)skc::resolve_base(c.options);
+    }
+
     void enable(std::string_view text) {
         std::lock_guard lock(mu_);
         if (recorder_ != nullptr)
@@ -400,6 +411,10 @@ public:
             compiled_for_ = where;
         }
         s.compiled = &compiled_;
+        s.progress = [this](const skc::CompileProgress& p) {
+            std::lock_guard said(progress_mu_);
+            progress_ = p;
+        };
         auto compiler = std::make_unique<PluginCompiler>(c, s, TableReselect{&table_});
         std::error_code ec;
         fs::create_directories(s.op_library, ec);
@@ -422,7 +437,7 @@ public:
     std::string compile() {
         std::lock_guard lock(mu_);
         if (recorder_ == nullptr) {
-            if (off_by_config_) return skc::dump_json(skc::CompileReport{}.to_value());
+            if (off_by_config_) return skc::dump_json(report_value(skc::CompileReport{}));
             throw skc::Error(skc::Errc::no_session, "no recording session: call torch.ops.skc.enable(config) first");
         }
         session_.store(0, std::memory_order_release);  // calls from now on do not record
@@ -432,15 +447,17 @@ public:
         try {
             report = compiler->compile(*rec);
         } catch (...) {
+            forget_progress();
             rec->discard();
             retire(std::move(rec));
             throw;
         }
+        forget_progress();
         retire(std::move(rec));
         compilers_.push_back(std::move(compiler));  // its installs last as long as it does
         // Why the ops the session saw but did not record have no static kernel (with nothing
         // recorded, the outcome is `skipped` and this says why).
-        skc::Value out = report.to_value();
+        skc::Value out = report_value(report);
         skc::Array why;
         {
             std::lock_guard said(said_mu_);
@@ -449,6 +466,22 @@ public:
         }
         out.as_object().push_back({"not_recorded", skc::Value(std::move(why))});
         return skc::dump_json(out);
+    }
+
+    /// The running compile()'s latest progress report as JSON (docs/torch.md), or null: none is
+    /// running, or it has reported nothing yet. Never waits for compile().
+    std::string progress() {
+        std::lock_guard lock(progress_mu_);
+        if (!progress_) return "null";
+        const skc::CompileProgress& p = *progress_;
+        return skc::dump_json(
+            skc::Value(skc::Object{{"phase", skc::Value(skc::to_string(p.phase))},
+                                   {"done", skc::Value(p.done)},
+                                   {"total", skc::Value(p.total)},
+                                   {"op", skc::Value(p.op)},
+                                   {"waiting_for", skc::Value(p.waiting_for)},
+                                   {"key", skc::Value(p.key)},
+                                   {"elapsed_ms", skc::Value(static_cast<double>(p.elapsed.count()) / 1e6)}}));
     }
 
     /// Finishes the op info folders of every compile() (at exit); a failure is a warning.
@@ -488,6 +521,18 @@ public:
     }
 
 private:
+    /// The report as compile() returns it: CompileReport::to_value() and its log line, `summary`.
+    static skc::Value report_value(const skc::CompileReport& report) {
+        skc::Value out = report.to_value();
+        out.as_object().push_back({"summary", skc::Value(report.summary())});
+        return out;
+    }
+
+    void forget_progress() {
+        std::lock_guard lock(progress_mu_);
+        progress_.reset();
+    }
+
     /// Adds the time from construction to destruction to a counter.
     struct Timer {
         explicit Timer(std::atomic<std::uint64_t>& to) : to_(to), t0_(Clock::now()) {}
@@ -583,6 +628,8 @@ private:
     std::set<std::string> said_;
     std::vector<std::string> not_recorded_;  // distinct reasons, this session, at most 100
     std::mutex mu_;                          // enable, compile, disable
+    std::mutex progress_mu_;                 // progress_, written by compile(), read by progress()
+    std::optional<skc::CompileProgress> progress_;
     std::uint64_t sessions_ = 0;
     bool off_by_config_ = false;
     std::unique_ptr<Recorder> recorder_;
@@ -1412,8 +1459,14 @@ decltype(auto) entry(Fn&& fn) {
 void op_enable(std::string config) {
     entry([&] { Plugin::get().enable(config); });
 }
+void op_check(std::string config) {
+    entry([&] { Plugin::check(config); });
+}
 std::string op_compile() {
     return entry([] { return Plugin::get().compile(); });
+}
+std::string op_progress() {
+    return entry([] { return Plugin::get().progress(); });
 }
 std::string op_counters() {
     return entry([] { return Plugin::get().counters(); });
@@ -1447,7 +1500,9 @@ QuietOverrides quiet_overrides;
 
 TORCH_LIBRARY(skc, m) {
     m.def("enable(str config) -> ()", &skc_torch::op_enable);
+    m.def("check(str config) -> ()", &skc_torch::op_check);
     m.def("compile() -> str", &skc_torch::op_compile);
+    m.def("progress() -> str", &skc_torch::op_progress);
     m.def("counters() -> str", &skc_torch::op_counters);
     m.def("disable() -> ()", &skc_torch::op_disable);
 }
