@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A BERT-like encoder on skc's static kernels (libskc_torch.so), checked and timed against stock torch.
+"""A BERT-like encoder on skc's static kernels (skc_torch), checked and timed against stock torch.
 
 The model: token plus position embeddings and a LayerNorm; N pre-norm encoder layers, each
     h = x + attention(layernorm(x), mask);  out = h + ffn(layernorm(h))
@@ -13,10 +13,10 @@ cross_entropy of the logits against random labels.
 
 How it is run, checked and timed, and how the static share is measured: model_run.py.
 
-    /usr/bin/python3 examples/torch/bert.py --base /tmp/skc-torch
-    SKC_TORCH_VERBOSE=1 /usr/bin/python3 examples/torch/bert.py --base /tmp/skc-torch --json
+    PYTHONPATH=build/gcc/python /usr/bin/python3 examples/torch/bert.py --base /tmp/skc-torch
+    PYTHONPATH=build/gcc/python SKC_TORCH_VERBOSE=1 /usr/bin/python3 examples/torch/bert.py --base /tmp/skc-torch --json
 
-SKC_TORCH_PLUGIN names the plugin (default: build/gcc/examples/torch/libskc_torch.so);
+skc_torch is imported from Python's path (in the build tree: PYTHONPATH=build/gcc/python);
 SKC_TORCH_VERBOSE=1 makes the plugin print why calls are unsupported.
 
 Exit status: 0 success; 1 a check failed (results differ from stock, or no static call);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A LLaMA-like decoder on skc's static kernels (libskc_torch.so), checked and timed against stock torch.
+"""A LLaMA-like decoder on skc's static kernels (skc_torch), checked and timed against stock torch.
 
 The model: a token embedding; N decoder blocks, each
     h = x + attention(rmsnorm(x));  out = h + mlp(rmsnorm(h))
@@ -12,10 +12,10 @@ the next token.
 
 How it is run, checked and timed, and how the static share is measured: model_run.py.
 
-    /usr/bin/python3 examples/torch/llama.py --base /tmp/skc-torch
-    SKC_TORCH_VERBOSE=1 /usr/bin/python3 examples/torch/llama.py --base /tmp/skc-torch --json
+    PYTHONPATH=build/gcc/python /usr/bin/python3 examples/torch/llama.py --base /tmp/skc-torch
+    PYTHONPATH=build/gcc/python SKC_TORCH_VERBOSE=1 /usr/bin/python3 examples/torch/llama.py --base /tmp/skc-torch --json
 
-SKC_TORCH_PLUGIN names the plugin (default: build/gcc/examples/torch/libskc_torch.so);
+skc_torch is imported from Python's path (in the build tree: PYTHONPATH=build/gcc/python);
 SKC_TORCH_VERBOSE=1 makes the plugin print why calls are unsupported.
 
 Exit status: 0 success; 1 a check failed (results differ from stock, or no static call);

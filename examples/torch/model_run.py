@@ -1,5 +1,5 @@
 """The harness of the example models llama.py and bert.py: each runs its model stock and on skc's
-static kernels (libskc_torch.so), checks the results against stock torch and times both.
+static kernels (the Python package skc_torch), checks the results against stock torch and times both.
 
 Two phases, inference (model.eval(), torch.no_grad()) and one training step (forward, nll_loss,
 backward, torch.optim.SGD step). Every run of either phase starts from the same copy of the
@@ -9,10 +9,10 @@ initial parameters (load_state_dict, a new optimizer, no gradients), outside wha
      training: the loss, every parameter's gradient and every parameter after the SGD step);
      --warmup untimed rounds of every phase; the wall time of each phase (median of --iters
      runs) and --profile-runs profiled runs.
-  2. torch.ops.skc.enable({"base_dir": --base, "timing": true}); each phase runs once (every op
+  2. skc_torch.recording({"base_dir": --base, "timing": true}); each phase runs once (every op
      instance is recorded), then --iters more times with the plugin on but no kernel yet: the
-     per op type "stock" time below (static_ms/stock_ms of counters()). Then compile(): one
-     compile (or a cache hit) for both phases.
+     per op type "stock" time below (static_ms/stock_ms of skc_torch.counters()). Then
+     session.compile(): one compile (or a cache hit) for both phases.
   3. Static: each phase runs once and is compared with the reference (torch.allclose, rtol 1e-4,
      atol 1e-5; the largest absolute difference is printed); --warmup untimed rounds; --iters
      timed runs (wall time and per op type time); --profile-runs profiled runs.
@@ -69,8 +69,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 
 import torch  # noqa: E402  (after the thread settings)
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+import skc_torch  # noqa: E402  (loads the plugin; PYTHONPATH=build/gcc/python in the build tree)
 
 # The aten ops (profiler names) behind each op type of the plugin's counters: every op type the
 # plugin records (mapping.hpp), the backward ones included; then names of op types it may come to
@@ -112,15 +111,6 @@ OP_TYPE_ATEN = {
     "ConcatV2": ["aten::cat"],
 }
 
-
-def plugin_path():
-    """$SKC_TORCH_PLUGIN, else the build of scripts/demo.sh and scripts/test.sh."""
-    if os.environ.get("SKC_TORCH_PLUGIN"):
-        return os.environ["SKC_TORCH_PLUGIN"]
-    return os.path.join(HERE, "..", "..", "build", "gcc", "examples", "torch", "libskc_torch.so")
-
-def counters():
-    return json.loads(torch.ops.skc.counters())
 
 
 def diff(after, before):
@@ -213,12 +203,12 @@ def timed(phase, iters, with_counters):
     times, deltas = [], []
     for _ in range(iters):
         phase.prepare()
-        c0 = counters() if with_counters else None
+        c0 = skc_torch.counters() if with_counters else None
         t0 = time.perf_counter()
         phase.body()
         times.append((time.perf_counter() - t0) * 1e3)
         if with_counters:
-            deltas.append(diff(counters(), c0))
+            deltas.append(diff(skc_torch.counters(), c0))
     return times, deltas
 
 
@@ -228,10 +218,10 @@ def profiled(phase, runs, with_counters):
     out = []
     for i in range(runs + 1):
         phase.prepare()
-        c0 = counters() if with_counters else None
+        c0 = skc_torch.counters() if with_counters else None
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             phase.body()
-        delta = diff(counters(), c0) if with_counters else {}
+        delta = diff(skc_torch.counters(), c0) if with_counters else {}
         ops = {}
         for e in prof.key_averages():
             if e.key.startswith("aten::"):
@@ -342,7 +332,6 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
     wall0 = time.monotonic()
     steady = False if args.malloc_default else steady_malloc()
     torch.set_num_threads(1)
-    torch.ops.load_library(plugin_path())
     os.makedirs(args.base, exist_ok=True)
     torch.manual_seed(args.seed)
     model, forward, loss_of, description = build(args)
@@ -363,22 +352,22 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
     # 2. record, then the per op type stock time with the plugin on and no kernel yet; compile
     config = {"base_dir": os.path.abspath(args.base), "timing": True,
               "disable_static_kernel_compile_cache": args.no_cache}
-    torch.ops.skc.enable(json.dumps(config))
+    session = skc_torch.recording(config)
     fallback = {}
     for n, ph in phases.items():
         run_once(ph)
     for n, ph in phases.items():
         _, fallback[n] = timed(ph, args.iters, True)
     t0 = time.monotonic()
-    report = json.loads(torch.ops.skc.compile())
+    report = session.compile()
     compile_s = time.monotonic() - t0
-    print(f"compile(): {report['outcome']} in {compile_s:.2f} s, {report['counts'].get('recorded', 0)} op instances "
-          f"recorded, {report['counts'].get('selected', 0)} selected; key {report['key'][:16]}")
-    for why in report.get("not_recorded", []):
+    print(f"compile(): {report.outcome} in {compile_s:.2f} s, {report.counts.get('recorded', 0)} op instances "
+          f"recorded, {report.counts.get('selected', 0)} selected; key {report.key[:16]}")
+    for why in report.not_recorded:
         print(f"  not recorded: {why}")
 
     # 3. static
-    summary = {"model": description, "args": vars(args), "outcome": report["outcome"], "compile_s": compile_s,
+    summary = {"model": description, "args": vars(args), "outcome": report.outcome, "compile_s": compile_s,
                "phases": {}}
     ok = True
     checks = {n: compare(ref[n], run_once(ph)) for n, ph in phases.items()}
@@ -471,7 +460,7 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
             "unsupported": {r["op_type"]: r["unsupported"] for r in rows if r["unsupported"]},
         }
 
-    totals = counters()  # all calls with the plugin on, the script's own checks (allclose) too
+    totals = skc_torch.counters()  # all calls with the plugin on, the script's own checks (allclose) too
     elapsed = time.monotonic() - wall0
     print(f"total {elapsed:.1f} s; {'OK' if ok else 'FAILED'}")
     summary.update(ok=bool(ok), seconds=elapsed, counters=totals)

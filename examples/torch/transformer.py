@@ -1,17 +1,21 @@
 #!/usr/bin/python3
-"""Static kernels for a PyTorch model through skc's plugin (libskc_torch.so).
+"""Static kernels for a PyTorch model through skc's plugin (the Python package skc_torch).
 
 A torch.nn model (a TransformerEncoderLayer and an MLP: Linear, GELU, Linear, LayerNorm) runs
-with stock torch, then with the plugin recording its ops, then compile() builds static kernels
-(or finds them in the cache), and the model runs again on them. The script checks the outputs
+with stock torch, then with the plugin recording its ops (skc_torch.recording), then
+session.compile() builds static kernels (or finds them in the cache), and the model runs again on
+them. The script checks the outputs
 against stock torch, prints per op type the calls and the time stock against static, and the
 compile report. Run it twice with the same --base: the second process finds the package in the
 cache and compiles nothing. Under torchrun every rank runs it; the node's leader compiles and
 installs once for all (LOCAL_WORLD_SIZE, LOCAL_RANK).
 
-    /usr/bin/python3 examples/torch/transformer.py --base /tmp/skc-torch
-    torchrun --standalone --nproc_per_node 4 --redirects 9:1 --tee 9:1 \\
+    PYTHONPATH=build/gcc/python /usr/bin/python3 examples/torch/transformer.py --base /tmp/skc-torch
+    PYTHONPATH=build/gcc/python torchrun --standalone --nproc_per_node 4 --redirects 9:1 --tee 9:1 \\
         examples/torch/transformer.py --base /tmp/skc-torch
+
+skc_torch is imported from Python's path: an install, or PYTHONPATH=build/gcc/python in the build
+tree of scripts/demo.sh and scripts/test.sh.
 
 Exit status: 0 success; 1 a check failed (outputs differ, no static calls); 2 bad usage.
 """
@@ -28,15 +32,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402  (after the thread settings)
 from torch import nn  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def plugin_path():
-    """$SKC_TORCH_PLUGIN, else the build of scripts/demo.sh and scripts/test.sh."""
-    if os.environ.get("SKC_TORCH_PLUGIN"):
-        return os.environ["SKC_TORCH_PLUGIN"]
-    return os.path.join(HERE, "..", "..", "build", "gcc", "examples", "torch", "libskc_torch.so")
+import skc_torch  # noqa: E402  (loads the plugin; PYTHONPATH=build/gcc/python in the build tree)
 
 
 class Model(nn.Module):
@@ -63,10 +59,6 @@ def run_modes(model, x, modes):
         else:
             out[mode] = model(x).detach()
     return out
-
-
-def counters():
-    return json.loads(torch.ops.skc.counters())
 
 
 def diff(after, before):
@@ -99,35 +91,34 @@ def main():
 
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.set_num_threads(1)
-    torch.ops.load_library(plugin_path())
     os.makedirs(args.base, exist_ok=True)
 
     torch.manual_seed(0)
     model = Model(args.d_model, args.heads, args.ffn, args.activation).eval()
     x = torch.randn(args.batch, args.seq, args.d_model)
-    stock_out = run_modes(model, x, modes)  # the plugin is loaded but off: stock kernels
+    stock_out = run_modes(model, x, modes)  # the plugin is loaded but not recording: stock kernels
 
     config = {"static_kernel_compile": True, "base_dir": os.path.abspath(args.base), "timing": True,
               "disable_static_kernel_compile_cache": args.no_cache}
-    torch.ops.skc.enable(json.dumps(config))
+    session = skc_torch.recording(config)
     run_modes(model, x, modes)  # records every op
-    c0 = counters()
+    c0 = skc_torch.counters()
     for _ in range(args.iters):
         run_modes(model, x, modes)
-    c1 = counters()
+    c1 = skc_torch.counters()
     t0 = time.monotonic()
-    report = json.loads(torch.ops.skc.compile())
+    report = session.compile()
     compile_s = time.monotonic() - t0
     static_out = run_modes(model, x, modes)
-    c2 = counters()
+    c2 = skc_torch.counters()
     for _ in range(args.iters):
         run_modes(model, x, modes)
-    c3 = counters()
+    c3 = skc_torch.counters()
 
     stock_phase, static_phase = diff(c1, c0), diff(c3, c2)
     agree = {m: torch.allclose(static_out[m], stock_out[m], rtol=1e-4, atol=1e-5) for m in modes}
     max_err = {m: (static_out[m] - stock_out[m]).abs().max().item() for m in modes}
-    totals = counters()
+    totals = skc_torch.counters()
     used = sorted(op for op, c in totals.items() if c["recorded"] > 0)
     no_static = [op for op in used if totals[op]["static"] == 0]
     ok = all(agree.values()) and used and not no_static
@@ -143,10 +134,10 @@ def main():
 
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"rank": rank, "report": report, "counters": totals, "agree": agree, "max_abs_error": max_err,
+            json.dump({"rank": rank, "report": report.raw, "counters": totals, "agree": agree, "max_abs_error": max_err,
                        "per_op": rows, "ok": bool(ok)}, f, indent=2)
 
-    line = (f"rank {rank}: {report['outcome']}, key {report['key'][:12]}, "
+    line = (f"rank {rank}: {report.outcome}, key {report.key[:12]}, "
             f"{sum(c['static'] for c in totals.values())} static calls, outputs "
             f"{'agree' if all(agree.values()) else 'DIFFER'} (max abs error {max(max_err.values()):.2e})")
     if args.quiet or rank != 0:
@@ -169,12 +160,8 @@ def main():
             print(f"calls the plugin cannot describe (stock kernels, all runs): {unsupported}")
         print(f"\nagreement with stock torch (rtol 1e-4, atol 1e-5): "
               + ", ".join(f"{m} {'yes' if agree[m] else 'NO'} (max abs error {max_err[m]:.2e})" for m in modes))
-        stages = ", ".join(f"{k} {v:.1f} ms" for k, v in report["stage_ms"].items())
-        print(f"compile(): {report['outcome']} in {compile_s:.2f} s; key {report['key']}")
-        print(f"  ops: {report['counts']['recorded']} recorded, {report['counts']['selected']} selected"
-              + (f", local rank {report['local_rank']} of {report['local_world_size']}" if report["local_world_size"] > 1 else ""))
-        print(f"  stages: {stages}")
-        print(f"  package: {report['package']}")
+        print(f"compile() in {compile_s:.2f} s: {report}")
+        print(f"  package: {report.package}")
         print(line)
     if not ok:
         why = [] if used else ["nothing was recorded"]
