@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 
 import pytest
 import torch
@@ -190,10 +191,30 @@ def test_recording_errors(base):
     make_model()(x)
     with pytest.raises(skc_torch.Error) as e:
         session.compile()
-    assert str(e.value).startswith("skc: ") and "exit" in str(e.value)
+    assert re.fullmatch(f"skc: {re.escape(base)}/static_kernel_compile_outputs/ts[0-9]+_pid[0-9]+_outputs/"
+                        "op_compiler.log: the compiler exited with status 3. Last lines of its log:\nno kernels today",
+                        str(e.value)), str(e.value)
     with pytest.raises(skc_torch.Error) as again:
         session.compile()
     assert again.value is e.value
+
+
+def test_a_failed_compile_raises_from_the_last_warmup_call_then_stock(base):
+    failing = os.path.join(base, "fails")
+    with open(failing, "w") as f:
+        f.write("#!/bin/sh\nexit 3\n")
+    os.chmod(failing, 0o755)
+    model = make_model()
+    x = torch.randn(4, 16)
+    opt = skc_torch.compile(model, {"base_dir": base, "compiler": failing}, progress=False)
+    with pytest.raises(skc_torch.Error) as e:
+        opt(x)
+    assert re.fullmatch(f"skc: {re.escape(base)}/static_kernel_compile_outputs/ts[0-9]+_pid[0-9]+_outputs/"
+                        "op_compiler.log: the compiler exited with status 3 \\(its log is empty\\)", str(e.value))
+    assert opt.compile_report is None
+    before = static_calls()
+    assert torch.equal(opt(x), make_model()(x))
+    assert static_calls() == before
 
 
 def test_counters_are_python_values(base):
