@@ -43,6 +43,15 @@ def test_install_then_import_from_the_prefix(tmp_path):
     inits = glob.glob(str(dest / "**" / "skc_torch" / "__init__.py"), recursive=True)
     assert len(inits) == 1, inits
     package = os.path.dirname(inits[0])
+    # Under the prefixes whose site-packages Debian's Python searches, it is one of those.
+    options = json.loads(subprocess.run([os.environ.get("MESON", "meson"), "introspect", "--buildoptions", build],
+                                        capture_output=True, text=True, check=True).stdout)
+    prefix = next(o["value"] for o in options if o["name"] == "prefix")
+    if prefix in ("/usr/local", "/usr"):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        path = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"], env=env,
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+        assert os.path.dirname(package)[len(str(dest)):] in path
     assert sorted(os.listdir(package)) == ["__init__.py", "_module.py", "_plugin.py", "_progress.py", "_session.py",
                                            "host_op_compiler", "libskc_torch.so", "py.typed"]
     assert os.access(os.path.join(package, "host_op_compiler"), os.X_OK)
