@@ -7,8 +7,9 @@
 //              lookup is done (session_files.hpp), before the kernel compiler starts
 //   gather     with several ranks, the node's leader gathers every rank's selection (policy/gather.hpp)
 //   key        on the leader: the digest of the gathered set and every kernel-changing input
-//   lookup or  on the leader: a cache hit, or a single-flight compile through the Invoker (one
-//   compile    process per key compiles)
+//   lookup or  on the leader: a cache hit; or a cover, cached packages inside the set (those of the
+//   compile    ops this process compiled before among them) and a compile of the rest; or a
+//              single-flight compile through the Invoker (one process per key compiles)
 //   install    on every rank: the package into the op library (the leader extracts it, the other
 //              ranks hold the leader's extraction)
 //   reselect   on every rank: the hook that makes the runtime use the installed kernels
@@ -194,7 +195,7 @@ private:
             [&](const GatheredSet& set) -> Value {
                 led = true;
                 if (many) clock.lap("gather");
-                return lead(run, set, rep, clock, pin);
+                return lead(run, set, *plan, rep, clock, pin);
             },
             [&](const Value& shared) {
                 if (many) clock.lap("gather");
@@ -242,16 +243,16 @@ private:
 
     /// The node's leader (every process when alone): key, lookup or compile, install (lead_set), with
     /// the ops the compiler fails on left out (detail/isolate.hpp). Returns what the other ranks need.
-    Value lead(const RunLayout& run, const GatheredSet& gathered, CompileReport& rep, detail::StageClock& clock,
-               std::shared_ptr<void>& pin) {
+    Value lead(const RunLayout& run, const GatheredSet& gathered, const SessionPlan& plan, CompileReport& rep,
+               detail::StageClock& clock, std::shared_ptr<void>& pin) {
         rep.gathered = gathered.digests.size();
         GatheredSet set = detail::leave_out_known(known_, gathered, run, rep, settings_.log);
         std::vector<FailedOp> blamed;  // remembered once the rest has compiled
         for (;;) {
             if (set.digests.empty()) return detail::leader_message(rep);  // skipped
             try {
-                const std::size_t built = lead_set(run, set, rep, clock, pin);
-                detail::count_work<cache_fits>(set.digests.size(), built, rep, cache_.get());
+                const auto [held, built] = lead_set(run, set, detail::with_earlier(set, plan), rep, clock, pin);
+                detail::count_work<cache_fits>(held, built, rep, cache_.get());
                 detail::remember_failures(known_, blamed, settings_.log);
                 return detail::leader_message(rep);
             } catch (const detail::OpsFailed& failed) {
@@ -260,17 +261,21 @@ private:
         }
     }
 
-    /// Key, lookup or compile, install; returns how many ops the package compiled or looked up under
-    /// a key of their own holds (the set's, or a cover's delta).
-    std::size_t lead_set(const RunLayout& run, const GatheredSet& set, CompileReport& rep, detail::StageClock& clock,
-                         std::shared_ptr<void>& pin) {
+    /// Key, lookup or compile, install. A cover is looked up for `whole`: `set` and the ops this process
+    /// compiled before, whose packages it installed (the in-process rule as a cover, docs/cache.md). Returns
+    /// how many ops the installs answer and how many of them were compiled or looked up under their own key.
+    std::pair<std::size_t, std::size_t> lead_set(const RunLayout& run, const GatheredSet& set, const GatheredSet& whole,
+                                                 CompileReport& rep, detail::StageClock& clock,
+                                                 std::shared_ptr<void>& pin) {
         detail::start_lead(rep);
         const CacheKey k = key(set, rep, clock);
+        const CacheKey kw = whole.digests.size() == set.digests.size() ? k : key(whole, rep, clock);
         Compile compile_it{invoker_, *this, run, set, k};
-        if constexpr (cache_fits) {
+        if constexpr (cache_fits)
             if (cache_) {
-                detail::report_lookup(*cache_, k, settings_);
-                if (auto built = lead_cover(run, set, k, rep, clock, pin)) return *built;
+                detail::report_lookup(*cache_, kw, settings_);
+                if (auto built = lead_cover(run, set, kw, rep, clock, pin)) return {whole.digests.size(), *built};
+                rep.key = k.hex();
                 auto out = lookup_or_compile(*cache_, k, compile_it, run, rep, clock);
                 if (!install_hit(out, rep, clock)) {
                     // Damaged and discarded: compile once more (read-only: not stored, it was not discarded).
@@ -284,12 +289,11 @@ private:
                     }
                 }
                 pin = std::make_shared<decltype(out)>(std::move(out));
-                return set.digests.size();
+                return {set.digests.size(), set.digests.size()};
             }
-        }
         lookup_or_compile(NoCache(), k, compile_it, run, rep, clock);
         install(rep, clock);
-        return set.digests.size();
+        return {set.digests.size(), set.digests.size()};
     }
 
     /// A hit, or a miss answered by a cover: the cached packages inside the set, and one lookup or

@@ -457,6 +457,82 @@ TEST_CASE("a new shape compiles only itself: the cached packages inside the set,
     CHECK(fourth.work() == "compiled 8 of 8 ops");
 }
 
+TEST_CASE("the in-process rule is a cover: a grown set in the same process compiles its new ops and records the set") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(12);
+    const std::vector<skc::OpRecord> a(ops.begin(), ops.begin() + 8);
+    PackingCompiler pc;
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv> c(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    const skc::CompileReport first = c.compile(a);
+    CHECK(first.work() == "compiled 8 of 8 ops");
+
+    // The 8 and 4 new ones in the same process: the 8 are not compiled again (the in-process rule:
+    // their verdict, and their package, installed by this process, is the cover's part) and the set
+    // is keyed and recorded as a new process would key it.
+    const skc::CompileReport grown = c.compile(ops);
+    CHECK(grown.already_compiled == 8);
+    CHECK(grown.selected == 4);
+    CHECK(pc.calls == 2);
+    CHECK(skc::read_op_info_dir(pc.requests.back().json_dir).ops.size() == 4);
+    CHECK(grown.work() == "compiled 4 of 12 ops (8 from 1 cached package)");
+    REQUIRE(grown.packages.size() == 2);
+    CHECK(grown.packages[0] == first.key);
+    CHECK(installed_index(tmp / "lib").size() == 12);
+    const std::optional<skc::CompositeEntry> composite = c.cache()->composite(grown.key);
+    REQUIRE(composite);
+    REQUIRE(composite->parts.size() == 2);
+    CHECK(composite->parts[0].key == first.key);
+    CHECK(composite->parts[1].key == grown.packages[1]);
+
+    // A new process with the 12: one lookup, the same key, nothing compiled.
+    skc::process_compiled().clear();
+    skc::StaticKernelCompiler<Inv> next(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+    const skc::CompileReport hit = next.compile(ops);
+    CHECK(hit.key == grown.key);
+    CHECK(hit.outcome == skc::CompileOutcome::hit);
+    CHECK(hit.work() == "compiled 0 of 12 ops (12 from 2 cached packages)");
+    CHECK(next.cache()->stats().composite_hits == 1);
+    CHECK(pc.calls == 2);
+
+    // Nothing new: skipped, at no cost (no key, no lookup, no install).
+    const skc::CompileReport same = c.compile(ops);
+    CHECK(same.outcome == skc::CompileOutcome::skipped);
+    CHECK(same.key.empty());
+    CHECK(same.stage("cache").count() == 0);
+}
+
+TEST_CASE("the in-process rule holds where no cover can: the cache off, or the earlier package gone from it") {
+    TempDir tmp;
+    const std::vector<skc::OpRecord> ops = many_ops(12);
+    const std::vector<skc::OpRecord> a(ops.begin(), ops.begin() + 8);
+    PackingCompiler pc;
+    skc::process_compiled().clear();
+    SUBCASE("the cache off") {
+        skc::Options o = options_for(tmp.path());
+        o.disable_static_kernel_compile_cache = true;
+        skc::StaticKernelCompiler<Inv> c(pc.invoker(), o, settings_for(tmp / "lib"));
+        c.compile(a);
+        const skc::CompileReport grown = c.compile(ops);
+        CHECK(grown.outcome == skc::CompileOutcome::disabled);
+        CHECK(skc::read_op_info_dir(pc.requests.back().json_dir).ops.size() == 4);
+        CHECK(grown.work() == "compiled 4 of 4 ops");
+        CHECK(installed_index(tmp / "lib").size() == 12);  // the first package is still installed
+    }
+    SUBCASE("the earlier package removed from the cache") {
+        skc::StaticKernelCompiler<Inv> c(pc.invoker(), options_for(tmp.path()), settings_for(tmp / "lib"));
+        const skc::CompileReport first = c.compile(a);
+        c.cache()->clear();  // as a prune by another process would
+        const skc::CompileReport grown = c.compile(ops);
+        CHECK(skc::read_op_info_dir(pc.requests.back().json_dir).ops.size() == 4);
+        CHECK(grown.work() == "compiled 4 of 4 ops");
+        CHECK(c.cache()->composites().empty());  // no package of the cache holds the 8
+        CHECK(installed_index(tmp / "lib").size() == 12);
+        CHECK(first.key != grown.key);
+    }
+    CHECK(pc.calls == 2);
+}
+
 TEST_CASE("a failed install leaves the ops to the next call, which installs them from the cache") {
     TempDir tmp;
     skc::process_compiled().clear();

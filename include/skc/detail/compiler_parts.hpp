@@ -3,6 +3,7 @@
 // on, the message from the node's leader to the other ranks, and its reports.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <exception>
@@ -30,6 +31,7 @@
 #include "../policy/installer.hpp"
 #include "../policy/invoker.hpp"
 #include "../policy/remote.hpp"
+#include "../select.hpp"
 #include "../session_files.hpp"
 #include "../value.hpp"
 #include "isolate.hpp"
@@ -398,6 +400,20 @@ inline Value leader_message(const CompileReport& rep) {
 
 /// A leader's attempt at its set starts with nothing installed or reused (an earlier attempt's
 /// installs stay held, but the report tells of the last).
+/// `set` and the ops of `plan` that this process compiled before (verdict already_compiled; their
+/// packages are installed), for the key only: it names no folder. A cover of it finds the packages of
+/// those ops among the cached ones (the in-process rule as a case of covers, docs/cache.md).
+inline GatheredSet with_earlier(const GatheredSet& set, const SessionPlan& plan) {
+    GatheredSet whole{{}, set.digests, set.names, set.ranks, {}};
+    std::unordered_set<Digest, DigestHash> seen(set.digests.begin(), set.digests.end());
+    for (const Decision& d : plan.decisions)
+        if (d.verdict == Verdict::already_compiled && seen.insert(d.digest).second) {
+            whole.digests.push_back(d.digest);
+            whole.names.push_back(d.name);
+        }
+    return whole;
+}
+
 inline void start_lead(CompileReport& rep) noexcept {
     rep.cached_packages = 0;
     rep.packages.clear();
@@ -492,7 +508,13 @@ std::optional<std::size_t> cover_step(Cache& cache, const CacheKey& key, const G
                 parts.push_back(CachePart{out.hit->entry.key, out.hit->entry.size, out.hit->entry.checksum});
                 saved += std::chrono::nanoseconds(out.hit->entry.compile_ns);
             }
-        if (parts.size() == pins->size()) cache.record_composite(key, parts, saved);
+        // Only when the packages hold every op of the key: ops compiled before by this process and
+        // not in a part are held by its own installs (with_earlier).
+        std::unordered_set<Digest, DigestHash> held(delta.digests.begin(), delta.digests.end());
+        held.insert(cover.covered.begin(), cover.covered.end());
+        const bool all =
+            std::all_of(key.ops.begin(), key.ops.end(), [&](const KeyOp& op) { return held.count(op.digest) != 0; });
+        if (all && parts.size() == pins->size()) cache.record_composite(key, parts, saved);
     }
     return delta.digests.size();
 }
