@@ -457,18 +457,22 @@ def scenario_sessions(base, other_base):
             report = json.loads(torch.ops.skc.compile())
         except RuntimeError as e:
             return {"error": str(e)}
-        before = static_calls()
+        before = counters()
         fn()
+        ran = sorted(t for t, c in counters().items() if c["static"] > before.get(t, {"static": 0})["static"])
         return {"outcome": report["outcome"], "already_compiled": report["counts"]["already_compiled"],
                 "compiled": report["counts"]["compiled"], "reused": report["counts"]["reused"],
-                "packages": report["packages"], "not_recorded": report["not_recorded"],
-                "static": static_calls() > before}
+                "packages": report["packages"], "not_recorded": report["not_recorded"], "key": report["key"],
+                "static": bool(ran), "static_types": ran}
 
     out = {"first": session({"base_dir": base}, lambda: torch.relu(x))}
     torch.ops.skc.disable()
     out["after disable"] = session({"base_dir": base}, lambda: torch.relu(x))
     out["another base"] = session({"base_dir": other_base}, lambda: torch.relu(x))
     out["same base again"] = session({"base_dir": other_base}, lambda: torch.relu(x))
+    # The set grows in the same process: the earlier op is not compiled again, its package is the
+    # cover's part, and the set is keyed and recorded as a new process keys it.
+    out["grown"] = session({"base_dir": other_base}, lambda: (torch.relu(x), torch.tanh(x)))
     torch.ops.skc.disable()
     out["failing compiler"] = session({"base_dir": base, "compiler": "/bin/false"}, lambda: torch.relu(x))
     torch.ops.skc.disable()

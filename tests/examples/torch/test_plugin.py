@@ -167,6 +167,13 @@ class Stock(TempBase):
         self.assertEqual(r["same base again"]["outcome"], "skipped", r)
         self.assertEqual(r["same base again"]["already_compiled"], 1, r)
         self.assertTrue(r["same base again"]["static"], r)
+        g = r["grown"]
+        self.assertEqual((g["outcome"], g["already_compiled"], g["compiled"], g["reused"]), ("compiled", 1, 1, 1), r)
+        self.assertEqual(g["packages"][0], r["another base"]["packages"][0], r)
+        self.assertEqual(len(g["packages"]), 2, r)
+        self.assertEqual(g["static_types"], ["Relu", "Tanh"], r)
+        cache = os.path.join(other, "static_kernel_compile_outputs", "static_kernel_cache")
+        self.assertEqual(len(glob.glob(os.path.join(cache, "*", "composites", g["key"]))), 1, r)
         self.assertIn("error", r["failing compiler"], r)
         self.assertTrue(r["failing compiler"]["error"].startswith("skc: "), r)
         # Nothing the host kernels compile: no error, nothing compiled, and the reasons said.
