@@ -64,34 +64,52 @@ class _Bar:
             self.bar.close()
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while a compile showed its progress: the compile cannot stop half-way, so it was
+    waited for; `report` is its report (JSON) or `error` what it raised."""
+
+    def __init__(self, report: Optional[str], error: Optional[BaseException]) -> None:
+        super().__init__()
+        self.report = report
+        self.error = error
+
+
 def run(progress: Optional[bool]) -> str:
     """``torch.ops.skc.compile()``'s report (JSON), with its progress shown as :func:`wanted` says.
-    An interrupt (Ctrl-C) stops the display, not the compile: the process ends when it does."""
+    An interrupt (Ctrl-C) stops the display, not the compile: it is waited for, and
+    :class:`Interrupted` carries its outcome."""
     if not wanted(progress):
         return str(_plugin.call("compile"))
     outcome: Dict[str, Any] = {}
+    done = threading.Event()  # waited on, not the thread: an interrupted Thread.join() may let it go
 
     def compile_in_thread() -> None:
         try:
             outcome["report"] = _plugin.call("compile")
         except BaseException as e:  # noqa: B036  (handed to the calling thread)
             outcome["error"] = e
+        finally:
+            done.set()
 
     worker = threading.Thread(target=compile_in_thread, name="skc_torch compile")
     bar = _Bar()
     start = time.monotonic()
     worker.start()
     try:
-        while True:
-            worker.join(POLL_S)
-            if not worker.is_alive():
-                break
+        while not done.wait(POLL_S):
             p = json.loads(_plugin.call("progress"))
             age = time.monotonic() - start
             if p is not None and age >= DELAY_S:
                 bar.show(p, age)
+    except KeyboardInterrupt as interrupt:
+        bar.close()
+        print("skc: the compile cannot stop half-way; waiting for its end", file=sys.stderr, flush=True)
+        done.wait()
+        worker.join()
+        raise Interrupted(outcome.get("report"), outcome.get("error")) from interrupt
     finally:
         bar.close()
+    worker.join()
     if "error" in outcome:
         raise outcome["error"]
     return str(outcome["report"])

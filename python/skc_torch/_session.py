@@ -175,6 +175,12 @@ class Recording:
             except Error as e:
                 self._error = e
                 raise
+            except _progress.Interrupted as stop:  # Ctrl-C: the compile ran to its end all the same
+                if stop.report is not None:
+                    self._report = CompileReport.from_json(stop.report)
+                elif isinstance(stop.error, Error):
+                    self._error = stop.error
+                raise
             return self._report
 
     def __enter__(self) -> "Recording":
