@@ -125,6 +125,7 @@ template <class I>
 struct InvokerTraits;
 
 struct InstallOptions;
+struct InstallRequest;
 class Installation;
 struct InstalledPackage;
 class RunPackageInstaller;
