@@ -90,13 +90,16 @@ bool IndexCache<S, L>::remote_lookup_or_lease(const std::string& hex, LockClock:
 
 /// Downloads the key's package from the remote tier straight into this cache's storage, checked
 /// as it streams (size and checksum against the record), then writes the entry: true. False when
-/// it is not there (absent, or evicted: a miss) or is refused (tampered: counted as an error, with
-/// a warning); nothing is stored then. An upload found unusable before (`bad`, its token) is not
-/// counted or told again. Faults of the remote throw; those of the storage throw LocalFault.
+/// it is not there (absent, a composite's record, or evicted: a miss) or is refused (tampered:
+/// counted as an error, with a warning); nothing is stored then. An upload found unusable before
+/// (`bad`, its token) is not counted or told again. Faults of the remote throw; those of the
+/// storage throw LocalFault.
 template <class S, class L>
 bool IndexCache<S, L>::download(const std::string& hex, bool count_miss, std::optional<std::uint64_t>& bad) {
     std::optional<std::string> record = remote_->get_record(remote_ns_, hex);
-    if (!record) {
+    // A composite's record has no package of its own (fetch_composite() downloads its parts): when
+    // a part could not be had, the key is a miss, not a refused record.
+    if (!record || decode_remote_composite(*record, hex)) {
         if (count_miss) {
             std::lock_guard lock(mu_);
             ++stats_.remote_misses;
