@@ -64,13 +64,14 @@ skc::CacheKey key_of(int i, skc::KeyInputs in = {"8.0", "dev", false, {}}) {
     return skc::make_cache_key(set, in);
 }
 
-/// Collects log lines.
+/// Collects log lines of level `min` and above.
 struct LogCapture {
     std::shared_ptr<std::vector<std::string>> lines = std::make_shared<std::vector<std::string>>();
     std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+    skc::LogLevel min = skc::LogLevel::warning;
     skc::LogSink sink() {
-        return [lines = lines, mu = mu](skc::LogLevel level, std::string_view l) {
-            if (level < skc::LogLevel::warning) return;
+        return [lines = lines, mu = mu, min = min](skc::LogLevel level, std::string_view l) {
+            if (level < min) return;
             std::lock_guard lock(*mu);
             lines->emplace_back(l);
         };
@@ -1001,6 +1002,120 @@ TEST_CASE_TEMPLATE("composites: a part replaced, removed or damaged is found; th
     CHECK(cache->get_or_compile(u, [&] { return compiler(u); }).result == skc::CacheResult::compiled);
     CHECK_FALSE(cache->composite(u.hex()).has_value());
     CHECK(cache->cover(u).whole);
+}
+
+TEST_CASE_TEMPLATE("composites: verify_all removes a composite whose text is unreadable, says so, and keeps its parts",
+                   C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey a = range_key(0, 4), b = range_key(4, 8), u = range_key(0, 8);
+    for (const skc::CacheKey& k : {a, b}) cache->get_or_compile(k, [&] { return compiler(k); });
+    const std::string name = "composites/" + u.hex();
+    cache->record_composite(u, parts_of(cache->cover(u)), 1ms);
+    const std::string text = *cache->storage().read(name);
+    // The parts as they are: their entries and packages, byte for byte.
+    auto parts_now = [&] {
+        std::vector<std::optional<std::string>> out;
+        for (const skc::CacheKey& k : {a, b})
+            for (const std::string& n : {"entries/" + k.hex(), "packages/" + k.hex() + ".run", "oplists/" + k.hex()})
+                out.push_back(cache->storage().read(n));
+        return out;
+    };
+    const std::vector<std::optional<std::string>> parts = parts_now();
+    std::string altered = text;
+    altered[altered.find("\nops 8\n") + 5] = '9';
+    const std::vector<std::pair<const char*, std::string>> garbled{
+        {"cut in half", text.substr(0, text.size() / 2)},
+        {"without its last line", text.substr(0, text.rfind('\n', text.size() - 2) + 1)},
+        {"one field altered (its check line no longer matches)", altered},
+        {"empty", ""},
+        {"not text", std::string("\0\xff\x01garbage", 10)},
+    };
+    for (const auto& [what, bytes] : garbled) {
+        INFO(what);
+        cache->storage().write(name, bytes);
+        const skc::VerifyReport v = cache->verify_all();
+        CHECK(v.checked == 3);
+        REQUIRE(v.bad.size() == 1);
+        CHECK(v.bad[0].key == u.hex());
+        CHECK(v.bad[0].reason == "the composite is unreadable (truncated or altered)");
+        CHECK(v.bad[0].removed);
+        CHECK_FALSE(cache->storage().stat(name).has_value());
+        CHECK(parts_now() == parts);
+        const skc::VerifyReport clean = cache->verify_all();
+        CHECK(clean.checked == 2);
+        CHECK(clean.bad.empty());
+        // The entries cover the set again, and the cover is recorded anew.
+        {
+            const auto c = cache->cover(u);
+            CHECK_FALSE(c.composite);
+            CHECK(c.covered.size() == 8);
+        }
+        cache->record_composite(u, parts_of(cache->cover(u)), 1ms);
+        CHECK(cache->composite(u.hex()).has_value());
+    }
+    CHECK(fx.log.lines->empty());
+}
+
+TEST_CASE_TEMPLATE(
+    "composites: a part's package of another size drops the composite at the lookup; the entries cover the set "
+    "again",
+    C, FsFileLock, MemProcessLock) {
+    Fixture<C> fx;
+    fx.log.min = skc::LogLevel::info;
+    auto cache = fx.make();
+    Compiler compiler{fx.dir.path()};
+    const skc::CacheKey a = range_key(0, 4), b = range_key(4, 8), u = range_key(0, 8);
+    for (const skc::CacheKey& k : {a, b}) cache->get_or_compile(k, [&] { return compiler(k); });
+    const std::string package = "packages/" + a.hex() + ".run", b_package = "packages/" + b.hex() + ".run";
+    const std::string b_bytes = *cache->storage().read(b_package);
+    const std::size_t size = Compiler::content(a).size();
+    for (const std::size_t other : {size / 2, size + 100}) {  // cut short, then grown
+        INFO("part a's package of " << other << " bytes, not " << size);
+        cache->record_composite(u, parts_of(cache->cover(u)), 1ms);
+        REQUIRE(cache->composite(u.hex()).has_value());
+        fx.log.lines->clear();
+        if constexpr (std::is_same_v<C, MemProcessLock>) {
+            std::string bytes = Compiler::content(a);
+            bytes.resize(other, 'k');
+            fx.storage.write(package, bytes);
+        } else {
+            fs::resize_file(*skc::StorageTraits<skc::FilesystemStorage>::local_path(cache->storage(), package), other);
+        }
+        auto fresh = fx.make();  // another process
+        {
+            const auto c = fresh->cover(u);
+            CHECK_FALSE(c.composite);
+            REQUIRE(c.parts.size() == 1);  // b; a's ops are the rest, for the host to compile
+            CHECK(c.parts[0].entry.key == b.hex());
+            CHECK(c.covered.size() == 4);
+        }
+        CHECK(*fx.log.lines ==
+              std::vector<std::string>{"cache composite " + u.hex() + " is not used: the package of its part " +
+                                           a.hex() + " is missing or has another size",
+                                       "cache entry " + a.hex() +
+                                           " is unusable and treated as a miss: the package's size is " +
+                                           std::to_string(other) + " bytes, the entry says " + std::to_string(size)});
+        CHECK_FALSE(fresh->composite(u.hex()).has_value());
+        CHECK_FALSE(fresh->storage().stat(package).has_value());
+        CHECK(*fresh->storage().read(b_package) == b_bytes);
+        CHECK(fresh->stats().composite_hits == 0);
+        // The rest compiled under a's key, the cover recorded again: the next lookup is the
+        // composite, with the packages' right bytes, and the cache verifies clean.
+        CHECK(fresh->get_or_compile(a, [&] { return compiler(a); }).result == skc::CacheResult::compiled);
+        fresh->record_composite(u, parts_of(fresh->cover(u)), 1ms);
+        {
+            const auto c = fresh->cover(u);
+            CHECK(c.composite);
+            REQUIRE(c.parts.size() == 2);
+            for (const auto& h : c.parts)
+                CHECK(*fresh->storage().read(h.entry.package) == Compiler::content(h.entry.key == a.hex() ? a : b));
+        }
+        const skc::VerifyReport v = fresh->verify_all();
+        CHECK(v.checked == 3);
+        CHECK(v.bad.empty());
+    }
 }
 
 TEST_CASE("import: a composite whose parts are not before it, or whose text is altered, adds nothing and says why") {
