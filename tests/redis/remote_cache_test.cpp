@@ -9,6 +9,8 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +18,7 @@
 #include <skc/op_info_io.hpp>
 #include <skc/value.hpp>
 
+#include "redis_proxy.hpp"
 #include "redis_server.hpp"
 #include "run_tool.hpp"
 #include "test_support.hpp"
@@ -48,20 +51,34 @@ struct World {
         fs::permissions(compiler, fs::perms::owner_all);
     }
 
-    std::vector<std::string> args(const std::string& base, const std::string& url) const {
-        return {"compile",    "--ops",  ops.string(), "--base",         (tmp / base).string(),
-                "--compiler", compiler, "--device",   "host-cpu",       "--toolchain-version",
-                "1.0",        "--jobs", "1",          "--remote-cache", url,
-                "--json"};
+    /// skc compile of the op files in `op_dir` (empty: `ops`) into `base`, with the remote tier at
+    /// `url` (empty: none).
+    std::vector<std::string> args(const std::string& base, const std::string& url, const fs::path& op_dir = {}) const {
+        std::vector<std::string> a{"compile",
+                                   "--ops",
+                                   (op_dir.empty() ? ops : op_dir).string(),
+                                   "--base",
+                                   (tmp / base).string(),
+                                   "--compiler",
+                                   compiler,
+                                   "--device",
+                                   "host-cpu",
+                                   "--toolchain-version",
+                                   "1.0",
+                                   "--jobs",
+                                   "1",
+                                   "--json"};
+        if (!url.empty()) a.insert(a.end(), {"--remote-cache", url});
+        return a;
     }
-    skc_test::Started start(const std::string& base, const std::string& url, const fs::path& io,
-                            bool own_group = false) const {
+    skc_test::Started start(const std::string& base, const std::string& url, const fs::path& io, bool own_group = false,
+                            const fs::path& op_dir = {}) const {
         fs::create_directories(tmp / base);
-        return skc_test::start_program(tool, tmp.path(), args(base, url), {}, io, own_group);
+        return skc_test::start_program(tool, tmp.path(), args(base, url, op_dir), {}, io, own_group);
     }
-    Run run(const std::string& base, const std::string& url) const {
+    Run run(const std::string& base, const std::string& url, const fs::path& op_dir = {}) const {
         TempDir io;
-        return skc_test::finish(start(base, url, io.path()));
+        return skc_test::finish(start(base, url, io.path(), false, op_dir));
     }
     /// How many times the compiler ran for `base` (one op_compiler.log per run).
     std::size_t compiler_runs(const std::string& base) const {
@@ -72,6 +89,20 @@ struct World {
         return n;
     }
     Run skc(const std::vector<std::string>& a) const { return skc_test::run_program(tool, tmp.path(), a); }
+    /// The `total` of skc cache stats for `base`.
+    skc::Value totals(const std::string& base) const {
+        const Run s = skc({"cache", "stats", "--base", (tmp / base).string(), "--json"});
+        REQUIRE(s.status == 0);
+        return *skc::parse_json(s.out).find("total");
+    }
+    /// A second op in `ops`; returns a folder of the first alone (a part of the set of both).
+    fs::path grow() const {
+        const fs::path small = tmp / "small";
+        fs::create_directories(small);
+        fs::copy_file(ops / "Gelu_float_ND_32_256_8.json", small / "Gelu_float_ND_32_256_8.json");
+        fs::copy_file(skc_test::example_ops_dir() / "Add_float_ND_32_64_9.json", ops / "Add_float_ND_32_64_9.json");
+        return small;
+    }
 };
 
 std::string outcome(const Run& r) {
@@ -91,12 +122,34 @@ std::string keys(RedisServer& r, const std::string& pattern) {
     return k == "(empty)" ? std::string() : k;
 }
 
-void wait_for_lease(RedisServer& r) {
+/// Waits until a lease is held (`held`), or until none is (each expires on its own).
+void wait_for_lease(RedisServer& r, bool held = true) {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (keys(r, "skc:*:lease:*").empty()) {
+    while (keys(r, "skc:*:lease:*").empty() == held) {
         REQUIRE(std::chrono::steady_clock::now() < deadline);
         std::this_thread::sleep_for(20ms);
     }
+}
+
+/// The keys of the server's records (what follows `:record:` in their names).
+std::set<std::string> record_keys(RedisServer& r) {
+    std::set<std::string> out;
+    std::istringstream in(keys(r, "skc:*:record:*"));
+    for (std::string k; std::getline(in, k);) out.insert(k.substr(k.find(":record:") + 8));
+    return out;
+}
+
+/// Chunks that no record names and that never expire (a committed upload's chunks persist; an
+/// upload never committed leaves chunks that expire): one line each.
+std::string chunks_left_for_ever(RedisServer& r) {
+    const std::set<std::string> records = record_keys(r);
+    std::string out;
+    std::istringstream in(keys(r, "skc:*:chunk:*"));
+    for (std::string k; std::getline(in, k);) {
+        const std::size_t at = k.find(":chunk:") + 7;
+        if (r.command({"PTTL", k}) == "-1" && records.count(k.substr(at, k.find(':', at) - at)) == 0) out += k + "\n";
+    }
+    return out;
 }
 
 const std::string failed_warning = "the remote cache failed (";
@@ -144,21 +197,8 @@ TEST_CASE("two bases and one Redis: the first compiles, the second downloads and
 TEST_CASE("two bases and one Redis: a grown set's composite and its parts; a base with some parts downloads the rest") {
     World w;
     RedisServer redis;
-    const fs::path small = w.tmp / "small";  // the first op alone
-    fs::create_directories(small);
-    fs::copy_file(w.ops / "Gelu_float_ND_32_256_8.json", small / "Gelu_float_ND_32_256_8.json");
-    fs::copy_file(skc_test::example_ops_dir() / "Add_float_ND_32_64_9.json", w.ops / "Add_float_ND_32_64_9.json");
-    const auto run = [&](const std::string& base, const fs::path& ops) {
-        std::vector<std::string> args = w.args(base, redis.url());
-        args[2] = ops.string();
-        fs::create_directories(w.tmp / base);
-        return skc_test::run_program(tool, w.tmp.path(), args);
-    };
-    const auto remote_stats = [&](const std::string& base) {
-        const Run s = w.skc({"cache", "stats", "--base", (w.tmp / base).string(), "--json"});
-        REQUIRE(s.status == 0);
-        return *skc::parse_json(s.out).find("total");
-    };
+    const fs::path small = w.grow();  // the first op alone
+    const auto run = [&](const std::string& base, const fs::path& ops) { return w.run(base, redis.url(), ops); };
     // Base a: the first op, then both: the second compiles only the new op, and uploads the
     // composite of the two packages after them.
     REQUIRE(outcome(run("a", small)) == "compiled");
@@ -176,19 +216,19 @@ TEST_CASE("two bases and one Redis: a grown set's composite and its parts; a bas
     CHECK(skc::parse_json(b.out).find("counts")->find("compiled")->as_int() == 0);
     CHECK(skc::parse_json(b.out).find("counts")->find("reused")->as_int() == 2);
     CHECK(w.compiler_runs("b") == 0);
-    CHECK(remote_stats("b").find("remote")->find("hits")->as_int() == 2);
-    CHECK(remote_stats("b").find("composite_hits")->as_int() == 1);
+    CHECK(w.totals("b").find("remote")->find("hits")->as_int() == 2);
+    CHECK(w.totals("b").find("composite_hits")->as_int() == 1);
     CHECK(fs::exists(w.tmp / "b/static_kernel_compile_outputs/static_kernel_cache/CANN-1.0_host-cpu/composites" /
                      set_key));
 
     // Base c has the first op's package already: it downloads only the second's.
     REQUIRE(outcome(run("c", small)) == "downloaded");
-    const std::int64_t bytes_before = remote_stats("c").find("remote")->find("download_bytes")->as_int();
+    const std::int64_t bytes_before = w.totals("c").find("remote")->find("download_bytes")->as_int();
     const Run c = run("c", w.ops);
     REQUIRE_MESSAGE(c.status == 0, c.err);
     CHECK(skc::parse_json(c.out).find("counts")->find("compiled")->as_int() == 0);
     CHECK(w.compiler_runs("c") == 0);
-    const skc::Value sc = remote_stats("c");
+    const skc::Value sc = w.totals("c");
     CHECK(sc.find("remote")->find("hits")->as_int() == 2);  // the first op's, then only the second's
     CHECK(sc.find("remote")->find("download_bytes")->as_int() > bytes_before);
     CHECK(count(b.err + c.err, failed_warning) == 0);
@@ -196,6 +236,105 @@ TEST_CASE("two bases and one Redis: a grown set's composite and its parts; a bas
     const Run v = w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url()});
     CHECK(v.status == 0);
     CHECK(v.out.find("CANN-1.0_host-cpu: checked 3 remote entries, all good") != std::string::npos);
+}
+
+namespace {
+
+/// Base a compiles the first op without the remote (a part only a has), then the set of both with
+/// it: the cover compiles and uploads the second op (the rest), records the composite in a, then
+/// uploads the part under its lease and the composite's record last (upload_composite). A proxy in
+/// front of Redis stops a's commands where the bytes `stop_at(part)` are, with half a command sent,
+/// and a is killed there; `part_whole`: the part's record was committed before. Nothing is lost:
+/// each tier verifies clean, and the next node uploads what is missing.
+void kill_during_cover_upload(std::vector<std::string> (*stop_at)(const std::string& part), bool part_whole) {
+    World w;
+    RedisServer redis;
+    const std::string url = redis.url() + "?lease_ttl=1000";
+    const fs::path small = w.grow();
+    const Run first = w.run("a", "", small);
+    REQUIRE_MESSAGE(first.status == 0, first.err);
+    const std::string part = skc::parse_json(first.out).find("key")->as_string();
+
+    skc_test::RedisProxy proxy(redis.port(), stop_at(part));
+    TempDir io;
+    const skc_test::Started s = w.start("a", proxy.url() + "?lease_ttl=1000", io.path(), /*own_group=*/true);
+    const bool stalled = proxy.stalled(60s);
+    ::kill(-s.pid, SIGKILL);
+    const Run killed = skc_test::finish(s);
+    REQUIRE_MESSAGE(stalled, "the upload did not come to the point: " << killed.out << killed.err);
+    CHECK(killed.status == 128 + SIGKILL);
+
+    // a's cache is whole: the part, the rest and the composite; the remote has only whole
+    // records, and an upload left half done expires.
+    const std::string ns = "CANN-1.0_host-cpu: ";
+    const Run local = w.skc({"cache", "verify", "--base", (w.tmp / "a").string()});
+    CHECK(local.status == 0);
+    CHECK(local.out == ns + "checked 3 entries, all good\n");
+    const std::vector<std::string> verify_remote{"cache", "verify", "--remote", "--remote-cache", redis.url()};
+    const std::set<std::string> before = record_keys(redis);  // the rest's, and the part's when whole
+    CHECK(before.count(part) == (part_whole ? 1 : 0));
+    REQUIRE(before.size() == (part_whole ? 2 : 1));
+    const std::string rest = *before.begin() == part ? *before.rbegin() : *before.begin();
+    const Run v = w.skc(verify_remote);
+    CHECK(v.status == 0);
+    CHECK(v.out == redis.url() + "/0\n" + ns + "checked " + std::to_string(before.size()) + " remote " +
+                       (before.size() == 1 ? "entry" : "entries") + ", all good\n");
+    CHECK(chunks_left_for_ever(redis).empty());
+
+    // Once a's leases have expired, base b, which compiled the first op without the remote as a
+    // did, asks for the set: its cover downloads the rest (whole there), compiles nothing, and
+    // uploads what the remote lacks (the part, when a's upload of it did not end) and the
+    // composite.
+    wait_for_lease(redis, /*held=*/false);
+    const Run b_part = w.run("b", "", small);
+    REQUIRE_MESSAGE(b_part.status == 0, b_part.err);
+    const Run b = w.run("b", url);
+    REQUIRE_MESSAGE(b.status == 0, b.err);
+    INFO(b.out, b.err);
+    CHECK(skc::parse_json(b.out).find("counts")->find("compiled")->as_int() == 0);
+    CHECK(w.totals("b").find("remote")->find("hits")->as_int() == 1);
+    const std::string set_key = skc::parse_json(b.out).find("key")->as_string();
+    CHECK(record_keys(redis) == std::set<std::string>{part, rest, set_key});
+    const Run v2 = w.skc(verify_remote);
+    CHECK(v2.status == 0);
+    CHECK(v2.out == redis.url() + "/0\n" + ns + "checked 3 remote entries, all good\n");
+
+    // Base c has nothing: it downloads the composite and both parts; a hits its own composite.
+    const Run c = w.run("c", url);
+    REQUIRE_MESSAGE(c.status == 0, c.err);
+    CHECK(skc::parse_json(c.out).find("counts")->find("compiled")->as_int() == 0);
+    CHECK(w.compiler_runs("c") == 0);
+    CHECK(w.totals("c").find("composite_hits")->as_int() == 1);
+    CHECK(w.totals("c").find("remote")->find("hits")->as_int() == 2);
+    const Run a = w.run("a", url);
+    CHECK(outcome(a) == "hit");
+    CHECK(skc::parse_json(a.out).find("counts")->find("compiled")->as_int() == 0);
+    // Nothing refused or failed anywhere, and every base verifies clean.
+    for (const char* base : {"a", "b", "c"}) {
+        CHECK(w.totals(base).find("remote")->find("errors")->as_int() == 0);
+        const Run vb = w.skc({"cache", "verify", "--base", (w.tmp / base).string()});
+        CHECK_MESSAGE(vb.status == 0, base << ": " << vb.out);
+    }
+    CHECK(count(b.err + c.err + a.err, "warning") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL into the upload of a cover's part: no bad record in either tier, the next node uploads it") {
+    kill_during_cover_upload([](const std::string& part) { return std::vector{":chunk:" + part}; }, false);
+}
+
+TEST_CASE("SIGKILL after a cover's part is sent, before its record: it expires, the next node uploads it") {
+    kill_during_cover_upload(
+        [](const std::string& part) {
+            return std::vector{":chunk:" + part, ":chunk:" + part};
+        },
+        false);
+}
+
+TEST_CASE("SIGKILL after a cover's parts, before the composite's record: the next node records it") {
+    kill_during_cover_upload([](const std::string&) { return std::vector<std::string>{"skc-cache-composite 1\n"}; },
+                             true);
 }
 
 TEST_CASE("8 processes across two bases at once: one compile") {
