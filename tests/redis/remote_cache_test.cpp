@@ -337,6 +337,56 @@ TEST_CASE("SIGKILL after a cover's parts, before the composite's record: the nex
                              true);
 }
 
+TEST_CASE("verify --remote: a composite whose part's record is gone is reported bad and removed, nothing else") {
+    World w;
+    RedisServer redis;
+    const fs::path small = w.grow();
+    const Run first = w.run("a", redis.url(), small);
+    REQUIRE(outcome(first) == "compiled");
+    const Run grown = w.run("a", redis.url());
+    REQUIRE_MESSAGE(grown.status == 0, grown.err);
+    const std::string part = skc::parse_json(first.out).find("key")->as_string();
+    const std::string set_key = skc::parse_json(grown.out).find("key")->as_string();
+    const std::string rest = fs::path(skc::parse_json(grown.out).find("package")->as_string()).stem().string();
+    REQUIRE(record_keys(redis) == std::set<std::string>{part, rest, set_key});
+    const std::string rest_chunks = keys(redis, "skc:*:chunk:" + rest + ":*");
+    REQUIRE_FALSE(rest_chunks.empty());
+    // The first part's record goes, as when Redis evicts it (its chunk goes later, or not at all).
+    REQUIRE(redis.command({"DEL", "skc:CANN-1.0_host-cpu:record:" + part}) == "1");
+
+    const std::string head = redis.url() + "/0\nCANN-1.0_host-cpu: checked 2 remote entries, 1 bad\n  " + set_key +
+                             ": its part " + part + " is not the package it recorded";
+    const std::vector<std::string> verify{"cache", "verify", "--remote", "--remote-cache", redis.url()};
+    const Run kept = w.skc({"cache", "verify", "--remote", "--remote-cache", redis.url(), "--remote-read-only"});
+    CHECK(kept.status == 1);
+    CHECK(kept.out == head + "\n");
+    CHECK(record_keys(redis) == std::set<std::string>{rest, set_key});
+
+    // A node that finds the composite cannot download its part: it compiles the set (a miss of the
+    // remote, not a fault of it).
+    fs::create_directories(w.tmp / "b");
+    std::vector<std::string> reader = w.args("b", redis.url());
+    reader.push_back("--remote-read-only");
+    const Run b = w.skc(reader);
+    REQUIRE_MESSAGE(b.status == 0, b.err);
+    CHECK(outcome(b) == "compiled");
+    CHECK(skc::parse_json(b.out).find("counts")->find("compiled")->as_int() == 2);
+    CHECK_MESSAGE(count(b.err, "warning") == 0, b.err);
+    CHECK(w.totals("b").find("remote")->find("errors")->as_int() == 0);
+
+    const Run removed = w.skc(verify);
+    CHECK(removed.status == 1);
+    CHECK(removed.out == head + " (removed)\n");
+    CHECK(record_keys(redis) == std::set<std::string>{rest});
+    CHECK(keys(redis, "skc:*:chunk:" + rest + ":*") == rest_chunks);
+    const Run again = w.skc(verify);
+    CHECK(again.status == 0);
+    CHECK(again.out == redis.url() + "/0\nCANN-1.0_host-cpu: checked 1 remote entry, all good\n");
+    const Run local = w.skc({"cache", "verify", "--base", (w.tmp / "a").string()});
+    CHECK(local.status == 0);
+    CHECK(local.out == "CANN-1.0_host-cpu: checked 3 entries, all good\n");
+}
+
 TEST_CASE("8 processes across two bases at once: one compile") {
     World w;
     RedisServer redis;
