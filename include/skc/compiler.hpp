@@ -269,10 +269,10 @@ private:
                                                  std::shared_ptr<void>& pin) {
         detail::start_lead(rep);
         const CacheKey k = key(set, rep, clock);
-        const CacheKey kw = whole.digests.size() == set.digests.size() ? k : key(whole, rep, clock);
         Compile compile_it{invoker_, *this, run, set, k};
         if constexpr (cache_fits)
             if (cache_) {
+                const CacheKey kw = whole.digests.size() == set.digests.size() ? k : key(whole, rep, clock);
                 detail::report_lookup(*cache_, kw, settings_);
                 if (auto built = lead_cover(run, set, kw, rep, clock, pin)) return {whole.digests.size(), *built};
                 rep.key = k.hex();

@@ -398,8 +398,6 @@ inline Value leader_message(const CompileReport& rep) {
                         {"cached_packages", Value(rep.cached_packages)}});
 }
 
-/// A leader's attempt at its set starts with nothing installed or reused (an earlier attempt's
-/// installs stay held, but the report tells of the last).
 /// `set` and the ops of `plan` that this process compiled before (verdict already_compiled; their
 /// packages are installed), for the key only: it names no folder. A cover of it finds the packages of
 /// those ops among the cached ones (the in-process rule as a case of covers, docs/cache.md).
@@ -414,6 +412,8 @@ inline GatheredSet with_earlier(const GatheredSet& set, const SessionPlan& plan)
     return whole;
 }
 
+/// A leader's attempt at its set starts with nothing installed or reused (an earlier attempt's
+/// installs stay held, but the report tells of the last).
 inline void start_lead(CompileReport& rep) noexcept {
     rep.cached_packages = 0;
     rep.packages.clear();
