@@ -1032,9 +1032,9 @@ TEST_CASE_TEMPLATE("composites: verify_all removes a composite whose text is unr
         {"empty", ""},
         {"not text", std::string("\0\xff\x01garbage", 10)},
     };
-    for (const auto& [what, bytes] : garbled) {
-        INFO(what);
-        cache->storage().write(name, bytes);
+    for (const auto& g : garbled) {  // not a structured binding: INFO captures it in a lambda
+        INFO(g.first);
+        cache->storage().write(name, g.second);
         const skc::VerifyReport v = cache->verify_all();
         CHECK(v.checked == 3);
         REQUIRE(v.bad.size() == 1);
