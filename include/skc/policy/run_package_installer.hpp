@@ -199,6 +199,10 @@ private:
     static Order read_config(const std::filesystem::path& base);
     static std::string config_text(const Order& order);
     static bool installed_locked(const std::filesystem::path& base, const std::string& stem);
+    /// `stem` listed in `order` (config.ini as read, or as about to be published) and its folder there.
+    static bool installed_in(const Order& order, const std::filesystem::path& base, const std::string& stem);
+    /// `stem` moved to (or added at) the end of `order`: the last installed, whose kernels win.
+    static void install_last(Order& order, const std::string& stem, const std::string& device);
     static Installation publish_and_hold_locked(const std::filesystem::path& base, const std::string& stem,
                                                 const std::string& device, const InstallOptions& opt, bool extracted,
                                                 bool reused);

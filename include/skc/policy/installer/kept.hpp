@@ -249,8 +249,7 @@ inline std::vector<Installation> RunPackageInstaller::install_kept(const std::ve
     std::vector<bool> reused;
     for (std::size_t i = 0; i < requests.size() && requests[i].options.backend == backend; ++i) {
         const std::string stem = requests[i].package.stem().string();
-        if (std::any_of(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }) &&
-            ::lstat((base / stem).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (installed_in(order, base, stem)) {
             reused.push_back(false);  // installed already
             continue;
         }
@@ -259,9 +258,7 @@ inline std::vector<Installation> RunPackageInstaller::install_kept(const std::ve
         const std::optional<std::string> device =
             reuse_locked(base, stem, requests[i].package, requests[i].options, *ids[i]);
         if (!device) break;
-        order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
-                    order.end());
-        order.emplace_back(stem, *device);
+        install_last(order, stem, *device);
         reused.push_back(true);
     }
     // Published before any holder is added, as publish_and_hold_locked() does.

@@ -88,10 +88,20 @@ inline std::string RunPackageInstaller::config_text(const Order& order) {
 }
 
 inline bool RunPackageInstaller::installed_locked(const std::filesystem::path& base, const std::string& stem) {
-    const Order order = read_config(base);
+    return installed_in(read_config(base), base, stem);
+}
+
+inline bool RunPackageInstaller::installed_in(const Order& order, const std::filesystem::path& base,
+                                              const std::string& stem) {
     struct stat st {};
     return std::any_of(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }) &&
            ::lstat((base / stem).c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+inline void RunPackageInstaller::install_last(Order& order, const std::string& stem, const std::string& device) {
+    order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
+                order.end());
+    order.emplace_back(stem, device);
 }
 
 /// Under the lock, with the package folder in place: lists `stem` last in config.ini, rebuilds the
@@ -103,9 +113,7 @@ inline Installation RunPackageInstaller::publish_and_hold_locked(const std::file
                                                                  const InstallOptions& opt, bool extracted,
                                                                  bool reused) {
     auto order = read_config(base);
-    order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& e) { return e.first == stem; }),
-                order.end());
-    order.emplace_back(stem, device);
+    install_last(order, stem, device);
     publish_locked(base, order);
     return hold_locked(base, stem, opt, extracted, reused);
 }
