@@ -728,7 +728,10 @@ inline void emit(Src& s, const GradPlan& p, std::int64_t w) {
     s.line("float* __restrict dx = outputs[0];");
     const char* f = vector_grad(p.kind);
     if (f == nullptr) {
-        s.line("for (idx i = 0; i < " + n(p.n) + "; ++i) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];");
+        s.loop("i", "0", n(p.n));
+        s.line("const float g = dy[i];  // read whatever x is, as SelectPlan's emit() says why");
+        s.line("dx[i] = x[i] <= 0.0f ? 0.0f : g;");
+        s.close();
         return;
     }
     const std::int64_t whole = p.n - p.n % w, rest = p.n % w;
@@ -1448,7 +1451,13 @@ inline void emit(Src& s, const SelectPlan& p, std::int64_t /*w: scalar code*/) {
         const std::string bv = b_run ? bname + "[" + plus_i(bi) + "]" : "sb";
         const std::string run = "for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) + "] = ";
         if (c_run) {
-            s.line(run + "c[" + plus_i(ci) + "] != 0 ? " + av + " : " + bv + ";");
+            // Both operands read whatever the condition: a read under it becomes a masked load, and
+            // g++ 12 at -O3 with AVX-512 gives the loads of an unrolled outer loop the first
+            // iteration's mask (a MaskedFill [5,2,8] by [5,1,8] kept x only where mask[0] was false).
+            s.loop("i", "0", n(p.dims[r - 1]));
+            s.line("const float ta = " + av + ", tb = " + bv + ";");
+            s.line("y[" + plus_i(yi) + "] = c[" + plus_i(ci) + "] != 0 ? ta : tb;");
+            s.close();
         } else {  // one condition for the whole run: a copy (or fill) of one operand
             s.open("if (c[" + at(ci) + "] != 0)");
             s.line(run + av + ";");

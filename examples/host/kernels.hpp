@@ -442,7 +442,10 @@ inline void select(const unsigned char* c, const float* a, const float* b, float
     std::vector<idx> pos(r, 0);
     idx oc = 0, oa = 0, ob = 0;
     for (float* out = y;;) {
-        for (idx i = 0; i < inner; ++i) out[i] = c[oc + i * ic] != 0 ? a[oa + i * ia] : b[ob + i * ib];
+        for (idx i = 0; i < inner; ++i) {  // both read, as the generated kernel does (codegen.hpp)
+            const float ta = a[oa + i * ia], tb = b[ob + i * ib];
+            out[i] = c[oc + i * ic] != 0 ? ta : tb;
+        }
         out += inner;
         std::size_t d = r - 1;
         for (;;) {
