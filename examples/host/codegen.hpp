@@ -133,8 +133,6 @@ inline std::string n(std::int64_t v) { return std::to_string(v); }
 /// code's lane folds and register transposes use.
 constexpr const char* has_shufflevector = "#if defined(__clang__) || __GNUC__ >= 12";
 
-inline bool has_epilogue(const MatMulPlan& p) { return p.bias || p.activation.has_value(); }
-
 /// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
 /// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max.
 /// exp: x clamped to [-87, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
@@ -433,24 +431,23 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
         }
         s.close();
     }
-    if (has_epilogue(p)) {
-        s.open("if (" + last + ")");
-        if (p.bias) {
-            if (full) {
-                for (std::int64_t v = 0; v < nv; ++v)
-                    s.line("const vf bias" + n(v) + " = vload(bias + j0 + " + n(v * w) + ");");
-            } else {
-                s.line("float bt[" + n(nv * w) + "] = {};");
-                s.line("__builtin_memcpy(bt, bias + j0, " + n(cols) + " * sizeof(float));");
-                for (std::int64_t v = 0; v < nv; ++v)
-                    s.line("const vf bias" + n(v) + " = vload(bt + " + n(v * w) + ");");
-            }
+    // The sum's end: the bias, then + 0, as stock's BLAS stores C = 0 + alpha AB (+ beta bias):
+    // products that all underflow to -0 (fused multiply-adds round a tiny negative to -0) store +0.
+    s.open("if (" + last + ")");
+    if (p.bias) {
+        if (full) {
+            for (std::int64_t v = 0; v < nv; ++v)
+                s.line("const vf bias" + n(v) + " = vload(bias + j0 + " + n(v * w) + ");");
+        } else {
+            s.line("float bt[" + n(nv * w) + "] = {};");
+            s.line("__builtin_memcpy(bt, bias + j0, " + n(cols) + " * sizeof(float));");
+            for (std::int64_t v = 0; v < nv; ++v) s.line("const vf bias" + n(v) + " = vload(bt + " + n(v * w) + ");");
         }
-        if (p.bias)
-            for (std::int64_t r = 0; r < rows; ++r)
-                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += bias" + n(v) + ";");
-        s.close();
     }
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t v = 0; v < nv; ++v)
+            s.line(at(r, v) + " = " + at(r, v) + (p.bias ? " + bias" + n(v) : std::string()) + " + vf{};");
+    s.close();
     // The activation, once the tile is stored, from memory (L1), by the prelude's out-of-line
     // <act>_tile.
     const std::string act = p.activation ? vector_act(*p.activation) : "";

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -217,6 +218,62 @@ inline bool is_dense(Dims sizes, Dims strides) noexcept {
 }
 
 inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.strides); }
+
+/// The strides stock torch (its TensorIterator) gives the new output of an elementwise op of dense
+/// inputs `ins` broadcast to `sizes`, into `out` (sizes.size() of them). The layout is always
+/// dense; only a size-1 dim's stride can differ from the row-major one, so `out` is that unless the
+/// output has a size-1 dim and the inputs are not all of its shape (then TensorIterator orders the
+/// dims by the inputs' strides: innermost first, a dim broadcast in an input (stride 0) decides
+/// nothing, equal strides put the smaller size inside; each output stride is the product of the
+/// sizes inside it). x [3,1,32] with strides (32,1,1) times a number gives (32,1,1), not (32,32,1).
+/// Returns whether `out` differs from the row-major strides.
+inline bool elementwise_strides(Dims sizes, std::initializer_list<TensorArg> ins, std::span<std::int64_t> out) {
+    const std::size_t r = sizes.size();
+    std::int64_t acc = 1;
+    bool unit = false;
+    for (std::size_t d = r; d-- > 0;) out[d] = acc, acc *= sizes[d], unit = unit || sizes[d] == 1;
+    bool same = true;
+    for (const TensorArg& t : ins) same = same && std::ranges::equal(t.sizes, sizes);
+    if (!unit || same || r < 2) return false;
+    // Each input's stride along output dim d: 0 where it is broadcast or has no such dim.
+    auto stride = [&](const TensorArg& t, std::size_t d) -> std::int64_t {
+        const std::size_t lead = r - t.sizes.size();
+        if (d < lead) return 0;
+        return t.sizes[d - lead] == 1 && sizes[d] != 1 ? 0 : t.strides[d - lead];
+    };
+    // 1: dim a goes inside dim b; -1: outside; 0: the inputs do not say.
+    auto inner_after = [&](std::size_t a, std::size_t b) {
+        for (const TensorArg& t : ins) {
+            const std::int64_t sa = stride(t, a), sb = stride(t, b);
+            if (sa == 0 || sb == 0) continue;
+            if (sa != sb) return sa < sb ? -1 : 1;
+            if (sizes[a] > sizes[b]) return 1;
+        }
+        return 0;
+    };
+    std::array<std::size_t, 64> perm{};  // innermost first; starts as row-major
+    if (r > perm.size()) return false;
+    for (std::size_t i = 0; i < r; ++i) perm[i] = r - 1 - i;
+    for (std::size_t i = 1; i < r; ++i) {  // TensorIterator's insertion sort
+        std::size_t b = i;
+        for (std::size_t a = i; a-- > 0;) {
+            const int c = inner_after(perm[a], perm[b]);
+            if (c > 0) {
+                std::swap(perm[a], perm[b]);
+                b = a;
+            } else if (c < 0) {
+                break;
+            }
+        }
+    }
+    acc = 1;
+    bool moved = false;
+    for (std::size_t i = 0; i < r; ++i) {
+        moved = moved || out[perm[i]] != acc;
+        out[perm[i]] = acc, acc *= sizes[perm[i]];
+    }
+    return moved;
+}
 
 /// Whether the records of `a` depend on Call::i0, and on Call::f0.
 constexpr bool uses_i0(Aten a) noexcept {

@@ -688,6 +688,18 @@ at::Tensor new_dense(at::IntArrayRef sizes) {
     return at::Tensor(at::detail::empty_cpu(sizes, at::kFloat, /*pin_memory=*/false, c10::nullopt));
 }
 
+/// The new output of an elementwise op of `ins` (dense, or numbers: 0-dim), with the strides stock's
+/// TensorIterator gives it (elementwise_strides(): they differ from new_dense()'s only in the
+/// strides of size-1 dims, where the inputs' own strides order them).
+at::Tensor new_elementwise(at::IntArrayRef sizes, std::initializer_list<TensorArg> ins) {
+    std::array<std::int64_t, 64> strides{};
+    if (sizes.size() > strides.size() ||
+        !elementwise_strides(Dims(sizes.data(), sizes.size()), ins, std::span(strides.data(), sizes.size())))
+        return new_dense(sizes);
+    return at::Tensor(at::detail::empty_strided_cpu(sizes, at::IntArrayRef(strides.data(), sizes.size()), at::kFloat,
+                                                    /*pin_memory=*/false));
+}
+
 /// The bytes a strided tensor's elements span, from its first element's address.
 std::pair<std::uintptr_t, std::uintptr_t> span_of(const at::Tensor& t) {
     std::int64_t last = 0;
@@ -844,7 +856,7 @@ at::Tensor binary(const at::Tensor& self, const at::Tensor& other, bool describa
     const Call c{A, {s.arg, o.arg}, 2, 0, f0};
     const Decision d = Plugin::get().decide(describable && s.ok && o.ok && !(s.number && o.number), c, binary_why);
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(at::infer_size_dimvector(self.sizes(), other.sizes()));
+        at::Tensor y = new_elementwise(at::infer_size_dimvector(self.sizes(), other.sizes()), {s.arg, o.arg});
         run(d, {s.data(self), o.data(other)}, {out(y)});
         return y;
     }
@@ -908,7 +920,7 @@ at::Tensor rsub(const at::Tensor& self, const at::Tensor& other, const at::Scala
     const Call c{one ? Aten::sub : Aten::axpy, {o.arg, arg(self)}, 2, 0, one ? 0.0 : axpy_alpha(a, true)};
     const Decision d = Plugin::get().decide(f32(self) && o.ok && a.has_value(), c, binary_why);
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(at::infer_size_dimvector(other.sizes(), self.sizes()));
+        at::Tensor y = new_elementwise(at::infer_size_dimvector(other.sizes(), self.sizes()), {o.arg, arg(self)});
         run(d, {o.data(other), in(self)}, {out(y)});
         return y;
     }
@@ -1087,6 +1099,25 @@ at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_f
     return stock(d, stock_fn);
 }
 
+/// Whether every row's statistics, from the static kernel, keep the row's values and their squared
+/// deviations within float's range, which is where stock's agree with them: each |x| < 1e18 and
+/// the row's sum of squared deviations < 1e36, as |mean| + sqrt(cols) / rstd < 1e18 bounds both.
+/// Beyond it stock's moments (Welford's sums, in float) overflow into NaN or 0 depending on the
+/// row's length and where its large values sit, and the static kernel's shifted sums do not: such
+/// a call takes stock's result instead.
+bool moments_in_range(const at::Tensor& mean, const at::Tensor& rstd, std::int64_t cols) {
+    constexpr float limit = 1e18f;
+    const float root = std::sqrt(static_cast<float>(cols));
+    const float* m = in(mean);
+    const float* r = in(rstd);
+    bool ok = true;
+    for (std::int64_t i = 0, n = mean.numel(); i < n; ++i) {
+        const float a = std::abs(m[i]);
+        ok = ok && a < limit && root < (limit - a) * r[i];  // false on NaN
+    }
+    return ok;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input,
                                                                  c10::SymIntArrayRef normalized_shape,
                                                                  const c10::optional<at::Tensor>& weight,
@@ -1113,7 +1144,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
         for (std::size_t i = stat.size() - static_cast<std::size_t>(k); i < stat.size(); ++i) stat[i] = 1;
         at::Tensor y = new_dense(input.sizes()), mean = new_dense(stat), rstd = new_dense(stat);
         run(d, {in(input), in(*weight), in(*bias)}, {out(y), out(mean), out(rstd)});
-        return {y, mean, rstd};
+        if (moments_in_range(mean, rstd, input.numel() / std::max<std::int64_t>(mean.numel(), 1)))
+            return {y, mean, rstd};
+        // Counted as both: the static kernel ran, and its result was replaced by stock's.
     }
     return stock(d, stock_fn);
 }
@@ -1350,8 +1383,9 @@ at::Tensor where(const at::Tensor& condition, const at::Tensor& self, const at::
         bool_tensor(condition) && a.ok && b.ok && !(a.number && b.number), c,
         "condition is not a plain bool tensor, or self or other is not a plain float32 tensor (or a number)");
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(
-            at::infer_size_dimvector(condition.sizes(), at::infer_size_dimvector(self.sizes(), other.sizes())));
+        at::Tensor y = new_elementwise(
+            at::infer_size_dimvector(condition.sizes(), at::infer_size_dimvector(self.sizes(), other.sizes())),
+            {arg(condition), a.arg, b.arg});
         run(d, {in(condition), a.data(self), b.data(other)}, {out(y)});
         return y;
     }

@@ -885,4 +885,44 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
     (void)s0;
 }
 
+TEST_CASE("elementwise_strides: the strides stock torch 1.13 gives a new elementwise output") {
+    // Each case as torch printed it: the inputs' sizes and strides (a number is 0-dim), the output.
+    struct Case {
+        const char* what;
+        std::vector<std::pair<Vec, Vec>> ins;
+        Vec sizes, want;
+    };
+    const std::vector<Case> cases{
+        {"[3,32,1].transpose(1,2) * 2", {{{3, 1, 32}, {32, 1, 1}}, {{}, {}}}, {3, 1, 32}, {32, 1, 1}},
+        {"the same minus a row [1,32]", {{{3, 1, 32}, {32, 1, 1}}, {{1, 32}, {32, 1}}}, {3, 1, 32}, {32, 1, 1}},
+        {"the same plus a dense [3,1,32] (one shape: row-major)",
+         {{{3, 1, 32}, {32, 1, 1}}, {{3, 1, 32}, {32, 32, 1}}},
+         {3, 1, 32},
+         {32, 32, 1}},
+        {"[4,1].t() * 2", {{{1, 4}, {1, 1}}, {{}, {}}}, {1, 4}, {1, 1}},
+        {"[2,1,1,3] strides (3,3,3,1) * 2", {{{2, 1, 1, 3}, {3, 3, 3, 1}}, {{}, {}}}, {2, 1, 1, 3}, {3, 3, 3, 1}},
+        {"[5,1,4] + [1,6,1]", {{{5, 1, 4}, {4, 4, 1}}, {{1, 6, 1}, {6, 1, 1}}}, {5, 6, 4}, {24, 4, 1}},
+        {"[2,3,1].permute(2,0,1) * 1.5", {{{1, 2, 3}, {1, 3, 1}}, {{}, {}}}, {1, 2, 3}, {1, 3, 1}},
+        {"where(c [1,2,3] (1,3,1), x, 0.0)",
+         {{{1, 2, 3}, {1, 3, 1}}, {{1, 2, 3}, {1, 3, 1}}, {{}, {}}},
+         {1, 2, 3},
+         {1, 3, 1}},
+    };
+    for (const Case& c : cases) {
+        INFO(c.what);
+        std::vector<TensorArg> args;
+        for (const auto& in : c.ins)
+            args.push_back(TensorArg{skc_torch::Dims(in.first), skc_torch::Dims(in.second),
+                                     skc_torch::is_dense(skc_torch::Dims(in.first), skc_torch::Dims(in.second))});
+        Vec got(c.sizes.size());
+        const bool moved = args.size() == 2 ? skc_torch::elementwise_strides(c.sizes, {args[0], args[1]}, got)
+                                            : skc_torch::elementwise_strides(c.sizes, {args[0], args[1], args[2]}, got);
+        CHECK(got == c.want);
+        Vec row_major(c.sizes.size());
+        std::int64_t acc = 1;
+        for (std::size_t d = c.sizes.size(); d-- > 0;) row_major[d] = acc, acc *= c.sizes[d];
+        CHECK(moved == (got != row_major));
+    }
+}
+
 }  // namespace examples_torch_mapping_test

@@ -289,6 +289,17 @@ def scenario_special_values(base):
     s4 = torch.randn(2, 3, 5, 5)
     cond = torch.tensor([True, False, True, False, True])
     ds4 = torch.randn(s4.shape)
+    # A mask broadcast along a middle dim (as masked_fill's backward passes it), rows of 8.
+    mx, mm_ = torch.randn(5, 2, 8), torch.rand(5, 1, 8) < 0.5
+    # [3, 1, 32] whose size-1 dim has stride 1 (a transpose of [3, 32, 1]): stock's output of an
+    # elementwise op with a broadcast or a number takes that stride.
+    odd = torch.randn(3, 32, 1).transpose(1, 2)
+    # Products that underflow: fused multiply-adds round -1e-47 to -0.0; stock's BLAS stores +0.0.
+    tiny, small = torch.full((4, 8), -1e-40), torch.full((8, 16), 1e-7)
+    # LayerNorm rows beyond float's square-root range: a 1e30, a constant 2e19 row, a spread of 3e19
+    # (stock's float moments overflow: NaN or 0 by the row), and a row within it.
+    big = torch.randn(4, 16)
+    big[0, 5], big[1], big[2] = 1e30, 2e19, torch.randn(16) * 3e19
     calls = {
         "relu NaN and -0.0": lambda: torch.relu(x),
         "relu_ NaN and -0.0": lambda: torch.relu_(x.clone()),
@@ -360,6 +371,15 @@ def scenario_special_values(base):
         "masked_fill with True": lambda: pa.masked_fill(cond, True),
         "masked_fill_ with -inf under a causal mask": lambda: s4.clone().masked_fill_(causal, -inf),
         "backward of masked_fill": lambda: grad_of(lambda t: t.masked_fill(causal, -inf), s4, ds4),
+        "masked_fill with a mask broadcast along a middle dim": lambda: mx.masked_fill(mm_, 0.0),
+        "where with a condition broadcast along a middle dim": lambda: torch.where(mm_, mx, -mx),
+        "times a number, a size-1 dim of stride 1": lambda: odd * 2,
+        "minus a row, a size-1 dim of stride 1": lambda: odd - r16.repeat(1, 2),
+        "where of a size-1 dim of stride 1 and a number": lambda: torch.where(odd > 0, odd, 0.0),
+        "mm of products that underflow to -0.0": lambda: torch.mm(tiny, small),
+        "linear of products that underflow, a -0.0 bias": lambda: F.linear(tiny, small.t(), torch.full((16,), -0.0)),
+        "bmm of products that underflow": lambda: torch.bmm(torch.full((2, 4, 8), -1e-40), torch.full((2, 8, 16), 1e-7)),
+        "layer_norm of rows beyond float's square-root range": lambda: F.layer_norm(big, (16,), lw, lb),
         # Calls the plugin sees and leaves to stock (no error): these must run stock.
         "stock: mean over the first dim": lambda: m33.mean(0),
         "stock: mean of a transposed tensor": lambda: m33.transpose(1, 2).mean(-1),
