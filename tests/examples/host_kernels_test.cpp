@@ -2445,7 +2445,7 @@ TEST_CASE("generated source: constants, not run-time shape arithmetic") {
     CHECK(v.find("constexpr idx SAM = 12, SAK = 1, SBK = 1, SBN = 9;") != std::string::npos);
     CHECK(v.find("__builtin_memcpy(bt, bias + j0, 11 * sizeof(float));") != std::string::npos);  // 11 of 16 lanes
     CHECK(v.find("acc[0] = acc[0] + bias0 + vf{};") != std::string::npos);  // then + 0: no -0.0 sum
-    CHECK(v.find("vgelu_erf_tile(t, 0, 1, 16);") != std::string::npos);  // after the sums
+    CHECK(v.find("vgelu_erf_tile(t, 0, 1, 16);") != std::string::npos);     // after the sums
     // The target's vector width: 16, 8 and 4 floats.
     CHECK(v.find("vector_size(64)") != std::string::npos);
     CHECK(skc_host::generate_kernel(fused, "f", skc_host::target_for("x86-64-v3")).value().find("vector_size(32)") !=
