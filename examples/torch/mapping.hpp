@@ -607,9 +607,10 @@ inline skc::OpRecord layer_norm_grad(const Call& c) {
     const Dims norm = x.sizes.subspan(x.sizes.size() - k);
     if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()))
         unsupported("weight " + dims_str(g.sizes) + " is not the normalized shape " + dims_str(norm));
-    // A row of one element is its own mean: dx is 0 but for rounding errors times rstd^3 (1e18 at
-    // eps 1e-12), which only stock's own order of operations reproduces.
-    if (numel(norm) == 1) unsupported("rows of one element (dx is rounding error times rstd^3)");
+    // Rows of one or two elements normalise to 0 or to -1 and 1, whatever x is: dx is 0 but for
+    // rounding errors times rstd^3 (1e18 at eps 1e-12), which only stock's order of operations
+    // reproduces.
+    if (numel(norm) <= 2) unsupported("rows of one or two elements (dx is rounding error times rstd^3)");
     const std::int64_t rows = numel(x.sizes) / numel(norm);
     if (numel(mean.sizes) != rows || numel(rstd.sizes) != rows)
         unsupported("mean " + dims_str(mean.sizes) + " and rstd " + dims_str(rstd.sizes) +

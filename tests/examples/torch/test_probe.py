@@ -11,8 +11,8 @@ stock by differential.py's rule. One exception: where a result is not allclose t
 stock has an exact zero where static has not, and nothing else differs, the static kernel's largest
 error against a float64 reference may be up to 2x stock's (plus float's epsilon times the
 reference's size). Two correct float sums in different orders are not allclose after cancellation,
-and a sum that is 0 but for rounding (LayerNorm's gradient over rows of two elements) is exactly 0
-only in stock's own order; the project's accuracy rule is 2x stock's error.
+and a sum that is 0 but for rounding is exactly 0 only in stock's own order; the project's accuracy
+rule is 2x stock's error.
 
 Matrix products get no finite values above 1e15: products beyond float's range overflow into inf
 or NaN in the BLAS's own order of summation, which no other kernel reproduces.
