@@ -507,6 +507,9 @@ inline skc::OpRecord layer_norm(const Call& c) {
         !std::equal(b.sizes.begin(), b.sizes.end(), norm.begin(), norm.end()))
         unsupported("weight " + dims_str(g.sizes) + " and bias " + dims_str(b.sizes) +
                     " are not the normalized shape " + dims_str(norm));
+    // Such rows normalise to 0, or to -1 and 1, whatever x is, and their gradient is rounding
+    // error times rstd^3: only stock's own mean and rstd, and its backward, give stock's.
+    if (numel(norm) <= 2) unsupported("rows of one or two elements (see LayerNormGradV3)");
     std::vector<std::int64_t> stat(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(axis));
     stat.resize(x.sizes.size(), 1);  // aten keeps the rank: [d0, .., 1, .., 1]
     const auto a = static_cast<std::int64_t>(axis);
@@ -608,8 +611,8 @@ inline skc::OpRecord layer_norm_grad(const Call& c) {
     if (!std::equal(g.sizes.begin(), g.sizes.end(), norm.begin(), norm.end()))
         unsupported("weight " + dims_str(g.sizes) + " is not the normalized shape " + dims_str(norm));
     // Rows of one or two elements normalise to 0 or to -1 and 1, whatever x is: dx is 0 but for
-    // rounding errors times rstd^3 (1e18 at eps 1e-12), which only stock's order of operations
-    // reproduces.
+    // rounding errors times rstd^3 (1e18 at eps 1e-12), which only stock's order of operations,
+    // from stock's own mean and rstd, reproduces (the forward runs stock for them too).
     if (numel(norm) <= 2) unsupported("rows of one or two elements (dx is rounding error times rstd^3)");
     const std::int64_t rows = numel(x.sizes) / numel(norm);
     if (numel(mean.sizes) != rows || numel(rstd.sizes) != rows)

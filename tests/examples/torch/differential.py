@@ -44,7 +44,9 @@ class Copier:
     def __call__(self, t):
         t = t.detach()
         st = t.storage()
-        key = (st.data_ptr(), t.dtype) if st.data_ptr() != 0 else ("empty", id(t))
+        if st.size() == 0:  # nothing to share (torch 1.13 clones an empty bool storage as a float one)
+            return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype)
+        key = (st.data_ptr(), t.dtype)
         if key not in self.storages:
             self.storages[key] = st.clone()
         return torch.empty(0, dtype=t.dtype).set_(self.storages[key], t.storage_offset(), t.size(), t.stride())

@@ -365,18 +365,24 @@ Case softmax_grad_case() {
     return c;
 }
 
+/// Sizes of 1 to 4 dims and how many of the last ones LayerNorm normalises: rows of more than two
+/// elements (shorter ones are not described).
+std::pair<Vec, std::size_t> layer_norm_sizes() {
+    for (;;) {
+        Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
+        const auto k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
+        const auto first = sizes.end() - static_cast<std::ptrdiff_t>(k);
+        if (std::accumulate(first, sizes.end(), std::int64_t{1}, std::multiplies<>()) > 2) return {sizes, k};
+    }
+}
+
 /// native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, all true) over the last k
 /// dims: mean and rstd x's own, [d0, .., 1, .., 1] as aten's; recorded (dy, x, rstd, mean, gamma).
 Case layer_norm_grad_case() {
     Case c;
     c.call.aten = Aten::native_layer_norm_backward;
-    Vec sizes, norm;  // rows of more than two elements (shorter ones are not described)
-    std::size_t k = 0;
-    do {
-        sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
-        k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
-        norm.assign(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
-    } while (std::accumulate(norm.begin(), norm.end(), std::int64_t{1}, std::multiplies<>()) <= 2);
+    const auto [sizes, k] = layer_norm_sizes();
+    const Vec norm(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
     Vec stat = sizes;
     for (std::size_t d = sizes.size() - k; d < sizes.size(); ++d) stat[d] = 1;
     Strided dy = dense(sizes), x = dense(sizes), mean = dense(stat), rstd = dense(stat), g = dense(norm);
@@ -419,8 +425,7 @@ Case layer_norm_grad_case() {
 Case layer_norm_case() {
     Case c;
     c.call.aten = Aten::native_layer_norm;
-    const Vec sizes = random_sizes(static_cast<std::size_t>(pick(1, 4)), 8);
-    const auto k = static_cast<std::size_t>(pick(1, static_cast<std::int64_t>(sizes.size())));
+    const auto [sizes, k] = layer_norm_sizes();
     const Vec norm(sizes.end() - static_cast<std::ptrdiff_t>(k), sizes.end());
     Strided x = dense(sizes), g = dense(norm), b = dense(norm);
     c.call.i0 = static_cast<std::int64_t>(k);

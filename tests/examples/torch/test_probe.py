@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A random differential probe of the PyTorch plugin (examples/torch, libskc_torch.so): calls that
 no test of the project wrote by hand, with random shapes (1 to 4 dims, sizes around the vector
-widths), layouts (transposed, sliced with a step, offset, expanded, windows), NumPy broadcasts,
+widths, some wide or empty), layouts (transposed, sliced with a step, offset, expanded, windows),
+NumPy broadcasts,
 numbers, in-place and out= forms, and special values (NaN, infinities, signed zeros, subnormals,
 values near float's limits), through every op type the plugin overrides, forward and backward.
 
@@ -85,7 +86,13 @@ def layout(shape, make):
 
 
 def rshape(lo=1, hi=4, top=40):
-    return [rng.choice([1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, rng.randint(1, top)]) for _ in range(rng.randint(lo, hi))]
+    """Sizes around the vector widths; sometimes a wide last dim, or an empty dim."""
+    s = [rng.choice([1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, rng.randint(1, top)]) for _ in range(rng.randint(lo, hi))]
+    if rng.random() < 0.2:
+        s[-1] = rng.choice([64, 100, 128, 257, 513])
+    if rng.random() < 0.03:
+        s[rng.randrange(len(s))] = 0
+    return s
 
 
 def bshape(shape):
@@ -168,7 +175,7 @@ def rows():
 def products():
     def mv(s):
         return values(s, huge=False)
-    m, k, n = (rng.choice([1, 2, 3, 7, 8, 16, 17, 24, 33, 64, rng.randint(1, 70)]) for _ in range(3))
+    m, k, n = (rng.choice([1, 2, 3, 7, 8, 16, 17, 24, 33, 64, 129, 257, rng.randint(1, 70)]) for _ in range(3))
     kind = rng.choice(["mm", "addmm", "bmm", "linear", "linear without bias", "matmul 3d", "matmul vector",
                        "addmm relu", "addmm gelu", "addmm alpha beta"])
     if kind == "bmm":
