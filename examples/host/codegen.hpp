@@ -20,7 +20,8 @@
 //     stored (still in L1), out of line.
 //   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
 //     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
-//   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes.
+//   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes,
+//     in blocks summed from zero (emit_cascade()), so that a row of 500,000 rounds as torch's.
 //   - Transpose: a memcpy per run where the last output dims are contiguous in the input too,
 //     else 8 x 8 blocks transposed in vector registers where the sizes allow.
 //   - Tanh, Swish, Rsqrt and Power's square roots: vectors too, with the prelude's exp and the
@@ -32,7 +33,7 @@
 //     compiler vectorises for the target.
 //   - ReluGrad likewise; GeluGrad (both forms) and SiluGrad: the prelude's vector functions of dy
 //     and x, the tail through zero-padded vectors; SoftmaxGrad: a row at a time, sum(dy * y) in
-//     vector lanes, then (dy - sum) * y; LayerNormGradV3 likewise, its two row sums in lanes,
+//     vector lanes, then (dy - sum) * y; LayerNormGradV3 likewise, its two row sums in cascaded lanes,
 //     dgamma and dbeta added a row at a time.
 //   - ReduceMean: a row at a time, its sum in vector lanes in blocks added from zero (the cascade
 //     of kernels::sum(), emit_row_sum()), then one division; LogSoftmaxV2 as SoftmaxV2 (its short
@@ -772,8 +773,57 @@ inline void emit(Src& s, const SoftmaxGradPlan& p, std::int64_t w) {
     s.close();
 }
 
+/// Vectors a block of a row sum adds from zero (in 4 accumulators of 16 terms each), and block
+/// sums a group adds from zero: kernels::sum()'s cascade (sum_block and sum_group) in vector lanes.
+constexpr std::int64_t sum_block_vectors = 64, sum_group_blocks = 16;
+
+/// A pass over a row's first `nv` vectors in that cascade: blocks of sum_block_vectors vectors,
+/// each summed from zero, groups of sum_group_blocks block sums summed from zero, the group sums
+/// added in order to the lane accumulators `accs` (vf, the caller's), so that a row of n vectors
+/// rounds as kernels::sum() does, not as one sum of n terms. `body(c)` emits one vector's
+/// statements at column `c` (a C++ expression), adding into "b_" + acc for each acc.
+template <class Body>
+inline void emit_cascade(Src& s, std::int64_t nv, const std::vector<std::string>& accs, Body&& body) {
+    const std::int64_t per_group = sum_block_vectors * sum_group_blocks;
+    const std::int64_t groups = nv / per_group, blocks = nv % per_group / sum_block_vectors;
+    const std::int64_t left = nv % sum_block_vectors;
+    auto zero = [&](const std::string& prefix) {
+        for (const std::string& a : accs) s.line("vf " + prefix + a + " = vf{};");
+    };
+    auto add = [&](const std::string& to, const std::string& from) {
+        for (const std::string& a : accs) s.line(to + a + " += " + from + a + ";");
+    };
+    // `len` vectors from vector `base` (a C++ expression), summed from zero, added to to + acc.
+    auto block = [&](const std::string& base, std::int64_t len, const std::string& to) {
+        s.open("");
+        zero("b_");
+        s.open("for (idx j = 0; j < " + n(len) + "; ++j)");
+        s.line("const idx c = (" + base + " + j) * W;");
+        body("c");
+        s.close();
+        add(to, "b_");
+        s.close();
+    };
+    auto group = [&](const std::string& first, const std::string& count) {
+        s.open("");
+        zero("g_");
+        s.open("for (idx b = 0; b < " + count + "; ++b)");
+        block("(" + first + " + b) * " + n(sum_block_vectors), sum_block_vectors, "g_");
+        s.close();
+        add("", "g_");
+        s.close();
+    };
+    if (groups > 0) {
+        s.open("for (idx g = 0; g < " + n(groups) + "; ++g)");
+        group("g * " + n(sum_group_blocks), n(sum_group_blocks));
+        s.close();
+    }
+    if (blocks > 0) group(n(groups * sum_group_blocks), n(blocks));
+    if (left > 0) block(n((groups * sum_group_blocks + blocks) * sum_block_vectors), left, "");
+}
+
 /// LayerNormGradV3, a row at a time in vectors of W floats (the last COLS % W columns one by one):
-/// ds = sum(dy x gamma) and db = sum(dy gamma) in W lanes, then across them; then, as torch,
+/// ds = sum(dy x gamma) and db = sum(dy gamma) in W lanes (emit_cascade()), then across them; then, as torch,
 /// dx = rstd dy gamma + b x + c, and dgamma += dy (rstd x + (-rstd mean)), dbeta += dy for the row.
 inline void emit(Src& s, const LayerNormGradPlan& p, std::int64_t w) {
     const std::int64_t whole = p.cols - p.cols % w;
@@ -797,11 +847,11 @@ inline void emit(Src& s, const LayerNormGradPlan& p, std::int64_t w) {
     if (whole > 0) {
         s.open("");
         s.line("vf vds = vf{}, vdb = vf{};");
-        s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
-        s.line("const vf t = vload(dyr + c) * vload(gamma + c);");
-        s.line("vds += t * vload(xr + c);");
-        s.line("vdb += t;");
-        s.close();
+        emit_cascade(s, whole / w, {"vds", "vdb"}, [&](const std::string& c) {
+            s.line("const vf t = vload(dyr + " + c + ") * vload(gamma + " + c + ");");
+            s.line("b_vds += t * vload(xr + " + c + ");");
+            s.line("b_vdb += t;");
+        });
         s.line("ds = vhsum(vds), db = vhsum(vdb);");
         s.close();
     }
@@ -948,7 +998,8 @@ inline void emit(Src& s, const SoftmaxPlan& p, std::int64_t w) {
 }
 
 /// LayerNorm, a row at a time, in vectors of W floats. The sums are shifted by the row's first
-/// element x0 (each in W lanes, then across them, the last COLS % W columns one by one): m = the
+/// element x0 (each in W lanes in kernels::sum()'s cascade of blocks, emit_cascade(), then across
+/// them, the last COLS % W columns one by one): m = the
 /// mean of x - x0, mean = x0 + m, var = the mean of ((x - x0) - m)^2, so a row whose mean is large
 /// against its spread loses nothing to cancellation. Then, as torch's kernel (so that the two agree
 /// to rounding even where the spread is 0): y = (x rstd + (-rstd mean)) gamma + beta.
@@ -1011,26 +1062,43 @@ inline void emit(Src& s, const LayerNormPlan& p, std::int64_t w) {
     s.line("const float* __restrict xr = inputs[0] + r * COLS;");
     s.line("float* __restrict yr = outputs[0] + r * COLS;");
     s.line("const float f = xr[0];");
-    // One pass of the row: `vec` on the vector at c (a vf named x), `one` on the float xr[c].
-    auto pass = [&](const std::string& acc, const std::string& vec, const std::string& one) {
-        s.line("float " + acc + " = 0.0f;");
-        if (whole > 0) {
-            s.open("");
-            s.line("vf lanes = vf{};");
-            s.open("for (idx c = 0; c < " + n(whole) + "; c += W)");
-            s.line("const vf x = vload(xr + c);");
-            s.line("lanes += " + vec + ";");
-            s.close();
-            s.line(acc + " = vhsum(lanes);");
-            s.close();
-        }
-        if (whole < p.cols) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) " + acc + " += " + one + ";");
-    };
-    pass("sum", "(x - f)", "(xr[c] - f)");
+    // The first pass: m, the mean of x - f.
+    s.line("float sum = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf lanes = vf{};");
+        emit_cascade(s, whole / w, {"lanes"},
+                     [&](const std::string& c) { s.line("b_lanes += vload(xr + " + c + ") - f;"); });
+        s.line("sum = vhsum(lanes);");
+        s.close();
+    }
+    if (whole < p.cols) s.line("for (idx c = " + n(whole) + "; c < COLS; ++c) sum += xr[c] - f;");
     s.line("const float m = sum / static_cast<float>(COLS);");
-    s.line("const float mu = f + m;");
-    pass("sq", "((x - f) - m) * ((x - f) - m)", "((xr[c] - f) - m) * ((xr[c] - f) - m)");
-    s.line("const float v = sq / static_cast<float>(COLS);");
+    // The second: the sums of d = (x - f) - m and of d^2. Their mean dm is m's rounding error (the
+    // first sum's terms are as large as x0 is far from the mean): the mean is f + (m + dm) and the
+    // variance mean(d^2) - dm^2 (the corrected two-pass algorithm).
+    s.line("float sq = 0.0f, ds = 0.0f;");
+    if (whole > 0) {
+        s.open("");
+        s.line("vf lanes = vf{}, dlanes = vf{};");
+        emit_cascade(s, whole / w, {"lanes", "dlanes"}, [&](const std::string& c) {
+            s.line("const vf d = (vload(xr + " + c + ") - f) - m;");
+            s.line("b_lanes += d * d;");
+            s.line("b_dlanes += d;");
+        });
+        s.line("sq = vhsum(lanes), ds = vhsum(dlanes);");
+        s.close();
+    }
+    if (whole < p.cols) {
+        s.open("for (idx c = " + n(whole) + "; c < COLS; ++c)");
+        s.line("const float d = (xr[c] - f) - m;");
+        s.line("sq += d * d, ds += d;");
+        s.close();
+    }
+    s.line("const float dm = ds / static_cast<float>(COLS);");
+    s.line("const float mu = f + (m + dm);");
+    s.line("const float v0 = sq / static_cast<float>(COLS) - dm * dm;");
+    s.line("const float v = v0 < 0.0f ? 0.0f : v0;  // NaN stays NaN");
     finish("", "r");
     if (whole > 0)
         s.line("for (idx c = 0; c < " + n(whole) +
@@ -1181,10 +1249,6 @@ inline void emit(Src& s, const TransposePlan& p, std::int64_t /*w*/) {
     }
     for (int i = 0; i < opened; ++i) s.close();
 }
-
-/// Vectors a block of a row sum adds from zero (in 4 accumulators of 16 terms each), and block
-/// sums a group adds from zero: kernels::sum()'s cascade (sum_block and sum_group) in vector lanes.
-constexpr std::int64_t sum_block_vectors = 64, sum_group_blocks = 16;
 
 /// `float <out>`, the sum of the COLS floats at `ptr` (a C++ expression), in W lanes: blocks of
 /// sum_block_vectors vectors, each summed from zero in 4 accumulators, groups of

@@ -509,7 +509,8 @@ def scenario_sessions(base, other_base):
 def scenario_accuracy(base):
     """Each static kernel's largest error against a float64 reference, beside stock torch's on the
     same input: matrix products with K from 1,024 to 16,384, LayerNorm, Softmax, LogSoftmax and
-    mean rows up to 16,384 wide with large means, and means of rows up to 2^20 long."""
+    mean rows up to 16,384 wide with large means, a LayerNorm over rows of 2^19, and means of rows
+    up to 2^20 long."""
     import torch.nn.functional as F
     torch.manual_seed(11)
     cases = {}
@@ -529,6 +530,11 @@ def scenario_accuracy(base):
             cases[f"softmax {width} mean {mean:g} std {std:g}"] = (lambda x: torch.softmax(x, -1), (x,))
             cases[f"log_softmax {width} mean {mean:g} std {std:g}"] = (lambda x: torch.log_softmax(x, -1), (x,))
             cases[f"mean {width} mean {mean:g} std {std:g}"] = (lambda x: x.mean(-1), (x,))
+    # LayerNorm over rows of 2^19 (three dims: [32, 32, 512]): the first element is far from the mean
+    # against the row's length, and the mean and its gradient must still be stock's to 2x.
+    xl, wl, bl = torch.randn(2, 32, 32, 512), torch.randn(32, 32, 512), torch.randn(32, 32, 512)
+    xl[:, 0, 0, 0] = 3.0
+    cases["layer_norm over [32, 32, 512], x0 = 3"] = (lambda x, w, b: F.layer_norm(x, x.shape[1:], w, b), (xl, wl, bl))
     for rows, width in ((4096, 128), (2, 1 << 20)):  # RMSNorm's mean of squares; one long row
         x = torch.rand(rows, width) + 0.5
         cases[f"mean [{rows}, {width}] of values in [0.5, 1.5)"] = (lambda x: x.mean(-1), (x,))
