@@ -17,7 +17,8 @@
 //     view) blocks of op(B), 4 KiB each, are first copied into a packed panel on the stack.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
-//     stored (still in L1), out of line.
+//     stored (still in L1), out of line. One row of A by op(B) with columns contiguous along K
+//     (a matrix-vector product) is a dot product an output instead, K across the lanes.
 //   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
 //     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
 //   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes,
@@ -555,12 +556,63 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
     }
 }
 
+/// One row of A by op(B) whose columns are contiguous along K, as A's row is (a matrix-vector
+/// product: `linear` of one token): each element of C a dot product in W lanes, K in blocks of
+/// direct_kb vectors each summed from zero, then across the lanes; the last K % W terms one by one.
+/// A BLAS computes it so (K split across the lanes); a tile's one chain of K terms an output had 7x
+/// its largest error where the terms cancel. Then the bias, + 0 (as the tile's end) and the
+/// activation.
+inline bool dot_form(const MatMulPlan& p, std::int64_t w) { return p.m == 1 && p.a.k == 1 && p.b.k == 1 && p.k >= w; }
+
+inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
+    const std::int64_t kv = p.k / w, whole = kv * w, block = direct_kb;
+    s.line("constexpr idx SBN = " + n(p.b.outer) + ";");
+    s.loop("j", "0", "N");
+    s.line("const float* __restrict bc = B + j * SBN;");
+    s.line("vf acc = vf{};");
+    auto run = [&](const std::string& from, std::int64_t count) {
+        s.open("");
+        s.line("vf part = vf{};");
+        s.line("for (idx q = 0; q < " + n(count) + "; ++q) part += vload(A + " + from + " + q * W) * vload(bc + " +
+               from + " + q * W);");
+        s.line("acc += part;");
+        s.close();
+    };
+    if (kv / block > 0) {
+        s.open("for (idx b = 0; b < " + n(kv / block) + "; ++b)");
+        run("b * " + n(block) + " * W", block);
+        s.close();
+    }
+    if (kv % block > 0) run(n(kv / block * block) + " * W", kv % block);
+    s.line("float sum = vhsum(acc);");
+    if (whole < p.k) s.line("for (idx q = " + n(whole) + "; q < K; ++q) sum += A[q] * bc[q];");
+    s.line("C[j] = sum" + std::string(p.bias ? " + bias[j]" : "") + " + 0.0f;");
+    s.close();
+    if (!p.activation) return;
+    // The activation in whole vectors (<act>_tile's columns), the last N % W through a padded one.
+    const std::string act = vector_act(*p.activation);
+    const std::int64_t nw = p.n - p.n % w;
+    if (nw > 0) s.line(act + "_tile(C, N, 1, " + n(nw) + ");");
+    if (nw < p.n) {
+        s.open("");
+        s.line("float t[W] = {};");
+        s.line("__builtin_memcpy(t, C + " + n(nw) + ", " + n(p.n - nw) + " * sizeof(float));");
+        s.line(act + "_tile(t, 0, 1, W);");
+        s.line("__builtin_memcpy(C + " + n(nw) + ", t, " + n(p.n - nw) + " * sizeof(float));");
+        s.close();
+    }
+}
+
 /// C = op(A) op(B) (+ bias, activation) for one batch, in register tiles of t.mr rows by t.nv
 /// vectors. Panels of t.nr() columns, then the rest: whole vectors (direct where op(B)'s rows are
 /// contiguous), then the last columns, fewer than a vector, zero-padded (packed). Each element of
 /// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, in blocks of K each summed
 /// from zero and then added to C, so it differs from the generic kernel's by rounding only.
 inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
+    if (dot_form(p, t.w)) {
+        emit_dot_rows(s, p, t.w);
+        return;
+    }
     emit_strides(s, p, {"SAM", "SAK", "SBK", "SBN"});
     const bool contiguous = p.b.outer == 1;
     const std::int64_t nr = t.nr(), full_cols = p.n - p.n % nr;

@@ -236,6 +236,12 @@ std::vector<OpRecord> plugin_cases() {
                     c.push_back(mm("MatMulV2", tensor(ta ? RuntimeShape{9, m} : RuntimeShape{m, 9}),
                                    tensor(tb ? RuntimeShape{11, 9} : RuntimeShape{9, 11}), ta, tb, bias));
     c.push_back(mm("MatMul", tensor({7, 33}), tensor({16, 33}), false, true, RuntimeShape{16}));  // Linear: x W^T + b
+    // One row against a transposed x2 (a matrix-vector product, the dot form): K a few vectors and
+    // a tail, K of several blocks of lanes, a bias and an activation, a batch of single rows.
+    c.push_back(mm("MatMulV2", tensor({1, 67}), tensor({19, 67}), false, true, RuntimeShape{19}));
+    c.push_back(mm("FusedMatMul", tensor({1, 4100}), tensor({5, 4100}), false, true, RuntimeShape{5}, "gelu_erf"));
+    c.push_back(mm("MatMulV2", view({1, 16}, {32, 1}), tensor({9, 16}), false, true));
+    c.push_back(mm("BatchMatMulV2", tensor({3, 1, 40}), tensor({3, 7, 40}), false, true));
     // Views: a [M, K] window of a wider [M, 2K] matrix, as x1 or x2, with the transposes.
     for (bool ta : {false, true})
         for (bool tb : {false, true}) {
