@@ -22,14 +22,15 @@
 //                   repetitions above cannot resolve for the calls of a few microseconds.
 // The ops (ops() below): Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512]
 // (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
-// it, bias [256] + x [64, 256] @ W[256, 256].t(); and one call of every other op type the plugin
-// records, at [64, 512] where elementwise: sub, mul, div, a [64, 1] broadcast, neg, tanh, rsqrt,
-// silu, pow 2, layer_norm, bmm, a transpose's contiguous(), and the backward kernels of relu,
-// gelu, silu, softmax and layer_norm; mean over the last dim (keepdim, as RMSNorm), cat of two
-// [64, 512] along the last dim and of rotary's two slices of [2, 64, 4, 32] (views), log_softmax
-// over the last dim and its backward, where under a causal mask [64, 64] against [4, 64, 64] with
-// a -inf 0-dim tensor (as torch.where(mask, x, -inf) passes it), masked_fill with -inf under the
-// same mask, add with alpha -0.1 (Axpy, as SGD's step computes it) and 1 - x (rsub, recorded as Sub).
+// it, bias [256] + x [64, 256] @ W[256, 256].t(), and for one row x [1, 256] (the dot form); and
+// one call of every other op type the plugin records, at [64, 512] where elementwise: sub, mul,
+// div, a [64, 1] broadcast, neg, tanh, rsqrt, silu, pow 2, layer_norm, bmm, a transpose's
+// contiguous(), and the backward kernels of relu, gelu, silu, softmax and layer_norm; mean over the
+// last dim (keepdim, as RMSNorm), cat of two [64, 512] along the last dim and of rotary's two
+// slices of [2, 64, 4, 32] (views), log_softmax over the last dim and its backward, where under a
+// causal mask [64, 64] against [4, 64, 64] with a -inf 0-dim tensor (as torch.where(mask, x, -inf)
+// passes it), masked_fill with -inf under the same mask, add with alpha -0.1 (Axpy, as SGD's step
+// computes it) and 1 - x (rsub, recorded as Sub).
 //
 // SKC_BENCH_ITERATIONS=N runs exactly N iterations once per benchmark, for counting instructions
 // with valgrind --tool=callgrind (each phase is its own instantiation, so the profile tells them
@@ -73,6 +74,7 @@ struct Inputs {
     at::Tensor probs = at::_softmax(scores, -1, false);
     at::Tensor bias = at::randn({256});
     at::Tensor lin_x = at::randn({64, 256});
+    at::Tensor one_row = at::randn({1, 256});
     at::Tensor w = at::randn({256, 256});
     at::Tensor q = at::randn({8, 64, 32});
     at::Tensor k = at::randn({8, 32, 64});
@@ -152,6 +154,7 @@ constexpr Op op_list[] = {
     {"Add", [] { return at::add(inputs().x, inputs().y); }},
     {"Softmax", [] { return at::_softmax(inputs().scores, -1, false); }},
     {"Linear", [] { return at::addmm(inputs().bias, inputs().lin_x, inputs().w.t()); }},
+    {"LinearOneRow", [] { return at::addmm(inputs().bias, inputs().one_row, inputs().w.t()); }},  // the dot form
     {"Sub", [] { return at::sub(inputs().x, inputs().y); }},
     {"Mul", [] { return at::mul(inputs().x, inputs().y); }},
     {"RealDiv", [] { return at::div(inputs().x, inputs().positive); }},

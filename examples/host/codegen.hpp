@@ -14,7 +14,7 @@
 //     fused multiply-adds over a block of K with A's element broadcast, added to C block by block
 //     (so the rounding error grows as a BLAS's blocked sums, not with all of K). Where op(B)'s rows
 //     are contiguous the tiles read B itself, 128 rows of it a block; otherwise (a transposed B, a
-//     view) blocks of op(B), 4 KiB each, are first copied into a packed panel on the stack.
+//     view) blocks of op(B), 128 rows each, are first copied into a packed panel on the stack.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
 //     stored (still in L1), out of line. One row of A by op(B) with columns contiguous along K
@@ -150,6 +150,22 @@ constexpr const char* has_shufflevector = "#if defined(__clang__) || __GNUC__ >=
 /// the sign of z: the form of the oneDNN kernel torch runs for a dense GELU of two elements or
 /// more, so the result is exactly +0.0 where torch's is (every v below -5.54, and -0.0). One
 /// element runs torch's scalar formula instead (emit(UnaryPlan)).
+/// The register tile of C: `rows` x `nv` vectors of `w` floats.
+struct Tiling {
+    std::int64_t w = 4;   // floats per vector
+    std::int64_t mr = 6;  // rows of a full tile
+    std::int64_t nv = 2;  // vectors across a full tile
+    [[nodiscard]] std::int64_t nr() const { return nv * w; }
+    /// Rows of op(B) in one packed block: as many as a direct block sums (kernels::matmul_kb), so
+    /// both paths' blocked sums round alike. Blocks of 32 rows (4 KiB, as the stack could hold)
+    /// add K / 32 partial sums into C: `linear` of K = 4,096 then has 2x stock torch's largest
+    /// error. The block (kc x nr floats, 16 KiB with AVX-512) is thread-local (packed_block()).
+    [[nodiscard]] std::int64_t kc() const { return kernels::matmul_kb; }
+};
+
+/// 8 x 2 vectors with 32 vector registers (AVX-512: 16 accumulators), 6 x 2 with 16.
+inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
+
 inline std::string vector_prelude(std::int64_t w) {
     const std::string ns = "skc_v" + n(w), guard = "SKC_HOST_VECTORS_" + n(w);
     Src s;
@@ -198,6 +214,56 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("return vsel(x < -104.0f, vf{}, vsel(x < -87.0f, lo, vexp(x)));");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
+    // A matrix product's packed block of op(B), one a thread and translation unit, off the stack:
+    // a kernel keeps to a few KiB of stack, for it runs on threads it does not own. Out of line,
+    // and its result opaque (the empty asm): Clang 14 propagates the thread-local address into
+    // the caller, where it keeps values in xmm16-31 across __tls_get_addr, whose first call in a
+    // thread may run glibc's memset, which uses them (a 1 x 1 product read garbage so).
+    s.open("[[maybe_unused]] __attribute__((noinline)) float* packed_block()");
+    s.line("alignas(64) static thread_local float b[" + n(tiling(w).kc() * tiling(w).nr()) + "];");
+    s.line("float* p = b;");
+    s.line("__asm__(\"\" : \"+r\"(p));");
+    s.line("return p;");
+    s.close();
+    // Doubles, half a vector of floats at a time: the dot form of a matrix product sums in them.
+    s.line("typedef float vh __attribute__((vector_size(" + n(2 * w) + ")));");
+    s.line("typedef double vd __attribute__((vector_size(" + n(4 * w) + ")));");
+    s.open("[[maybe_unused]] inline vd vdload(const float* p)");
+    s.line("vh h;");
+    s.line("__builtin_memcpy(&h, p, sizeof h);");
+    // GCC 12 converts in quarters and reassembles them (a third of the speed); its built-in is one
+    // instruction, as Clang's conversion is.
+    if (w == 16 || w == 8) {
+        s.line(w == 16 ? "#if defined(__AVX512F__) && !defined(__clang__)"
+                       : "#if defined(__AVX__) && !defined(__clang__)");
+        s.line(w == 16 ? "return __builtin_ia32_cvtps2pd512_mask(h, vd{}, static_cast<unsigned char>(0xff), 4);"
+                       : "return __builtin_ia32_cvtps2pd256(h);");
+        s.line("#else");
+    }
+    s.line("return __builtin_convertvector(h, vd);");
+    if (w == 16 || w == 8) s.line("#endif");
+    s.close();
+    // The largest |x| of n floats, through their bits: an infinity or a NaN is above every finite
+    // value (a float compare would drop the NaN).
+    s.open("[[maybe_unused]] inline float vabsmax(const float* p, __PTRDIFF_TYPE__ n)");
+    s.line("const __PTRDIFF_TYPE__ whole = n - n % W;");
+    s.line("vi m = vi{};");
+    s.open("for (__PTRDIFF_TYPE__ q = 0; q < whole; q += W)");
+    s.line("vi b;");
+    s.line("__builtin_memcpy(&b, p + q, sizeof b);");
+    s.line("b &= 0x7fffffff;");
+    s.line("m = (b > m) ? b : m;");
+    s.close();
+    s.line("vi b = vi{};");
+    s.line("__builtin_memcpy(&b, p + whole, static_cast<unsigned long>(n - whole) * sizeof(float));");
+    s.line("b &= 0x7fffffff;");
+    s.line("m = (b > m) ? b : m;");
+    s.line("int r = 0;");
+    s.line("for (__PTRDIFF_TYPE__ i = 0; i < W; ++i) r = m[i] > r ? m[i] : r;");
+    s.line("float f;");
+    s.line("__builtin_memcpy(&f, &r, sizeof f);");
+    s.line("return f;");
+    s.close();
     // The square root as the instruction (correctly rounded, as std::sqrt): a loop of std::sqrt
     // does not vectorise, since the C library's sets errno for a negative argument.
     s.open("[[maybe_unused]] inline vf vsqrt(vf v)");
@@ -375,19 +441,6 @@ inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std:
     for (std::string_view name : names) s.line("static_cast<void>(" + std::string(name) + ");");
 }
 
-/// The register tile of C: `rows` x `nv` vectors of `w` floats.
-struct Tiling {
-    std::int64_t w = 4;   // floats per vector
-    std::int64_t mr = 6;  // rows of a full tile
-    std::int64_t nv = 2;  // vectors across a full tile
-    [[nodiscard]] std::int64_t nr() const { return nv * w; }
-    /// Rows of op(B) in one packed block: the block (kc x nr floats) is 4 KiB.
-    [[nodiscard]] std::int64_t kc() const { return 1024 / nr(); }
-};
-
-/// 8 x 2 vectors with 32 vector registers (AVX-512: 16 accumulators), 6 x 2 with 16.
-inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
-
 /// One register tile: rows i0 .. i0 + rows, `nv` vectors of columns from j0, summed over the
 /// `kb` rows of op(B) from k0 (`k0` a C++ expression). The rows of op(B) come from `bsrc`
 /// ("direct": B itself, whose rows are contiguous; "packed": the block bp, nr floats a row).
@@ -495,8 +548,8 @@ constexpr std::int64_t direct_kb = kernels::matmul_kb;
 
 /// One panel of `cols` columns at j0, `nv` vectors wide. Direct: op(B)'s rows are contiguous and
 /// the panel is whole vectors; the tiles read B and sum all of K at once. Packed: blocks of kc
-/// rows of op(B) are first copied (through its strides, zero-padded to nv vectors) into bp, 4 KiB
-/// on the stack, and the tiles add each block's products to C.
+/// rows of op(B) are first copied (through its strides, zero-padded to nv vectors) into bp
+/// (packed_block()), and the tiles add each block's products to C.
 inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t nv, std::int64_t cols, bool packed) {
     if (!packed) {
         // K in blocks of direct_kb rows, each summed from zero in the tile and then added to C: the
@@ -518,8 +571,8 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
         }
         return;
     }
-    // The block's rows are the panel's width (nv vectors) apart: a narrow panel takes more of K a block.
-    const std::int64_t nr = nv * t.w, kc = t.kc() * t.nv / nv, full_k = p.k - p.k % kc;
+    // The block's rows are the panel's width (nv vectors) apart.
+    const std::int64_t nr = nv * t.w, kc = t.kc(), full_k = p.k - p.k % kc;
     auto block = [&](const std::string& k0, std::int64_t kb, const std::string& first, const std::string& last) {
         // The copy runs along op(B)'s contiguous dim, if it has one (a transposed B: along K).
         const std::string copy = "bp[p * " + n(nr) + " + c] = B[(" + k0 + " + p) * SBK + (j0 + c) * SBN];";
@@ -556,24 +609,60 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
     }
 }
 
-/// One row of A by op(B) whose columns are contiguous along K, as A's row is (a matrix-vector
-/// product: `linear` of one token): each element of C a dot product in W lanes, K in blocks of
-/// direct_kb vectors each summed from zero, then across the lanes; the last K % W terms one by one.
-/// A BLAS computes it so (K split across the lanes); a tile's one chain of K terms an output had 7x
-/// its largest error where the terms cancel. Then the bias, + 0 (as the tile's end) and the
-/// activation.
-inline bool dot_form(const MatMulPlan& p, std::int64_t w) { return p.m == 1 && p.a.k == 1 && p.b.k == 1 && p.k >= w; }
+/// Rows of A by op(B), both contiguous along K, where C has one row or at most dot_outputs
+/// elements (a matrix-vector product: `linear` of one token; mm by a column): each element of C a
+/// dot product along K. A tile would sum K in one chain an output, and with few outputs its
+/// largest error is one draw's luck: up to 40x stock torch's on a product of one element.
+///   - In range (the row's largest |a| times the column's largest |b| times K at most FLT_MAX, so
+///     no product and no partial sum leaves float's range in any order): the sum in doubles, rounded once to
+///     float with the bias (half vectors converted, four accumulators; the last K % W terms one by
+///     one). The result is then float's closest to the exact sum, as near as any float can be.
+///   - Else (infinities, NaN, or values whose float sums overflow): in floats, W lanes, K in blocks
+///     of direct_kb vectors each summed from zero, as a BLAS splits K across its lanes; an
+///     overflow or an inf - inf then gives what a float sum gives.
+/// Then + 0 (as the tile's end) and the activation.
+constexpr std::int64_t dot_outputs = 64;
+
+inline bool dot_form(const MatMulPlan& p, std::int64_t w) {
+    return p.a.k == 1 && p.b.k == 1 && p.k >= w && (p.m == 1 || p.m * p.n <= dot_outputs);
+}
 
 inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
-    const std::int64_t kv = p.k / w, whole = kv * w, block = direct_kb;
-    s.line("constexpr idx SBN = " + n(p.b.outer) + ";");
+    const std::int64_t kv = p.k / w, whole = kv * w, block = direct_kb, h = w / 2;
+    const std::string bias = p.bias ? " + bias[j]" : "";
+    s.line("constexpr idx SAM = " + n(p.a.outer) + ", SBN = " + n(p.b.outer) + ";");
+    s.loop("i", "0", "M");
+    s.line("const float* __restrict ar = A + i * SAM;");
+    s.line("float* __restrict cr = C + i * N;");
+    s.line("const double amax = vabsmax(ar, K);");
     s.loop("j", "0", "N");
     s.line("const float* __restrict bc = B + j * SBN;");
+    // A NaN maximum fails the compare, as an infinity does.
+    s.open("if (amax * vabsmax(bc, K) * static_cast<double>(K) <= 3.4028234663852886e38)");
+    s.line("vd s0 = vd{}, s1 = vd{}, s2 = vd{}, s3 = vd{};");
+    const std::int64_t quads = p.k / (4 * h);
+    if (quads > 0) {
+        s.open("for (idx q = 0; q < " + n(quads * 4 * h) + "; q += " + n(4 * h) + ")");
+        for (std::int64_t r = 0; r < 4; ++r)
+            s.line("s" + n(r) + " += vdload(ar + q + " + n(r * h) + ") * vdload(bc + q + " + n(r * h) + ");");
+        s.close();
+    }
+    for (std::int64_t q = quads * 4 * h; q + h <= p.k; q += h)
+        s.line("s0 += vdload(ar + " + n(q) + ") * vdload(bc + " + n(q) + ");");
+    const std::int64_t halves = p.k / h * h;
+    s.line("const vd sv = (s0 + s1) + (s2 + s3);");
+    s.line("double sum = sv[0];");
+    s.line("for (idx e = 1; e < " + n(h) + "; ++e) sum += sv[e];");
+    if (halves < p.k) s.line("for (idx q = " + n(halves) + "; q < K; ++q) sum += static_cast<double>(ar[q]) * bc[q];");
+    s.line("cr[j] = static_cast<float>(sum" + std::string(p.bias ? " + static_cast<double>(bias[j])" : "") +
+           ") + 0.0f;");
+    s.line("continue;");
+    s.close();
     s.line("vf acc = vf{};");
     auto run = [&](const std::string& from, std::int64_t count) {
         s.open("");
         s.line("vf part = vf{};");
-        s.line("for (idx q = 0; q < " + n(count) + "; ++q) part += vload(A + " + from + " + q * W) * vload(bc + " +
+        s.line("for (idx q = 0; q < " + n(count) + "; ++q) part += vload(ar + " + from + " + q * W) * vload(bc + " +
                from + " + q * W);");
         s.line("acc += part;");
         s.close();
@@ -585,20 +674,21 @@ inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
     }
     if (kv % block > 0) run(n(kv / block * block) + " * W", kv % block);
     s.line("float sum = vhsum(acc);");
-    if (whole < p.k) s.line("for (idx q = " + n(whole) + "; q < K; ++q) sum += A[q] * bc[q];");
-    s.line("C[j] = sum" + std::string(p.bias ? " + bias[j]" : "") + " + 0.0f;");
+    if (whole < p.k) s.line("for (idx q = " + n(whole) + "; q < K; ++q) sum += ar[q] * bc[q];");
+    s.line("cr[j] = sum" + bias + " + 0.0f;");
+    s.close();
     s.close();
     if (!p.activation) return;
     // The activation in whole vectors (<act>_tile's columns), the last N % W through a padded one.
     const std::string act = vector_act(*p.activation);
     const std::int64_t nw = p.n - p.n % w;
-    if (nw > 0) s.line(act + "_tile(C, N, 1, " + n(nw) + ");");
+    if (nw > 0) s.line(act + "_tile(C, N, M, " + n(nw) + ");");
     if (nw < p.n) {
-        s.open("");
+        s.loop("i", "0", "M");
         s.line("float t[W] = {};");
-        s.line("__builtin_memcpy(t, C + " + n(nw) + ", " + n(p.n - nw) + " * sizeof(float));");
+        s.line("__builtin_memcpy(t, C + i * N + " + n(nw) + ", " + n(p.n - nw) + " * sizeof(float));");
         s.line(act + "_tile(t, 0, 1, W);");
-        s.line("__builtin_memcpy(C + " + n(nw) + ", t, " + n(p.n - nw) + " * sizeof(float));");
+        s.line("__builtin_memcpy(C + i * N + " + n(nw) + ", t, " + n(p.n - nw) + " * sizeof(float));");
         s.close();
     }
 }
@@ -617,7 +707,7 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     const bool contiguous = p.b.outer == 1;
     const std::int64_t nr = t.nr(), full_cols = p.n - p.n % nr;
     const std::int64_t rest = p.n % nr, rest_vectors = rest / t.w, last = rest % t.w;
-    if (!contiguous || last != 0) s.line("alignas(64) float bp[" + n(t.kc() * nr) + "];");
+    if (!contiguous || last != 0) s.line("float* __restrict bp = packed_block();");
     if (full_cols > 0) {
         s.open("for (idx j0 = 0; j0 < " + n(full_cols) + "; j0 += " + n(nr) + ")");
         emit_panel(s, p, t, t.nv, nr, !contiguous);

@@ -1237,6 +1237,62 @@ TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN
     }
 }
 
+TEST_CASE("generated matrix-vector products: the float nearest the exact sum, or float's sums off float's range") {
+    const std::string cxx = find_cxx();
+    REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");
+    // The dot form (A's rows and op(B)'s columns contiguous along K): one row of A, and two rows by
+    // five columns (few outputs), K with a tail past the last whole vector, a bias.
+    const std::int64_t k1 = 4099, k2 = 1001;
+    const std::vector<OpRecord> ops{mm("MatMulV2", tensor({1, k1}), tensor({3, k1}), false, true, RuntimeShape{3}),
+                                    mm("MatMulV2", tensor({2, k2}), tensor({5, k2}), false, true)};
+    const HostKernels kernels(cxx, ops);
+    // Integers whose products (below 2^22) are exact and whose partial sums (up to 2^34) are not
+    // floats: the exact sum is an int64, and the float nearest it is static_cast<float> of it.
+    // Terms alternate in sign around a drift, so the sum cancels to about a thousandth of its terms.
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> mag(1024, 2047);
+    auto run = [&](std::size_t i, std::int64_t m, std::int64_t n, std::int64_t k, bool bias) {
+        std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k)), c(3, 0.0f);
+        for (std::size_t e = 0; e < a.size(); ++e) a[e] = static_cast<float>(mag(rng) * (e % 2 ? -1 : 1));
+        for (float& v : b) v = static_cast<float>(mag(rng));
+        if (bias) c = {1.0f, -3.0f, 5.0f};
+        std::vector<float> y(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+        const float* ip[] = {a.data(), b.data(), c.data()};
+        float* op[] = {y.data()};
+        kernels[i](ip, op);
+        int nearest = 0;
+        for (std::int64_t r = 0; r < m; ++r)
+            for (std::int64_t j = 0; j < n; ++j) {
+                std::int64_t exact = bias ? static_cast<std::int64_t>(c[static_cast<std::size_t>(j)]) : 0;
+                for (std::int64_t q = 0; q < k; ++q)
+                    exact += static_cast<std::int64_t>(a[static_cast<std::size_t>(r * k + q)]) *
+                             static_cast<std::int64_t>(b[static_cast<std::size_t>(j * k + q)]);
+                CAPTURE(exact);
+                nearest += y[static_cast<std::size_t>(r * n + j)] == static_cast<float>(exact);
+            }
+        return nearest;
+    };
+    CHECK(run(0, 1, 3, k1, true) == 3);
+    CHECK(run(1, 2, 5, k2, false) == 10);
+    // Off float's range, the sums are float's, as a BLAS's: 1e30 x 1e30 overflows to inf in float,
+    // so 1e30 1e30 - 1e30 1e30 is inf - inf, NaN (exactly 0 in doubles); an infinity stays one.
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    auto special = [&](float a0, float a1, float b0, float b1) {
+        std::vector<float> a(static_cast<std::size_t>(2 * k2), 1.0f), b(static_cast<std::size_t>(5 * k2), 0.5f);
+        a[0] = a0, a[1] = a1;
+        for (std::size_t j = 0; j < 5; ++j) b[j * k2] = b0, b[j * k2 + 1] = b1;
+        std::vector<float> y(10, 0.0f);
+        const float* ip[] = {a.data(), b.data()};
+        float* op[] = {y.data()};
+        kernels[1](ip, op);
+        return y;
+    };
+    const std::vector<float> cancel = special(1e30f, 1e30f, 1e30f, -1e30f);
+    for (std::size_t j = 0; j < 5; ++j) CHECK(std::isnan(cancel[j]));
+    const std::vector<float> infinite = special(inf, 1.0f, 1.0f, 1.0f);
+    for (std::size_t j = 0; j < 5; ++j) CHECK(infinite[j] == inf);
+}
+
 TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what torch gives off the finite path") {
     const std::string cxx = find_cxx();
     REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");

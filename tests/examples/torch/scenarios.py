@@ -508,7 +508,7 @@ def scenario_sessions(base, other_base):
 
 def scenario_accuracy(base):
     """Each static kernel's largest error against a float64 reference, beside stock torch's on the
-    same input: matrix products with K from 1,024 to 16,384, LayerNorm, Softmax, LogSoftmax and
+    same input: matrix products with K from 1,024 to 16,384 (few outputs among them), LayerNorm, Softmax, LogSoftmax and
     mean rows up to 16,384 wide with large means, a LayerNorm over rows of 2^19, and means of rows
     up to 2^20 long."""
     import torch.nn.functional as F
@@ -520,6 +520,13 @@ def scenario_accuracy(base):
             cases[f"mm K={k} {kind}"] = (torch.mm, (a, b))
         w, bias = torch.randn(40, k), torch.randn(40)
         cases[f"linear K={k}"] = (F.linear, (torch.rand(8, k), w, bias))
+        # op(B) transposed (packed blocks); all terms positive, so the blocked sums' rounding adds up.
+        cases[f"linear K={k} rand"] = (F.linear, (torch.rand(16, k), torch.rand(48, k)))
+        # Few outputs (the dot form): one element's error is one draw, so only the float nearest the
+        # sum is sure to be within 2x of stock's on every draw.
+        cases[f"mm [1, K] x [K, 1] K={k}"] = (torch.mm, (torch.randn(1, k), torch.randn(k, 1)))
+        cases[f"mm [2, K] x [K, 1] K={k} rand"] = (torch.mm, (torch.rand(2, k), torch.rand(k, 1)))
+        cases[f"linear [1, K] x [3, K]^T K={k}"] = (F.linear, (torch.randn(1, k), torch.randn(3, k), torch.randn(3)))
         cases[f"bmm K={k}"] = (torch.bmm, (torch.rand(2, 8, k), torch.rand(2, k, 24)))
     for width in (1024, 4096, 16384):
         for mean, std in ((1000.0, 0.01), (0.0, 1.0), (-300.0, 3.0)):
