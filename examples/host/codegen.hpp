@@ -14,11 +14,12 @@
 //     fused multiply-adds over a block of K with A's element broadcast, added to C block by block
 //     (so the rounding error grows as a BLAS's blocked sums, not with all of K). Where op(B)'s rows
 //     are contiguous the tiles read B itself, 128 rows of it a block; otherwise (a transposed B, a
-//     view) blocks of op(B), 128 rows each, are first copied into a packed panel on the stack.
+//     view) blocks of op(B), 128 rows each, are first copied into a thread-local packed panel.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
-//     stored (still in L1), out of line. One row of A by op(B) with columns contiguous along K
-//     (a matrix-vector product) is a dot product an output instead, K across the lanes.
+//     stored (still in L1), out of line. One row of A, or at most 64 outputs, with A's rows and
+//     op(B)'s columns contiguous along K (a matrix-vector product) is a dot product an output
+//     instead, summed in doubles (in floats where the values could leave float's range).
 //   - Gelu (both forms) and SoftmaxV2: vectors all the way, with the exp and erf of the vector
 //     prelude (vector_prelude()); the last elements of a row through a zero-padded vector.
 //   - LayerNorm: a row at a time, its two sums (shifted by the row's first element) in vector lanes,
@@ -135,21 +136,6 @@ inline std::string n(std::int64_t v) { return std::to_string(v); }
 /// code's lane folds and register transposes use.
 constexpr const char* has_shufflevector = "#if defined(__clang__) || __GNUC__ >= 12";
 
-/// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
-/// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max.
-/// exp: x clamped to [-87, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
-/// parts), e^r by its Taylor polynomial to r^7 / 7!, times 2^k built in the exponent bits: within 2
-/// ulp of e^x; below ln(FLT_MIN) = -87.34 it is 0, never a subnormal, whose arithmetic takes a CPU
-/// many times longer (stock torch's exp gives subnormals there, under 1.2e-38: the one difference).
-/// The activations give what stock torch's CPU kernels give, NaN, infinities and signed zeros
-/// included: relu keeps NaN and -0.0 (x < 0 ? 0 : x); gelu_tanh(v) = 0.5 v (1 + tanh(u)) =
-/// v / (1 + e^(-2u)), which keeps its relative accuracy where 1 + tanh(u) cancels, and is
-/// 0.5 v 0 (-0.0, NaN for -inf) where tanh(u) rounds to -1 (u < -8.6643, as torch's tanh has it);
-/// gelu_erf(v) = h + h erf(z), h = v / 2, z = v / sqrt(2), erf(|z|) = 1 - r(t) t e^(-z^2) with
-/// t = 1 / (1 + 0.3275911 |z|) (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7) and
-/// the sign of z: the form of the oneDNN kernel torch runs for a dense GELU of two elements or
-/// more, so the result is exactly +0.0 where torch's is (every v below -5.54, and -0.0). One
-/// element runs torch's scalar formula instead (emit(UnaryPlan)).
 /// The register tile of C: `rows` x `nv` vectors of `w` floats.
 struct Tiling {
     std::int64_t w = 4;   // floats per vector
@@ -166,6 +152,23 @@ struct Tiling {
 /// 8 x 2 vectors with 32 vector registers (AVX-512: 16 accumulators), 6 x 2 with 16.
 inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 
+/// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
+/// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max;
+/// for the matrix products the packed block (packed_block()), and the dot form's loads into
+/// doubles (vdload()) and largest |x| (vabsmax()).
+/// exp: x clamped to [-87, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
+/// parts), e^r by its Taylor polynomial to r^7 / 7!, times 2^k built in the exponent bits: within 2
+/// ulp of e^x; below ln(FLT_MIN) = -87.34 it is 0, never a subnormal, whose arithmetic takes a CPU
+/// many times longer (stock torch's exp gives subnormals there, under 1.2e-38: the one difference).
+/// The activations give what stock torch's CPU kernels give, NaN, infinities and signed zeros
+/// included: relu keeps NaN and -0.0 (x < 0 ? 0 : x); gelu_tanh(v) = 0.5 v (1 + tanh(u)) =
+/// v / (1 + e^(-2u)), which keeps its relative accuracy where 1 + tanh(u) cancels, and is
+/// 0.5 v 0 (-0.0, NaN for -inf) where tanh(u) rounds to -1 (u < -8.6643, as torch's tanh has it);
+/// gelu_erf(v) = h + h erf(z), h = v / 2, z = v / sqrt(2), erf(|z|) = 1 - r(t) t e^(-z^2) with
+/// t = 1 / (1 + 0.3275911 |z|) (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7) and
+/// the sign of z: the form of the oneDNN kernel torch runs for a dense GELU of two elements or
+/// more, so the result is exactly +0.0 where torch's is (every v below -5.54, and -0.0). One
+/// element runs torch's scalar formula instead (emit(UnaryPlan)).
 inline std::string vector_prelude(std::int64_t w) {
     const std::string ns = "skc_v" + n(w), guard = "SKC_HOST_VECTORS_" + n(w);
     Src s;
@@ -614,9 +617,10 @@ inline void emit_panel(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_
 /// dot product along K. A tile would sum K in one chain an output, and with few outputs its
 /// largest error is one draw's luck: up to 40x stock torch's on a product of one element.
 ///   - In range (the row's largest |a| times the column's largest |b| times K at most FLT_MAX, so
-///     no product and no partial sum leaves float's range in any order): the sum in doubles, rounded once to
-///     float with the bias (half vectors converted, four accumulators; the last K % W terms one by
-///     one). The result is then float's closest to the exact sum, as near as any float can be.
+///     no product and no partial sum leaves float's range in any order): the sum in doubles,
+///     rounded once to float with the bias (half vectors converted, four accumulators; the last
+///     K % W terms one by one). The result is then float's closest to the exact sum, as near as
+///     any float can be.
 ///   - Else (infinities, NaN, or values whose float sums overflow): in floats, W lanes, K in blocks
 ///     of direct_kb vectors each summed from zero, as a BLAS splits K across its lanes; an
 ///     overflow or an inf - inf then gives what a float sum gives.
