@@ -508,9 +508,9 @@ def scenario_sessions(base, other_base):
 
 def scenario_accuracy(base):
     """Each static kernel's largest error against a float64 reference, beside stock torch's on the
-    same input: matrix products with K from 1,024 to 16,384 (few outputs among them), LayerNorm, Softmax, LogSoftmax and
-    mean rows up to 16,384 wide with large means, a LayerNorm over rows of 2^19, and means of rows
-    up to 2^20 long."""
+    same input: matrix products with K from 1,024 to 16,384 (few outputs among them), LayerNorm,
+    Softmax, LogSoftmax and mean rows up to 16,384 wide with large means, a LayerNorm over rows of
+    2^19, and means of rows up to 2^20 long."""
     import torch.nn.functional as F
     torch.manual_seed(11)
     cases = {}
