@@ -923,40 +923,24 @@ inline void emit(Src& s, const SoftmaxGradPlan& p, std::int64_t w) {
 /// sums a group adds from zero: kernels::sum()'s cascade (sum_block and sum_group) in vector lanes.
 constexpr std::int64_t sum_block_vectors = 64, sum_group_blocks = 16;
 
-/// A pass over a row's first `nv` vectors in that cascade: blocks of sum_block_vectors vectors,
-/// each summed from zero, groups of sum_group_blocks block sums summed from zero, the group sums
-/// added in order to the lane accumulators `accs` (vf, the caller's), so that a row of n vectors
-/// rounds as kernels::sum() does, not as one sum of n terms. `body(c)` emits one vector's
-/// statements at column `c` (a C++ expression), adding into "b_" + acc for each acc.
-template <class Body>
-inline void emit_cascade(Src& s, std::int64_t nv, const std::vector<std::string>& accs, Body&& body) {
+/// kernels::sum()'s cascade over a row's first `nv` vectors, the layout alone: blocks of
+/// sum_block_vectors vectors, each summed from zero by `block`; groups of sum_group_blocks block
+/// sums summed from zero ("g_" + acc, starting at `zero`); the group sums, then the last blocks'
+/// sums, added in order to the caller's vf accumulators `accs`. `block(base, len, to)` emits the
+/// sum of `len` vectors from vector `base` (a C++ expression) added to to + acc for each acc.
+template <class Block>
+inline void emit_cascade_layout(Src& s, std::int64_t nv, const std::vector<std::string>& accs, const std::string& zero,
+                                Block&& block) {
     const std::int64_t per_group = sum_block_vectors * sum_group_blocks;
     const std::int64_t groups = nv / per_group, blocks = nv % per_group / sum_block_vectors;
     const std::int64_t left = nv % sum_block_vectors;
-    auto zero = [&](const std::string& prefix) {
-        for (const std::string& a : accs) s.line("vf " + prefix + a + " = vf{};");
-    };
-    auto add = [&](const std::string& to, const std::string& from) {
-        for (const std::string& a : accs) s.line(to + a + " += " + from + a + ";");
-    };
-    // `len` vectors from vector `base` (a C++ expression), summed from zero, added to to + acc.
-    auto block = [&](const std::string& base, std::int64_t len, const std::string& to) {
-        s.open("");
-        zero("b_");
-        s.open("for (idx j = 0; j < " + n(len) + "; ++j)");
-        s.line("const idx c = (" + base + " + j) * W;");
-        body("c");
-        s.close();
-        add(to, "b_");
-        s.close();
-    };
     auto group = [&](const std::string& first, const std::string& count) {
         s.open("");
-        zero("g_");
+        for (const std::string& a : accs) s.line("vf g_" + a + " = " + zero + ";");
         s.open("for (idx b = 0; b < " + count + "; ++b)");
-        block("(" + first + " + b) * " + n(sum_block_vectors), sum_block_vectors, "g_");
+        block("(" + first + " + b) * " + n(sum_block_vectors), sum_block_vectors, std::string("g_"));
         s.close();
-        add("", "g_");
+        for (const std::string& a : accs) s.line(a + " += g_" + a + ";");
         s.close();
     };
     if (groups > 0) {
@@ -965,7 +949,25 @@ inline void emit_cascade(Src& s, std::int64_t nv, const std::vector<std::string>
         s.close();
     }
     if (blocks > 0) group(n(groups * sum_group_blocks), n(blocks));
-    if (left > 0) block(n((groups * sum_group_blocks + blocks) * sum_block_vectors), left, "");
+    if (left > 0) block(n((groups * sum_group_blocks + blocks) * sum_block_vectors), left, std::string());
+}
+
+/// A pass over a row's first `nv` vectors in that cascade, each block in one accumulator an acc,
+/// so that a row of n vectors rounds as kernels::sum() does, not as one sum of n terms. `body(c)`
+/// emits one vector's statements at column `c` (a C++ expression), adding into "b_" + acc for
+/// each acc.
+template <class Body>
+inline void emit_cascade(Src& s, std::int64_t nv, const std::vector<std::string>& accs, Body&& body) {
+    emit_cascade_layout(s, nv, accs, "vf{}", [&](const std::string& base, std::int64_t len, const std::string& to) {
+        s.open("");
+        for (const std::string& a : accs) s.line("vf b_" + a + " = vf{};");
+        s.open("for (idx j = 0; j < " + n(len) + "; ++j)");
+        s.line("const idx c = (" + base + " + j) * W;");
+        body("c");
+        s.close();
+        for (const std::string& a : accs) s.line(to + a + " += b_" + a + ";");
+        s.close();
+    });
 }
 
 /// LayerNormGradV3, a row at a time in vectors of W floats (the last COLS % W columns one by one):
@@ -1396,57 +1398,36 @@ inline void emit(Src& s, const TransposePlan& p, std::int64_t /*w*/) {
     for (int i = 0; i < opened; ++i) s.close();
 }
 
-/// `float <out>`, the sum of the COLS floats at `ptr` (a C++ expression), in W lanes: blocks of
-/// sum_block_vectors vectors, each summed from zero in 4 accumulators, groups of
-/// sum_group_blocks block sums summed from zero, the group sums in order; the last cols % W
+/// `float <out>`, the sum of the COLS floats at `ptr` (a C++ expression), in W lanes in
+/// emit_cascade_layout()'s blocks and groups, each block summed from zero in 4 accumulators; the
+/// last cols % W
 /// floats through a zero-padded vector; then across the lanes. Every zero is +0.0 (a sum of only
 /// -0.0 is +0.0, as torch's sum kernel gives it) or, with `minus_zero`, -0.0, the identity of IEEE
 /// addition (a sum of only -0.0 is -0.0, as torch's vec::reduce_all, which starts from the data,
 /// gives it).
 inline void emit_row_sum(Src& s, const std::string& out, const std::string& ptr, std::int64_t cols, std::int64_t w,
                          bool minus_zero = false) {
-    const std::int64_t v = cols / w, rest = cols % w, per_group = sum_block_vectors * sum_group_blocks;
-    const std::int64_t groups = v / per_group, blocks = v % per_group / sum_block_vectors, left = v % sum_block_vectors;
+    const std::int64_t v = cols / w, rest = cols % w;
     const std::string zero = minus_zero ? "(vf)(vi{} - 0x7fffffff - 1)" : "vf{}";  // -0.0f: the sign bit alone
     s.line("float " + out + " = 0.0f;");
     s.open("");
     s.line("const float* __restrict p = " + ptr + ";");
     s.line("vf total = " + zero + ";");
-    // One block of `nv` vectors from `base` (a C++ expression) added to `to`.
-    auto block = [&](const std::string& base, std::int64_t nv, const std::string& to) {
+    // One block of `nv` vectors from vector `base` in four accumulators, added to to + "total".
+    emit_cascade_layout(s, v, {"total"}, zero, [&](const std::string& base, std::int64_t nv, const std::string& to) {
         s.open("");
         s.line("vf a0 = " + zero + ", a1 = " + zero + ", a2 = " + zero + ", a3 = " + zero + ";");
         if (nv >= 4) {
             s.open("for (idx j = 0; j < " + n(nv / 4 * 4) + "; j += 4)");
-            s.line("const float* q = p + " + base + " + j * W;");
+            s.line("const float* q = p + (" + base + " + j) * W;");
             s.line("a0 += vload(q), a1 += vload(q + W), a2 += vload(q + 2 * W), a3 += vload(q + 3 * W);");
             s.close();
         }
         for (std::int64_t k = nv / 4 * 4; k < nv; ++k)
-            s.line("a" + n(k % 4) + " += vload(p + " + base + " + " + n(k) + " * W);");
-        s.line(to + " += (a0 + a1) + (a2 + a3);");
+            s.line("a" + n(k % 4) + " += vload(p + (" + base + " + " + n(k) + ") * W);");
+        s.line(to + "total += (a0 + a1) + (a2 + a3);");
         s.close();
-    };
-    const std::string bw = n(sum_block_vectors) + " * W";
-    if (groups > 0) {
-        s.open("for (idx g = 0; g < " + n(groups) + "; ++g)");
-        s.line("vf group = " + zero + ";");
-        s.open("for (idx b = 0; b < " + n(sum_group_blocks) + "; ++b)");
-        block("(g * " + n(sum_group_blocks) + " + b) * " + bw, sum_block_vectors, "group");
-        s.close();
-        s.line("total += group;");
-        s.close();
-    }
-    if (blocks > 0) {
-        s.open("");
-        s.line("vf group = " + zero + ";");
-        s.open("for (idx b = 0; b < " + n(blocks) + "; ++b)");
-        block("(" + n(groups * sum_group_blocks) + " + b) * " + bw, sum_block_vectors, "group");
-        s.close();
-        s.line("total += group;");
-        s.close();
-    }
-    if (left > 0) block(n((groups * sum_group_blocks + blocks) * sum_block_vectors) + " * W", left, "total");
+    });
     if (rest > 0) {
         s.open("");
         s.line("float t[W];");
