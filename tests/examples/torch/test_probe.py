@@ -2,9 +2,9 @@
 """A random differential probe of the PyTorch plugin (examples/torch, libskc_torch.so): calls that
 no test of the project wrote by hand, with random shapes (1 to 4 dims, sizes around the vector
 widths, some wide or empty), layouts (transposed, sliced with a step, offset, expanded, windows),
-NumPy broadcasts,
-numbers, in-place and out= forms, and special values (NaN, infinities, signed zeros, subnormals,
-values near float's limits), through every op type the plugin overrides, forward and backward.
+NumPy broadcasts, numbers, in-place and out= forms, and special values (NaN, infinities, signed
+zeros, subnormals, values near float's limits), through every op type the plugin overrides, forward
+and backward.
 
 As test_opinfo.py, in one process and one recording session: every call on stock torch (the plugin
 loaded, not enabled), then recorded, one compile, then again on the static kernels, compared with
