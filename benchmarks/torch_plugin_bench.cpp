@@ -16,9 +16,10 @@
 // each comparison is paired against a machine load that changes over minutes: each puts the plugin
 // in the state it needs before its timed loop (Off: disable(); Fallback: a new session that has
 // seen every op; Static: that, then compile()). Off costs a load and a compare more than Stock.
-//   Paired/<op>     last: Off, Fallback and Static timed back to back in blocks of about 2 ms, 21
-//                   blocks (paired_sweep() below); its counters are the medians over the blocks of
-//                   Fallback - Off (added_ns) and Off / Static (off_per_static), which the
+//   Paired/<op>     last: Off, Fallback and Static timed back to back in blocks of about 2 ms, 31
+//                   blocks, each with the [64, 512] operands at other addresses (paired_sweep() and
+//                   place() below); its counters are the medians over the blocks of Fallback - Off
+//                   (added_ns) and Off / Static (off_per_static, with its quartiles), which the
 //                   repetitions above cannot resolve for the calls of a few microseconds.
 // The ops (ops() below): Relu [16, 64] (so small that the per-call cost shows), Gelu [64, 512]
 // (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
@@ -92,6 +93,38 @@ struct Inputs {
 Inputs& inputs() {
     static Inputs in;
     return in;
+}
+
+/// Where the [64, 512] operands x, y and positive sit, for the paired sweep. An op that streams
+/// through L2 (Add: two 128 KiB inputs and a 128 KiB output) runs at a speed that depends on the
+/// inputs' addresses against the output's modulo 4 KiB (a load that follows a store to an address
+/// with the same low 12 bits waits for it): stock's loop of Add took 4.3 to 5.7 µs over 16 output
+/// offsets here, the static kernel 3.7 to 4.2 µs. One fixed place is one sample of that, and a
+/// run's allocations decide which; so each block of the sweep moves the operands, keeping their
+/// values, to its own 64-byte-aligned offsets in a pool (place(block)), and the median over the
+/// blocks is one over places, as a model's tensors land.
+struct Places {
+    static constexpr std::int64_t slack = 1024;  // floats: 4 KiB of offsets
+    at::Tensor x, y, positive;                   // the values, as Inputs made them
+    at::Tensor pool[3];
+};
+
+void place(int block) {
+    static Places p = [] {
+        Places q;
+        const Inputs& in = inputs();
+        q.x = in.x, q.y = in.y, q.positive = in.positive;
+        for (at::Tensor& t : q.pool) t = at::empty({in.x.numel() + Places::slack});
+        return q;
+    }();
+    Inputs& in = inputs();
+    const at::Tensor* values[3] = {&p.x, &p.y, &p.positive};
+    at::Tensor* operands[3] = {&in.x, &in.y, &in.positive};
+    constexpr std::int64_t steps[3] = {7, 13, 29};  // 64-byte steps per block, apart for each operand
+    for (int i = 0; i < 3; ++i) {
+        const std::int64_t offset = (block * steps[i] % (Places::slack / 16)) * 16;
+        *operands[i] = p.pool[i].narrow(0, offset, values[i]->numel()).view(values[i]->sizes()).copy_(*values[i]);
+    }
 }
 
 void step();
@@ -199,15 +232,16 @@ constexpr Op op_list[] = {
 constexpr std::size_t op_count = sizeof op_list / sizeof op_list[0];
 
 /// The paired sweep (Paired/<op>): the three states timed back to back, in blocks of about 2 ms of
-/// calls per op and state, 21 blocks, the states' order reversed in every other block. A
+/// calls per op and state, 31 blocks, the states' order reversed in every other block. A
 /// benchmark's repetitions are seconds apart and the machine's load moves between them by more than
 /// the differences asked about (what the plugin adds to a call that falls back: tens of ns on a
 /// call of 3 µs); within a block the three states see the same load, and the median over the
-/// blocks of each block's difference is what the Paired/<op> rows report (as counters).
+/// blocks of each block's difference is what the Paired/<op> rows report (as counters). Each
+/// block also puts the [64, 512] operands at other addresses (place()).
 struct PairedOp {
     std::vector<double> ns[3];  // per call, per block, for each State
 };
-constexpr int paired_blocks = 21;
+constexpr int paired_blocks = 31;
 
 /// Thread CPU time: a block preempted by another process is not charged for it.
 double cpu_ns() {
@@ -216,10 +250,12 @@ double cpu_ns() {
     return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
 }
 
-double median(std::vector<double> v) {
+/// The q-quantile of v (0.5: the median), the nearest rank.
+double quantile(std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
+    return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 
 std::string paired_ops = ".*";  // the ops of the sweep: a regular expression (--benchmark_filter)
 
@@ -230,6 +266,7 @@ const std::vector<PairedOp>& paired_sweep() {
         std::vector<PairedOp> ops(op_count);
         std::vector<long> calls(op_count, 0);  // per block, from the first state's calibration
         for (int block = 0; block < paired_blocks; ++block) {
+            place(block);
             for (int k = 0; k < 3; ++k) {
                 const int state = block % 2 == 0 ? k : 2 - k;
                 enter(static_cast<State>(state));
@@ -270,6 +307,8 @@ void paired(benchmark::State& s) {
     s.counters["static_ns"] = median(op.ns[2]);
     s.counters["added_ns"] = median(added);
     s.counters["off_per_static"] = median(speedup);
+    s.counters["off_per_static_q1"] = quantile(speedup, 0.25);  // the spread over places and load
+    s.counters["off_per_static_q3"] = quantile(speedup, 0.75);
 }
 
 template <std::size_t... I>
@@ -335,7 +374,12 @@ int main(int argc, char** argv) {
     char tmpl[] = "/tmp/skc-torch-bench-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return 1;
     const std::string base = tmpl;
-    plugin.config = R"({"base_dir": ")" + base + R"("})";
+    plugin.config = R"({"base_dir": ")" + base + R"(")";
+    // SKC_BENCH_OUTPUT_CACHE_MIB=0: the static outputs from c10::alloc_cpu, as stock's, for the
+    // share of the static path's gain that the plugin's output cache makes (output_cache.hpp).
+    if (const char* mib = std::getenv("SKC_BENCH_OUTPUT_CACHE_MIB"))
+        plugin.config += std::string(R"(, "output_cache_mib": )") + std::to_string(std::atoll(mib));
+    plugin.config += "}";
     enter(State::compiled);  // the first compile, outside every benchmark's repetitions
     benchmark::RunSpecifiedBenchmarks(reporter, "^(Off|Fallback|Static)/" + ops);  // interleaved when asked
     paired_ops = ops;

@@ -3,7 +3,8 @@
 // Loaded with torch.ops.load_library(path) (the Python package skc_torch does that), it defines
 // these ops (docs/torch.md):
 //   torch.ops.skc.enable(config: str)   start recording (config: skc options plus compiler,
-//                                       device, toolchain_version, op_library, timing)
+//                                       device, toolchain_version, op_library, timing,
+//                                       output_cache_mib)
 //   torch.ops.skc.check(config: str)    what enable() checks of a config, without starting anything
 //   torch.ops.skc.compile() -> str      end the session, compile or find in the cache, install,
 //                                       load the kernels; the report as JSON
@@ -11,6 +12,8 @@
 //                                       JSON, or null (for a progress display in another thread)
 //   torch.ops.skc.counters() -> str     per op type: static, stock, recorded, unsupported calls
 //   torch.ops.skc.disable()             stock kernels again, nothing recorded
+//   torch.ops.skc.output_cache() -> str the static kernels' output memory (output_cache.hpp) as
+//                                       JSON: capacity and kept bytes, blocks reused and new
 // and overrides the aten CPU kernels of mm, addmm, _addmm_activation, bmm (and bmm.out), add,
 // add_, sub, sub_ (alpha 1, or another as Axpy), rsub, mul, mul_, div, div_ (true division), relu,
 // relu_, gelu, neg, neg_, tanh, tanh_, rsqrt, rsqrt_, silu, silu_, pow (a tensor to a number) and
@@ -103,6 +106,7 @@
 #include "host/plan.hpp"
 #include "host/toolchain.hpp"
 #include "mapping.hpp"
+#include "output_cache.hpp"
 
 #ifndef SKC_TORCH_HOST_OP_COMPILER
 #error "build with -DSKC_TORCH_HOST_OP_COMPILER=\"<path of host_op_compiler>\""
@@ -127,8 +131,8 @@ using PluginRemote = skc::NoRemote;
 // ---- configuration ---------------------------------------------------------------------------------
 
 /// The config keys the plugin reads itself; every other key is an skc option (docs/options.md).
-constexpr std::array<std::string_view, 5> plugin_keys{"compiler", "device", "toolchain_version", "op_library",
-                                                      "timing"};
+constexpr std::array<std::string_view, 6> plugin_keys{"compiler",   "device", "toolchain_version",
+                                                      "op_library", "timing", "output_cache_mib"};
 
 struct Config {
     skc::Options options;
@@ -137,7 +141,11 @@ struct Config {
     std::string toolchain_version;  // empty: the compiler's fingerprint; the target's id is appended
     fs::path op_library;            // empty: <base>/op_library
     bool timing = false;
+    std::size_t output_cache_mib = OutputCache::default_capacity >> 20;
 };
+
+/// The largest output_cache_mib: 1 TiB.
+constexpr std::int64_t max_output_cache_mib = std::int64_t{1} << 20;
 
 [[noreturn]] void config_error(std::string_view key, std::string message) {
     throw skc::Error(skc::Errc::invalid_option, std::move(message), skc::ErrorContext{{}, {}, std::string(key)});
@@ -182,6 +190,14 @@ Config parse_config(std::string_view text) {
     if (const skc::Value* v = doc.find("timing")) {
         if (!v->is_bool()) config_error("timing", "expected true or false, found " + skc::detail::found_kind(*v));
         c.timing = v->as_bool();
+    }
+    if (const skc::Value* v = doc.find("output_cache_mib")) {
+        if (v->kind() != skc::Kind::integer || v->as_int() < 0 || v->as_int() > max_output_cache_mib)
+            config_error(
+                "output_cache_mib",
+                "expected an integer from 0 to " + std::to_string(max_output_cache_mib) + ", found " +
+                    (v->kind() == skc::Kind::integer ? std::to_string(v->as_int()) : skc::detail::found_kind(*v)));
+        c.output_cache_mib = static_cast<std::size_t>(v->as_int());
     }
     const std::string shown = skc::detail::quote(c.compiler.string(), 200);
     struct stat st {};
@@ -387,6 +403,7 @@ public:
                 skc::Errc::session_active,
                 "a recording session is already active: call torch.ops.skc.compile() or torch.ops.skc.disable() first");
         Config c = parse_config(text);
+        OutputCache::get().set_capacity(c.output_cache_mib << 20);
         if (!c.options.static_kernel_compile) {  // the feature is off: stock kernels, nothing recorded
             turn_off();
             off_by_config_ = true;
@@ -682,10 +699,12 @@ bool is_one(const at::Scalar& s) {
 const float* in(const at::Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
 float* out(const at::Tensor& t) { return static_cast<float*>(t.data_ptr()); }
 
-/// A dense float32 CPU tensor, from the CPU allocator directly, as stock's CPU kernels allocate their
-/// outputs (at::empty would go through the dispatcher again: about 75 ns more a call).
+/// A dense float32 CPU tensor, its memory from the output cache (output_cache.hpp: the block a freed
+/// output of that size left, else c10::alloc_cpu's, as stock's CPU kernels allocate), made directly
+/// as they make theirs (at::empty would go through the dispatcher again: about 75 ns more a call).
 at::Tensor new_dense(at::IntArrayRef sizes) {
-    return at::Tensor(at::detail::empty_cpu(sizes, at::kFloat, /*pin_memory=*/false, c10::nullopt));
+    return at::Tensor(at::detail::empty_generic(sizes, &OutputCache::get(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                at::kFloat, c10::nullopt));
 }
 
 /// The new output of an elementwise op of `ins` (dense, or numbers: 0-dim), with the strides stock's
@@ -696,8 +715,9 @@ at::Tensor new_elementwise(at::IntArrayRef sizes, std::initializer_list<TensorAr
     if (sizes.size() > strides.size() ||
         !elementwise_strides(Dims(sizes.data(), sizes.size()), ins, std::span(strides.data(), sizes.size())))
         return new_dense(sizes);
-    return at::Tensor(at::detail::empty_strided_cpu(sizes, at::IntArrayRef(strides.data(), sizes.size()), at::kFloat,
-                                                    /*pin_memory=*/false));
+    return at::Tensor(at::detail::empty_strided_generic(sizes, at::IntArrayRef(strides.data(), sizes.size()),
+                                                        &OutputCache::get(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                        at::kFloat));
 }
 
 /// The bytes a strided tensor's elements span, from its first element's address.
@@ -1505,6 +1525,15 @@ std::string op_progress() {
 std::string op_counters() {
     return entry([] { return Plugin::get().counters(); });
 }
+std::string op_output_cache() {
+    const OutputCache::Stats st = OutputCache::get().stats();
+    const auto u = [](std::uint64_t n) { return skc::Value(n); };
+    return skc::dump_json(skc::Value(skc::Object{{"capacity_bytes", u(st.capacity)},
+                                                 {"cached_bytes", u(st.cached_bytes)},
+                                                 {"cached_blocks", u(st.cached_blocks)},
+                                                 {"reused", u(st.reused)},
+                                                 {"allocated", u(st.allocated)}}));
+}
 void op_disable() {
     entry([] { Plugin::get().disable(); });
 }
@@ -1539,6 +1568,7 @@ TORCH_LIBRARY(skc, m) {
     m.def("progress() -> str", &skc_torch::op_progress);
     m.def("counters() -> str", &skc_torch::op_counters);
     m.def("disable() -> ()", &skc_torch::op_disable);
+    m.def("output_cache() -> str", &skc_torch::op_output_cache);
 }
 
 TORCH_LIBRARY_IMPL(aten, CPU, m) {

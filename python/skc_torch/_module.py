@@ -120,10 +120,10 @@ def compile(model: nn.Module, options: Optional[Options] = None, *, warmup: int 
         options: the options of docs/options.md by their names (``static_kernel_compile``,
             ``disable_static_kernel_compile_cache``, ``op_blacklist``, ``jobs``, ``base_dir``, ...)
             and the plugin's (``compiler``, ``device``, ``toolchain_version``, ``op_library``,
-            ``timing``). ``static_kernel_compile`` defaults to true; false returns `model` itself,
-            untouched. The base directory (cache, run folders, op library) defaults to the folder
-            of the running script, or to ``model_compile_cache_dir`` when ``model_compile_cache``
-            is true and ``force_eager`` is not.
+            ``timing``, ``output_cache_mib``). ``static_kernel_compile`` defaults to true; false
+            returns `model` itself, untouched. The base directory (cache, run folders, op library)
+            defaults to the folder of the running script, or to ``model_compile_cache_dir`` when
+            ``model_compile_cache`` is true and ``force_eager`` is not.
         warmup: the calls to record before compiling, at least 1 (calls with other shapes, or with
             and without autograd, record their own ops).
         progress: show the compile's progress on stderr: None (the default) when stderr is a

@@ -243,8 +243,8 @@ def recording(options: Optional[Options] = None, *, progress: Optional[bool] = N
     Args:
         options: the options of docs/options.md (``static_kernel_compile``,
             ``disable_static_kernel_compile_cache``, ``op_blacklist``, ``jobs``, ...) and the
-            plugin's (``compiler``, ``device``, ``toolchain_version``, ``op_library``, ``timing``),
-            as a dict. ``base_dir`` defaults to the folder of the running script.
+            plugin's (``compiler``, ``device``, ``toolchain_version``, ``op_library``, ``timing``,
+            ``output_cache_mib``), as a dict. ``base_dir`` defaults to the folder of the running script.
         progress: show the compile's progress on stderr: None (the default) when stderr is a
             terminal, True always, False never.
 

@@ -125,6 +125,9 @@ def scenario_bad_configs(base, unwritable):
         "base is a file": {"base_dir": os.path.join(base, "not_executable")},
         "empty device": {"base_dir": base, "device": ""},
         "not an object": ["base_dir", base],
+        "negative output cache": {"base_dir": base, "output_cache_mib": -1},
+        "fractional output cache": {"base_dir": base, "output_cache_mib": 1.5},
+        "output cache too large": {"base_dir": base, "output_cache_mib": 2**20 + 1},
     }
     with open(os.path.join(base, "not_executable"), "w") as f:
         f.write("#!/bin/sh\n")
@@ -157,7 +160,59 @@ def scenario_bad_configs(base, unwritable):
     x = torch.randn(8, 16)
     torch.relu(x)
     report = json.loads(torch.ops.skc.compile())
-    return {"errors": errors, "good_report": report, "entries": sorted(os.listdir(base))}
+    return {"errors": errors, "good_report": report, "entries": sorted(os.listdir(base)),
+            "output_cache": json.loads(torch.ops.skc.output_cache())}
+
+
+def scenario_output_cache(base):
+    """The static outputs' memory (output_cache_mib): a freed output's block serves the next call of
+    its size; a live one is never handed out twice; torch.profiler sees the allocations; at 0 MiB
+    nothing is kept."""
+    torch.manual_seed(3)
+    x, y = torch.randn(64, 512), torch.randn(64, 512)
+    s = torch.randn(4, 64, 64)
+    p = torch.softmax(s, -1)
+    want_add, want_grad = x + y, torch._softmax_backward_data(s, p, -1, torch.float32)
+
+    def run_calls():
+        """Five calls of each op, each output freed before the next: their addresses and results."""
+        addrs, equal = [], True
+        for _ in range(5):
+            z = x + y
+            g = torch._softmax_backward_data(s, p, -1, torch.float32)
+            addrs.append([z.data_ptr(), g.data_ptr()])
+            equal = equal and torch.equal(z, want_add) and torch.allclose(g, want_grad, rtol=1e-4, atol=1e-5)
+            del z, g
+        return addrs, equal
+
+    def stats():
+        return json.loads(torch.ops.skc.output_cache())
+
+    out = {}
+    for mib in (None, 0):
+        cfg = {"base_dir": base}
+        if mib is not None:
+            cfg["output_cache_mib"] = mib
+        torch.ops.skc.enable(json.dumps(cfg))
+        x + y
+        torch._softmax_backward_data(s, p, -1, torch.float32)
+        report = json.loads(torch.ops.skc.compile())
+        before = stats()
+        addrs, equal = run_calls()
+        after = stats()
+        z1, z2 = x + y, x + y  # both alive: two blocks
+        r = {"outcome": report["outcome"], "before": before, "after": after, "addrs": addrs, "equal": equal,
+             "two_live_distinct": z1.data_ptr() != z2.data_ptr(),
+             "two_live_equal": torch.equal(z1, want_add) and torch.equal(z2, want_add),
+             "static": counters()["Add"]["static"], "static_grad": counters()["SoftmaxGrad"]["static"]}
+        del z1, z2
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            w = x + y
+            del w
+        r["profiled_add_bytes"] = [e.cpu_memory_usage for e in prof.events() if e.name == "aten::add"]
+        out["default" if mib is None else str(mib)] = r
+        torch.ops.skc.disable()
+    return out
 
 
 def scenario_hit(base):
@@ -569,7 +624,7 @@ def main():
     result = {"model": scenario_model, "bad_configs": scenario_bad_configs, "hit": scenario_hit,
               "shapes": scenario_shapes,
               "special_values": scenario_special_values, "sessions": scenario_sessions,
-              "accuracy": scenario_accuracy}[name](*args)
+              "accuracy": scenario_accuracy, "output_cache": scenario_output_cache}[name](*args)
     print(json.dumps(result))
 
 

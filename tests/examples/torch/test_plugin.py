@@ -101,7 +101,8 @@ class Configs(TempBase):
         self.assertTrue(e["unknown field"].startswith(
             "skc: option 'op_blacklst': unknown option; known options are: static_kernel_compile, "), e["unknown field"])
         self.assertTrue(e["unknown field"].endswith(
-            "super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only, compiler, device, toolchain_version, op_library, timing"), e["unknown field"])
+            "super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only, compiler, device, "
+            "toolchain_version, op_library, timing, output_cache_mib"), e["unknown field"])
         self.assertEqual(e["wrong type"], "skc: option 'static_kernel_compile': expected true or false, found string \"yes\"")
         self.assertEqual(e["wrong type in list"], "skc: option 'op_blacklist': element 1: expected a string, found integer 7")
         self.assertEqual(e["out of range"], "skc: option 'jobs': expected an integer from 1 to 1024, found 0")
@@ -114,6 +115,14 @@ class Configs(TempBase):
         self.assertEqual(e["empty device"], "skc: option 'device': must not be empty")
         self.assertEqual(e["not an object"], "skc: options must be a JSON object, found array")
         self.assertTrue(e["not json"].startswith("skc: not valid JSON: "), e["not json"])
+        self.assertEqual(e["negative output cache"],
+                         "skc: option 'output_cache_mib': expected an integer from 0 to 1048576, found -1")
+        self.assertEqual(e["fractional output cache"],
+                         "skc: option 'output_cache_mib': expected an integer from 0 to 1048576, found number 1.5")
+        self.assertEqual(e["output cache too large"],
+                         "skc: option 'output_cache_mib': expected an integer from 0 to 1048576, found 1048577")
+        # The bad values changed nothing: the good config's default, 64 MiB.
+        self.assertEqual(r["output_cache"]["capacity_bytes"], 64 << 20)
         self.assertEqual(e["compile without enable"],
                          "skc: no recording session: call torch.ops.skc.enable(config) first")
         self.assertEqual(e["enable twice"], "skc: a recording session is already active: call torch.ops.skc.compile() "
@@ -184,6 +193,29 @@ class Stock(TempBase):
         self.assertIn("SoftmaxV2: attr axes must name only the last axis", n["not_recorded"])
         self.assertIn("Power: attr power 1.500000 is not supported (2, 3, 0.5, -0.5, -1, -2, 1 or 0)",
                       n["not_recorded"])
+
+
+    def test_static_outputs_reuse_the_memory_of_freed_ones(self):
+        r = scenario("output_cache", self.base)
+        d = r["default"]
+        self.assertEqual(d["outcome"], "compiled")
+        self.assertTrue(d["equal"] and d["two_live_equal"] and d["two_live_distinct"], d)
+        self.assertEqual((d["static"], d["static_grad"]), (7, 5), d)  # every call above ran static
+        self.assertEqual(d["before"]["capacity_bytes"], 64 << 20)
+        # Each op's output came back to the same block from the second call on: 8 of 10 reused.
+        for op in (0, 1):
+            self.assertEqual(len({a[op] for a in d["addrs"][1:]}), 1, d["addrs"])
+        self.assertGreaterEqual(d["after"]["reused"] - d["before"]["reused"], 8, d)
+        self.assertEqual(d["profiled_add_bytes"], [64 * 512 * 4], d)  # the profiler sees the output
+        z = r["0"]  # output_cache_mib 0: nothing kept, each block freed
+        self.assertEqual(z["outcome"], "hit")
+        # Counted since the process started: the first case's 7 and 5, its profiled Add, and 7 and 5 again.
+        self.assertEqual((z["static"], z["static_grad"]), (15, 10), z)
+        self.assertTrue(z["equal"] and z["two_live_equal"] and z["two_live_distinct"], z)
+        self.assertEqual((z["before"]["capacity_bytes"], z["before"]["cached_bytes"]), (0, 0), z)
+        self.assertEqual(z["after"]["reused"], z["before"]["reused"], z)
+        self.assertEqual(z["after"]["cached_bytes"], 0, z)
+        self.assertEqual(z["profiled_add_bytes"], [64 * 512 * 4], z)
 
 
 class Accuracy(TempBase):

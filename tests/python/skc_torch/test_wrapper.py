@@ -229,7 +229,7 @@ def test_counters_are_python_values(base):
 KNOWN = ("static_kernel_compile, disable_static_kernel_compile_cache, model_compile_cache, model_compile_cache_dir, "
          "force_eager, base_dir, op_blacklist, compile_timeout_seconds, jobs, log_level, deterministic, "
          "compiler_options, super_kernel, compiler_check, cache_dir, cache_mode, remote_cache, remote_cache_read_only, "
-         "compiler, device, toolchain_version, op_library, timing")
+         "compiler, device, toolchain_version, op_library, timing, output_cache_mib")
 
 
 @pytest.mark.parametrize("options, message", [
