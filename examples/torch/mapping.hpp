@@ -402,6 +402,21 @@ inline skc::TensorDesc bias(const TensorArg& b, std::int64_t n) {
     return dense("bias", 2, b.sizes);
 }
 
+/// A product of at most this many outputs (per batch), of two rows or more, whose first matrix is
+/// stored transposed (a.t() of [K, M]), with K of at least few_outputs_min_k, runs stock. The host
+/// kernels sum a product of few outputs in doubles only where A's rows are contiguous along K; this
+/// one they sum in float tiles, where the largest error of a few outputs is one draw's luck: above
+/// 2x stock torch's in 8 to 20 of 60 draws of [K, 2 to 5]^T x [K, 1 to 5], K of 1,024 to 16,384.
+constexpr std::int64_t few_outputs = 64;
+constexpr std::int64_t few_outputs_min_k = 32;
+
+inline void not_few_transposed(const Operand& x1, std::int64_t m, std::int64_t k, std::int64_t n) {
+    if (x1.transposed && m > 1 && m * n <= few_outputs && k >= few_outputs_min_k)
+        unsupported("at most " + std::to_string(few_outputs) +
+                    " outputs from a first matrix stored transposed: the host kernel would sum them in floats, "
+                    "less accurately than stock");
+}
+
 /// mm(self, mat2), addmm(self, mat1, mat2), _addmm_activation(self, mat1, mat2, use_gelu).
 inline skc::OpRecord matmul(const Call& c) {
     const bool with_bias = c.aten != Aten::mm;
@@ -412,6 +427,7 @@ inline skc::OpRecord matmul(const Call& c) {
     const std::int64_t m = a.sizes[0], n = b.sizes[1];
     if (a.sizes[1] != b.sizes[0]) unsupported("inner dims differ: " + dims_str(a.sizes) + " x " + dims_str(b.sizes));
     Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
+    not_few_transposed(x1, m, a.sizes[1], n);
     std::vector<skc::TensorSlot> in{std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}};
     if (with_bias) in[2] = bias(c.t[0], n);
     std::vector<skc::Attr> attrs{attr("transpose_x1", "bool", 0, x1.transposed),
@@ -434,6 +450,7 @@ inline skc::OpRecord batch_matmul(const Call& c) {
     if (a.sizes[0] != b.sizes[0] || a.sizes[2] != b.sizes[1])
         unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not multiply");
     Operand x1 = operand(a, "x1", 0), x2 = operand(b, "x2", 1);
+    not_few_transposed(x1, a.sizes[1], a.sizes[2], b.sizes[2]);
     const std::vector<std::int64_t> y{a.sizes[0], a.sizes[1], b.sizes[2]};
     const bool t1 = x1.transposed, t2 = x2.transposed;
     return op("BatchMatMulV2", {std::move(x1.desc), std::move(x2.desc), std::monostate{}, std::monostate{}},

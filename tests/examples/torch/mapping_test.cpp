@@ -807,6 +807,20 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
     CHECK_EQ(describe(Call{Aten::addmm, {TensorArg{s24, st41}, TensorArg{s23, st31}, TensorArg{s34, st41}}, 3}),
              "MatMulV2: the added tensor has shape [2,4]: only a bias row [4] or [1, 4] is supported");
     CHECK(describe(Call{Aten::addmm, {TensorArg{s14, st41}, TensorArg{s23, st31}, TensorArg{s34, st41}}, 3}).empty());
+    // At most 64 outputs from a first matrix stored transposed (a.t() of [K, M]), K of 32 or more:
+    // stock (the host kernel would sum them in float tiles); 66 outputs, K of 31, or one row: static.
+    const std::string few =
+        ": at most 64 outputs from a first matrix stored transposed: the host kernel would sum them in floats, "
+        "less accurately than stock";
+    const Vec a2{2, 64}, at2{1, 2}, b3{64, 3}, bt3{3, 1}, b33{64, 33}, bt33{33, 1}, a31{2, 31}, b31{31, 3};
+    CHECK_EQ(describe(Call{Aten::mm, {TensorArg{a2, at2}, TensorArg{b3, bt3}}, 2}), "MatMulV2" + few);
+    CHECK_EQ(describe(Call{Aten::addmm, {TensorArg{Vec{3}, st1}, TensorArg{a2, at2}, TensorArg{b3, bt3}}, 3}),
+             "MatMulV2" + few);
+    CHECK(describe(Call{Aten::mm, {TensorArg{a2, at2}, TensorArg{b33, bt33}}, 2}).empty());
+    CHECK(describe(Call{Aten::mm, {TensorArg{a31, at2}, TensorArg{b31, bt3}}, 2}).empty());
+    CHECK(describe(Call{Aten::mm, {TensorArg{a2, Vec{64, 1}}, TensorArg{b3, bt3}}, 2}).empty());  // A's rows dense
+    const Vec ba{4, 2, 64}, bat{128, 1, 2}, bb{4, 64, 3}, bbt{192, 3, 1};
+    CHECK_EQ(describe(Call{Aten::bmm, {TensorArg{ba, bat}, TensorArg{bb, bbt}}, 2}), "BatchMatMulV2" + few);
     const Vec s03{0, 3};
     CHECK_EQ(describe(Call{Aten::relu, {TensorArg{s03, st31}}, 1}), "Relu: self has no elements");
     const Vec st13{1, 3};
