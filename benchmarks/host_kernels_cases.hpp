@@ -163,6 +163,15 @@ inline std::vector<HostCase> cases() {
                  {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", true), attr("offset_x", "int", 0)}),
             {}, false);
     }
+    for (const Size& z : sizes) {  // h [S, 4H] . W [4H, H]: a feed-forward layer's second product, K = 4H
+        const std::int64_t S = z.s, H = z.h;
+        add("MatMulV2 FFN down", z, dims({S, 4 * H}) + " x " + dims({4 * H, H}),
+            make(
+                "MatMulV2", {tensor({S, 4 * H}), tensor({4 * H, H}), std::monostate{}, std::monostate{}},
+                {tensor({S, H})},
+                {attr("transpose_x1", "bool", false), attr("transpose_x2", "bool", false), attr("offset_x", "int", 0)}),
+            GemmShape{1, S, 4 * H, H, false}, false);
+    }
     for (const Size& z : sizes) {  // gelu(x [S, H] . W [H, 4H] + b), erf form
         const std::int64_t S = z.s, H = z.h;
         add("FusedMatMul gelu_erf", z, dims({S, H}) + " x " + dims({H, 4 * H}) + " + " + dims({4 * H}),

@@ -292,6 +292,13 @@ std::vector<OpRecord> plugin_cases() {
     // activation.
     c.push_back(mm("FusedMatMul", tensor({7, 4097}), tensor({3, 4097}), false, true, RuntimeShape{3}, "gelu_erf"));
     c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
+    // The loop orders around the tiles (codegen.hpp, c_blocks_outer_bytes): C under 1 MiB, blocks of
+    // K outermost (three of them, the last partial, and the last columns packed); C past 1 MiB, blocks
+    // of rows outermost (216 rows of A of K = 300 a block: two and a partial one), A transposed or
+    // B packed, the rest in whole vectors and in a packed panel.
+    c.push_back(mm("MatMulV2", tensor({40, 300}), tensor({300, 37}), false, false));
+    c.push_back(mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530}));
+    c.push_back(mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"));
     // Gelu: approximate none (erf), tanh, absent (tanh).
     for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
         c.push_back(gelu(s, "none"));
