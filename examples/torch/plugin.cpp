@@ -403,9 +403,9 @@ public:
                 skc::Errc::session_active,
                 "a recording session is already active: call torch.ops.skc.compile() or torch.ops.skc.disable() first");
         Config c = parse_config(text);
-        OutputCache::get().set_capacity(c.output_cache_mib << 20);
         if (!c.options.static_kernel_compile) {  // the feature is off: stock kernels, nothing recorded
             turn_off();
+            OutputCache::get().set_capacity(c.output_cache_mib << 20);
             off_by_config_ = true;
             return;
         }
@@ -447,6 +447,7 @@ public:
         pending_ = std::move(compiler);
         off_by_config_ = false;
         timing_.store(c.timing, std::memory_order_relaxed);
+        OutputCache::get().set_capacity(c.output_cache_mib << 20);  // the config has passed every check
         session_.store(++sessions_, std::memory_order_release);
         on_.store(true, std::memory_order_release);
     }

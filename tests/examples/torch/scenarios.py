@@ -128,6 +128,7 @@ def scenario_bad_configs(base, unwritable):
         "negative output cache": {"base_dir": base, "output_cache_mib": -1},
         "fractional output cache": {"base_dir": base, "output_cache_mib": 1.5},
         "output cache too large": {"base_dir": base, "output_cache_mib": 2**20 + 1},
+        "unwritable base with a cache size": {"base_dir": unwritable, "output_cache_mib": 0},
     }
     with open(os.path.join(base, "not_executable"), "w") as f:
         f.write("#!/bin/sh\n")
@@ -140,6 +141,7 @@ def scenario_bad_configs(base, unwritable):
             torch.ops.skc.disable()
         except RuntimeError as e:
             errors[what] = str(e)
+    cache_after_bad = json.loads(torch.ops.skc.output_cache())
     errors["not json"] = None
     try:
         torch.ops.skc.enable("{base_dir: 1")
@@ -161,7 +163,7 @@ def scenario_bad_configs(base, unwritable):
     torch.relu(x)
     report = json.loads(torch.ops.skc.compile())
     return {"errors": errors, "good_report": report, "entries": sorted(os.listdir(base)),
-            "output_cache": json.loads(torch.ops.skc.output_cache())}
+            "output_cache_after_bad": cache_after_bad}
 
 
 def scenario_output_cache(base):

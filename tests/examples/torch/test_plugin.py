@@ -121,8 +121,10 @@ class Configs(TempBase):
                          "skc: option 'output_cache_mib': expected an integer from 0 to 1048576, found number 1.5")
         self.assertEqual(e["output cache too large"],
                          "skc: option 'output_cache_mib': expected an integer from 0 to 1048576, found 1048577")
-        # The bad values changed nothing: the good config's default, 64 MiB.
-        self.assertEqual(r["output_cache"]["capacity_bytes"], 64 << 20)
+        self.assertEqual(e["unwritable base with a cache size"], e["unwritable base"])
+        # The bad configs changed nothing: the capacity is still the default, 64 MiB (0 MiB passed its
+        # own check in the last one, whose base then failed).
+        self.assertEqual(r["output_cache_after_bad"]["capacity_bytes"], 64 << 20)
         self.assertEqual(e["compile without enable"],
                          "skc: no recording session: call torch.ops.skc.enable(config) first")
         self.assertEqual(e["enable twice"], "skc: a recording session is already active: call torch.ops.skc.compile() "
