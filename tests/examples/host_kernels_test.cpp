@@ -294,11 +294,11 @@ std::vector<OpRecord> plugin_cases() {
     c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
     // The loop orders around the tiles (codegen.hpp, c_blocks_outer_bytes): C under 1 MiB, blocks of
     // K outermost (three of them, the last partial, and the last columns packed); C past 1 MiB, blocks
-    // of rows outermost (216 rows of A of K = 300 a block: two and a partial one), A transposed or
-    // B packed, the rest in whole vectors and in a packed panel.
+    // of rows outermost (480 rows of A of K = 136 a block, 1,024 of K = 64: one and a partial one,
+    // then the last rows), A transposed or B packed, the rest in whole vectors and a packed panel.
     c.push_back(mm("MatMulV2", tensor({40, 300}), tensor({300, 37}), false, false));
-    c.push_back(mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530}));
-    c.push_back(mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"));
+    c.push_back(mm("MatMulV2", tensor({136, 490}), tensor({136, 536}), true, false, RuntimeShape{536}));
+    c.push_back(mm("FusedMatMul", tensor({1043, 64}), tensor({258, 64}), false, true, RuntimeShape{258}, "relu"));
     // Gelu: approximate none (erf), tanh, absent (tanh).
     for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
         c.push_back(gelu(s, "none"));
