@@ -1154,6 +1154,38 @@ TEST_CASE("generated kernels, built for each target, against the generic kernels
                        << table);
 }
 
+TEST_CASE("generated products with blocks of rows keep to 6 KiB of stack with g++ and clang++") {
+    // Compiled only (running them is the case above's, at smaller sizes): C past 1 MiB, so blocks of
+    // rows run outermost, with three blocks of K, B packed and an epilogue. Clang 14 kept every panel's
+    // addresses in stack slots across the rows' loop here (8 KiB) before the loop made them opaque.
+    const std::vector<OpRecord> ops{
+        mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"),
+        mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530})};
+    skc_test::TempDir dir;
+    int compiled = 0;
+    for (const char* compiler : {"clang++", "g++"}) {
+        const std::string cxx = on_path(compiler);
+        if (cxx.empty()) continue;
+        for (const skc_host::Target& target : runnable_targets()) {
+            std::string src;
+            for (std::size_t i = 0; i < ops.size(); ++i)
+                src += *skc_host::generate_kernel(ops[i], "skc_host_stack_kernel_" + std::to_string(i), target);
+            const fs::path file = dir / (std::string(compiler) + "-" + target.id + ".cpp");
+            skc_test::spit(file, src);
+            std::vector<std::string> args{cxx};
+            for (const std::string& f : skc_host::kernel_flags(target)) args.push_back(f);
+            for (const char* f : {"-c", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wframe-larger-than=6144"})
+                args.emplace_back(f);
+            args.insert(args.end(), {"-o", file.string() + ".o", file.string()});
+            const fs::path log = file.string() + ".log";
+            const int rc = wait_for(spawn(args, log));
+            CHECK_MESSAGE(rc == 0, compiler << " for " << target.id << ":\n" << skc_test::slurp(log));
+            ++compiled;
+        }
+    }
+    CHECK(compiled > 0);
+}
+
 TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN, infinities, signed zeros") {
     const std::string cxx = find_cxx();
     REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");
