@@ -142,10 +142,10 @@ struct Tiling {
     std::int64_t mr = 6;  // rows of a full tile
     std::int64_t nv = 2;  // vectors across a full tile
     [[nodiscard]] std::int64_t nr() const { return nv * w; }
-    /// Rows of op(B) in one packed block: as many as a direct block sums (kernels::matmul_kb), so
-    /// both paths' blocked sums round alike. Blocks of 32 rows (4 KiB, as the stack could hold)
-    /// add K / 32 partial sums into C: `linear` of K = 4,096 then has 2x stock torch's largest
-    /// error. The block (kc x nr floats, 16 KiB with AVX-512) is thread-local (packed_block()).
+    /// Rows of op(B) in one block of K (emit_k_blocks()), read directly or packed: the generic
+    /// kernel's block (kernels::matmul_kb), so the paths' blocked sums round alike. Blocks of 32 rows (4 KiB, as the
+    /// stack could hold) add K / 32 partial sums into C: `linear` of K = 4,096 then has 2x stock torch's largest error.
+    /// The block (kc x nr floats, 16 KiB with AVX-512) is thread-local (packed_block()).
     [[nodiscard]] std::int64_t kc() const { return kernels::matmul_kb; }
 };
 
@@ -553,8 +553,8 @@ inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, const 
     }
 }
 
-/// Rows of op(B) a tile sums in registers before it adds them to C, where it reads B directly:
-/// the generic kernel's block, so the two round alike.
+/// The dot form's float sums (emit_dot_rows()): vectors of K each block sums from zero before it is
+/// added, the generic kernel's block (the tiles' blocks of K are Tiling::kc() rows, the same count).
 constexpr std::int64_t direct_kb = kernels::matmul_kb;
 
 /// K in blocks of `kb` rows of op(B), each summed from zero in the tile and then added to C (the

@@ -404,9 +404,10 @@ inline skc::TensorDesc bias(const TensorArg& b, std::int64_t n) {
 
 /// A product of at most this many outputs (per batch), of two rows or more, whose first matrix is
 /// stored transposed (a.t() of [K, M]), with K of at least few_outputs_min_k, runs stock. The host
-/// kernels sum a product of few outputs in doubles only where A's rows are contiguous along K; this
-/// one they sum in float tiles, where the largest error of a few outputs is one draw's luck: above
-/// 2x stock torch's in 8 to 20 of 60 draws of [K, 2 to 5]^T x [K, 1 to 5], K of 1,024 to 16,384.
+/// kernels sum a product of few outputs (at most codegen.hpp's dot_outputs, the same 64) in doubles
+/// only where A's rows are contiguous along K; this one they sum in float tiles, where the largest
+/// error of a few outputs is one draw's luck: above 2x stock torch's in 8 to 20 of 60 draws of
+/// [K, 2 to 5]^T x [K, 1 to 5], K of 1,024 to 16,384.
 constexpr std::int64_t few_outputs = 64;
 constexpr std::int64_t few_outputs_min_k = 32;
 
