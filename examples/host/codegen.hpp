@@ -147,10 +147,50 @@ struct Tiling {
     /// stack could hold) add K / 32 partial sums into C: `linear` of K = 4,096 then has 2x stock torch's largest error.
     /// The block (kc x nr floats, 16 KiB with AVX-512) is thread-local (packed_block()).
     [[nodiscard]] std::int64_t kc() const { return kernels::matmul_kb; }
+    /// The packed block of A (packed_a_block()): a block of rows (a_block_rows, and the last rows,
+    /// fewer than a tile) by kc.
+    [[nodiscard]] std::int64_t a_block_floats() const;
 };
 
 /// 8 x 2 vectors with 32 vector registers (AVX-512: 16 accumulators), 6 x 2 with 16.
 inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
+
+/// Rows of A in one block of rows at most (codegen's row_block_rows()), before the last rows, fewer
+/// than a tile, which join the last block.
+constexpr std::int64_t a_block_rows = 256;
+inline std::int64_t Tiling::a_block_floats() const { return (a_block_rows + mr) * kc(); }
+
+/// The name of a matrix product's packed block of A ("a") or op(B) ("b") for vectors of `w`
+/// floats: its size is in the name, so that translation units built for other widths never share it.
+inline std::string buffer_name(const char* what, std::int64_t w) {
+    const Tiling t = tiling(w);
+    return std::string("packed_") + what + "_" + n(what[0] == 'a' ? t.a_block_floats() : t.kc() * t.nr());
+}
+
+/// The packed blocks, one a thread and shared library: inline functions of a named namespace,
+/// hidden, so that the translation units of one package share them (their thread-local blocks are
+/// allocated for every thread that calls into the library, 152 KiB with AVX-512, not that a
+/// product) and another package keeps its own. Out of line, and the result opaque (the empty asm):
+/// Clang 14 propagates the thread-local address into the caller, where it keeps values in
+/// xmm16-31 across __tls_get_addr, whose first call in a thread may run glibc's memset, which uses
+/// them (a 1 x 1 product read garbage so).
+inline std::string block_buffers(std::int64_t w) {
+    const Tiling t = tiling(w);
+    Src s;
+    s.line("namespace skc_blocks {");
+    for (const char* what : {"a", "b"}) {
+        const std::int64_t floats = what[0] == 'a' ? t.a_block_floats() : t.kc() * t.nr();
+        s.open("[[maybe_unused]] __attribute__((visibility(\"hidden\"), noinline)) inline float* " +
+               buffer_name(what, w) + "()");
+        s.line("alignas(64) static thread_local float b[" + n(floats) + "];");
+        s.line("float* p = b;");
+        s.line("__asm__(\"\" : \"+r\"(p));");
+        s.line("return p;");
+        s.close();
+    }
+    s.line("}  // namespace skc_blocks");
+    return s.str();
+}
 
 /// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
 /// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max;
@@ -174,6 +214,7 @@ inline std::string vector_prelude(std::int64_t w) {
     Src s;
     s.line("#ifndef " + guard);
     s.line("#define " + guard);
+    s.raw(block_buffers(w));
     s.line("namespace {");
     s.line("namespace " + ns + " {");
     s.line("typedef float vf __attribute__((vector_size(" + n(4 * w) + ")));");
@@ -217,17 +258,11 @@ inline std::string vector_prelude(std::int64_t w) {
     s.line("return vsel(x < -104.0f, vf{}, vsel(x < -87.0f, lo, vexp(x)));");
     s.close();
     s.line("[[maybe_unused]] inline vf vrelu(vf v) { return vsel(v < 0.0f, vf{}, v); }");
-    // A matrix product's packed block of op(B), one a thread and translation unit, off the stack:
-    // a kernel keeps to a few KiB of stack, for it runs on threads it does not own. Out of line,
-    // and its result opaque (the empty asm): Clang 14 propagates the thread-local address into
-    // the caller, where it keeps values in xmm16-31 across __tls_get_addr, whose first call in a
-    // thread may run glibc's memset, which uses them (a 1 x 1 product read garbage so).
-    s.open("[[maybe_unused]] __attribute__((noinline)) float* packed_block()");
-    s.line("alignas(64) static thread_local float b[" + n(tiling(w).kc() * tiling(w).nr()) + "];");
-    s.line("float* p = b;");
-    s.line("__asm__(\"\" : \"+r\"(p));");
-    s.line("return p;");
-    s.close();
+    // A matrix product's packed blocks (of op(B): packed_block(); of A: packed_a_block()) are
+    // thread-local, off the stack: a kernel keeps to a few KiB of stack, for it runs on threads it
+    // does not own (block_buffers()).
+    s.line("[[maybe_unused]] inline float* packed_block() { return skc_blocks::" + buffer_name("b", w) + "(); }");
+    s.line("[[maybe_unused]] inline float* packed_a_block() { return skc_blocks::" + buffer_name("a", w) + "(); }");
     // Doubles, half a vector of floats at a time: the dot form of a matrix product sums in them.
     s.line("typedef float vh __attribute__((vector_size(" + n(2 * w) + ")));");
     s.line("typedef double vd __attribute__((vector_size(" + n(4 * w) + ")));");
@@ -444,16 +479,23 @@ inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std:
     for (std::string_view name : names) s.line("static_cast<void>(" + std::string(name) + ");");
 }
 
+/// Where a register tile reads its operands. op(B): B itself (its rows contiguous) or the packed
+/// block bp (nr floats a row). A: A itself or the packed block ap, where the tile at row i0 of the
+/// block of rows at ib has its `rows` elements of each p of the block of K contiguous, from
+/// ap + (i0 - ib) kb (emit_pack_a()).
+struct Sources {
+    bool a_packed = false, b_packed = false;
+};
+
 /// One register tile: rows i0 .. i0 + rows, `nv` vectors of columns from j0, summed over the
-/// `kb` rows of op(B) from k0 (`k0` a C++ expression). The rows of op(B) come from `bsrc`
-/// ("direct": B itself, whose rows are contiguous; "packed": the block bp, nr floats a row).
+/// `kb` rows of op(B) from k0 (`k0` a C++ expression), its operands from `src`.
 /// The block's products are summed from 0; then, unless `first`, C's partial sums are added (a
 /// blocked sum, as a BLAS's: each block's rounding error is its own, not carried along all of K);
 /// `last`: the epilogue is applied (a C++ bool expression each); `cols`: how many of the tile's
 /// columns are C's (the others are padding).
 inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
-                      std::int64_t cols, const std::string& k0, std::int64_t kb, bool packed, const std::string& first,
-                      const std::string& last) {
+                      std::int64_t cols, const std::string& k0, std::int64_t kb, const Sources& src,
+                      const std::string& first, const std::string& last) {
     const std::int64_t w = t.w;
     const bool full = cols == nv * w;
     s.open("");
@@ -463,12 +505,14 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vf{};");
     s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
     for (std::int64_t v = 0; v < nv; ++v) {
-        const std::string src =
-            packed ? "bp + p * " + n(nv * w) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
-        s.line("const vf b" + n(v) + " = vload(" + src + ");");
+        const std::string b =
+            src.b_packed ? "bp + p * " + n(nv * w) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
+        s.line("const vf b" + n(v) + " = vload(" + b + ");");
     }
     for (std::int64_t r = 0; r < rows; ++r) {
-        s.line("const float a" + n(r) + " = A[(i0 + " + n(r) + ") * SAM + (" + k0 + " + p) * SAK];");
+        const std::string a = src.a_packed ? "ap[(i0 - ib) * " + n(kb) + " + p * " + n(rows) + " + " + n(r) + "]"
+                                           : "A[(i0 + " + n(r) + ") * SAM + (" + k0 + " + p) * SAK]";
+        s.line("const float a" + n(r) + " = " + a + ";");
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += a" + n(r) + " * b" + n(v) + ";");
     }
     s.close();
@@ -535,22 +579,30 @@ struct Rows {
     std::string tail_if = "true";
 };
 
-/// The rows `rows` of C for one panel of columns (j0 a C++ expression or loop variable), one block
-/// of K.
-inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
-                            std::int64_t cols, const std::string& k0, std::int64_t kb, bool packed,
-                            const std::string& first, const std::string& last) {
+/// fn(count) for each tile of `rows`, i0 (its first row) defined: the whole tiles of `mr` rows in a
+/// loop, then the tail.
+template <class Fn>
+inline void each_tile(Src& s, const Rows& rows, std::int64_t mr, Fn&& fn) {
     if (rows.first != rows.end) {
-        s.open("for (idx i0 = " + rows.first + "; i0 < " + rows.end + "; i0 += " + n(t.mr) + ")");
-        emit_tile(s, p, t, t.mr, nv, cols, k0, kb, packed, first, last);
+        s.open("for (idx i0 = " + rows.first + "; i0 < " + rows.end + "; i0 += " + n(mr) + ")");
+        fn(mr);
         s.close();
     }
     if (rows.tail > 0) {
         s.open(rows.tail_if == "true" ? std::string() : "if (" + rows.tail_if + ")");
         s.line("const idx i0 = " + rows.end + ";");
-        emit_tile(s, p, t, rows.tail, nv, cols, k0, kb, packed, first, last);
+        fn(rows.tail);
         s.close();
     }
+}
+
+/// The rows `rows` of C for one panel of columns (j0 a C++ expression or loop variable), one block
+/// of K.
+inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
+                            std::int64_t cols, const std::string& k0, std::int64_t kb, const Sources& src,
+                            const std::string& first, const std::string& last) {
+    each_tile(s, rows, t.mr,
+              [&](std::int64_t count) { emit_tile(s, p, t, count, nv, cols, k0, kb, src, first, last); });
 }
 
 /// The dot form's float sums (emit_dot_rows()): vectors of K each block sums from zero before it is
@@ -577,53 +629,93 @@ inline void emit_k_blocks(Src& s, const MatMulPlan& p, std::int64_t kb, Body&& b
     }
 }
 
+/// A block of an operand to pack: `rows` x `cols` elements of `name` from row `row0` and column
+/// `col0` (C++ expressions), its strides by name (emit_strides()), and whether the rows' stride is 1.
+struct PackSource {
+    std::string name, row0, row_stride, col0, col_stride;
+    bool unit_rows = false;
+    std::int64_t rows = 0, cols = 0;
+};
+
+/// The packing copy: dst[p * ds + c] = the source's element (p, c). It runs along the source's
+/// contiguous dim: along p where its rows' stride is 1 (a transposed op(B) along K, A's rows along
+/// K), in 8 x 8 blocks transposed in registers where both counts are multiples of 8
+/// (transpose_prelude()); else along c. The source's offsets stay in the form (row0 + p) stride +
+/// (col0 + c) stride: Clang 14 keeps a base pointer computed a panel in stack slots across the
+/// panels (10 KiB for [300, 500]^T x [300, 530] + bias).
+inline void emit_pack(Src& s, const std::string& dst, std::int64_t ds, const PackSource& f) {
+    const std::string at = "(" + f.row0 + " + p) * " + f.row_stride + " + (" + f.col0 + " + c) * " + f.col_stride;
+    const std::string copy = dst + "[p * " + n(ds) + " + c] = " + f.name + "[" + at + "];";
+    if (f.unit_rows && f.rows % 8 == 0 && f.cols % 8 == 0) {
+        s.open("for (idx c = 0; c < " + n(f.cols) + "; c += 8)");
+        s.line("for (idx p = 0; p < " + n(f.rows) + "; p += 8) skc_t8::tr8(" + f.name + " + " + at + ", " +
+               f.col_stride + ", " + dst + " + p * " + n(ds) + " + c, " + n(ds) + ");");
+    } else if (f.unit_rows) {
+        s.open("for (idx c = 0; c < " + n(f.cols) + "; ++c)");
+        s.line("for (idx p = 0; p < " + n(f.rows) + "; ++p) " + copy);
+    } else {
+        s.open("for (idx p = 0; p < " + n(f.rows) + "; ++p)");
+        s.line("for (idx c = 0; c < " + n(f.cols) + "; ++c) " + copy);
+    }
+    s.close();
+}
+
 /// One block of K (rows k0 .. k0 + kb of op(B)) of the panel of `cols` columns at j0, `nv` vectors
 /// wide. Direct: op(B)'s rows are contiguous and the panel is whole vectors; the tiles read B.
 /// Packed: the block is first copied (through op(B)'s strides, zero-padded to nv vectors) into bp
 /// (packed_block()), its rows the panel's width apart, and the tiles read that.
 inline void emit_panel_block(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
-                             std::int64_t cols, bool packed, std::int64_t kb, const std::string& first,
+                             std::int64_t cols, const Sources& src, std::int64_t kb, const std::string& first,
                              const std::string& last) {
-    if (packed) {
+    if (src.b_packed) {
         const std::int64_t nr = nv * t.w;
-        // The copy runs along op(B)'s contiguous dim, if it has one (a transposed B: along K).
-        const std::string copy = "bp[p * " + n(nr) + " + c] = B[(k0 + p) * SBK + (j0 + c) * SBN];";
-        if (p.b.k == 1 && cols % 8 == 0 && kb % 8 == 0) {
-            // A transposed B in 8 x 8 blocks transposed in registers (transpose_prelude()).
-            s.open("for (idx c = 0; c < " + n(cols) + "; c += 8)");
-            s.line("for (idx p = 0; p < " + n(kb) +
-                   "; p += 8) skc_t8::tr8(B + (k0 + p) + (j0 + c) * SBN, SBN, bp + p * " + n(nr) + " + c, " + n(nr) +
-                   ");");
-        } else if (p.b.k == 1) {
-            s.open("for (idx c = 0; c < " + n(cols) + "; ++c)");
-            s.line("for (idx p = 0; p < " + n(kb) + "; ++p) " + copy);
-        } else {
-            s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
-            s.line("for (idx c = 0; c < " + n(cols) + "; ++c) " + copy);
-        }
-        s.close();
+        emit_pack(s, "bp", nr, PackSource{"B", "k0", "SBK", "j0", "SBN", p.b.k == 1, kb, cols});
         if (cols < nr) {
             s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
             s.line("for (idx c = " + n(cols) + "; c < " + n(nr) + "; ++c) bp[p * " + n(nr) + " + c] = 0.0f;");
             s.close();
         }
     }
-    emit_panel_rows(s, p, t, rows, nv, cols, "k0", kb, packed, first, last);
+    emit_panel_rows(s, p, t, rows, nv, cols, "k0", kb, src, first, last);
 }
 
-/// The order of the loops around the tiles, so that what is read again stays in L2 (2 MiB here):
-///   - C of at most c_blocks_outer_bytes: the blocks of K outermost, every panel within each. Each
-///     block of A (M rows by kc) stays in L2 while the panels read it, and C is read back once a
-///     block.
-///   - Else: blocks of rows of at most a_block_bytes of A (all of K) outermost, then the panels,
-///     each over every block of K. The block of A stays in L2 while the panels read it, and C is
-///     written once.
-/// The panels outermost over all of M and K streamed A once a panel: with A past L2 ([256, 2048] x
-/// [2048, 512]) 0.84x of a BLAS that packs A (OpenBLAS's AVX-512 kernels), 1.04x in this order. An
-/// A stored transposed with many rows (a weight gradient dY^T X, [2048, 256]^T x [256, 512]) is
-/// still below it (0.76x): these kernels pack B only.
-constexpr std::int64_t c_blocks_outer_bytes = std::int64_t{1} << 20;
-constexpr std::int64_t a_block_bytes = std::int64_t{256} << 10;
+/// Copies one block of A, the rows `rows` (whole tiles, then the tail) by the `kb` of K from k0,
+/// into ap in the tiles' order (Sources): each tile's rows for one p side by side, its p in order.
+inline void emit_pack_a(Src& s, const MatMulPlan& p, const Rows& rows, std::int64_t mr, std::int64_t kb) {
+    each_tile(s, rows, mr, [&](std::int64_t r) {
+        s.line("float* __restrict d = ap + (i0 - ib) * " + n(kb) + ";");
+        emit_pack(s, "d", r, PackSource{"A", "k0", "SAK", "i0", "SAM", p.a.k == 1, kb, r});
+    });
+}
+
+/// The loops around the tiles, a BLAS's: blocks of rows of A outermost (row_block_rows()), then
+/// the blocks of K; each block of A (rows by kc) is packed once (emit_pack_a()) and stays in L2
+/// while every panel of columns reads it, op(B)'s block for the panel packed (or read in place),
+/// and C's block is read back once a block of K. The rows of a block: at most a_block_rows, and at
+/// most c_block_bytes of C, which then stays in L2 from one block of K to the next.
+/// Reading A in place, the tiles of a transposed A ([2048, 256]^T x [256, 512], a weight gradient
+/// dY^T X) read K rows 8 KiB apart, which L1 keeps 12 of: 0.76x OpenBLAS's AVX-512 kernels.
+constexpr std::int64_t c_block_bytes = std::int64_t{1} << 20;
+
+inline std::int64_t row_block_rows(const MatMulPlan& p, const Tiling& t) {
+    const std::int64_t c_rows = c_block_bytes / (p.n * static_cast<std::int64_t>(sizeof(float)));
+    return std::max(t.mr, std::min(a_block_rows, c_rows) / t.mr * t.mr);
+}
+
+/// Whether the blocks of A are packed: where more than one panel reads each (else each tile reads it
+/// once), and A is stored transposed (a tile's rows for one p are then one short run, its p a row of
+/// A apart) or past packed_a_rows_bytes (a tile's rows are then far apart, the block past L1). The
+/// copy costs more than it saves on a small A in rows ([64, 512] x [512, 128]: 3 % slower).
+constexpr std::int64_t packed_a_rows_bytes = std::int64_t{256} << 10;
+
+inline bool packs_a(const MatMulPlan& p, const Tiling& t) {
+    return p.n > t.nr() && (p.a.k != 1 || p.m * p.k * static_cast<std::int64_t>(sizeof(float)) > packed_a_rows_bytes);
+}
+
+/// Whether op(B) is packed where its rows are contiguous (and read in place otherwise): where each
+/// panel's block is read by the tiles of at least b_pack_tiles x mr rows. In place, its rows are N
+/// floats apart and share L1's sets (N = 2,048: 8 KiB apart, all in the same set).
+constexpr std::int64_t b_pack_tiles = 4;
 
 /// Rows of A by op(B), both contiguous along K, where C has one row or at most dot_outputs
 /// elements (a matrix-vector product: `linear` of one token; mm by a column): each element of C a
@@ -715,8 +807,8 @@ inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
 /// contiguous), then the last columns, fewer than a vector, zero-padded (packed). Each element of
 /// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, in blocks of K each summed
 /// from zero and then added to C, so it differs from the generic kernel's by rounding only. The
-/// loops around the tiles run in the order c_blocks_outer_bytes describes; the sums are the same in
-/// any order.
+/// loops around the tiles run in the order c_block_bytes describes; the sums are the same in any
+/// order.
 inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     if (dot_form(p, t.w)) {
         emit_dot_rows(s, p, t.w);
@@ -726,7 +818,10 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     const bool contiguous = p.b.outer == 1;
     const std::int64_t nr = t.nr(), full_cols = p.n - p.n % nr;
     const std::int64_t rest = p.n % nr, rest_vectors = rest / t.w, last = rest % t.w;
-    if (!contiguous || last != 0) s.line("float* __restrict bp = packed_block();");
+    const std::int64_t full_rows = p.m - p.m % t.mr, mc = row_block_rows(p, t);
+    const bool pack_a = packs_a(p, t), pack_b_direct = std::min(mc, p.m) >= b_pack_tiles * t.mr;
+    if (!contiguous || last != 0 || pack_b_direct) s.line("float* __restrict bp = packed_block();");
+    if (pack_a) s.line("float* __restrict ap = packed_a_block();");
     // fn(nv, cols, packed) for every panel, j0 defined: the full ones, then the rest in whole
     // vectors, then the last columns, fewer than a vector (packed).
     auto each_panel = [&](auto&& fn) {
@@ -748,36 +843,30 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
             s.close();
         }
     };
-    constexpr auto bytes = static_cast<std::int64_t>(sizeof(float));
-    const std::int64_t full_rows = p.m - p.m % t.mr;
-    const Rows all{"0", n(full_rows), p.m % t.mr};
-    if (p.m * p.n * bytes <= c_blocks_outer_bytes) {
-        emit_k_blocks(s, p, t.kc(), [&](std::int64_t kb, const std::string& first, const std::string& last_block) {
-            each_panel([&](std::int64_t nv, std::int64_t cols, bool packed) {
-                emit_panel_block(s, p, t, all, nv, cols, packed, kb, first, last_block);
-            });
-        });
-        return;
-    }
+    // The pointers opaque in each block of K: Clang 14 otherwise keeps what every panel computes from
+    // them in stack slots across the loops (8 KiB for [500, 300] x [530, 300]^T + bias, relu).
+    const std::string opaque =
+        std::string("__asm__(\"\" : \"+r\"(A), \"+r\"(B), \"+r\"(C)") + (p.bias ? ", \"+r\"(bias)" : "") +
+        (!contiguous || last != 0 || pack_b_direct ? ", \"+r\"(bp)" : "") + (pack_a ? ", \"+r\"(ap)" : "") + ");";
     auto row_block = [&](const Rows& rows) {
-        each_panel([&](std::int64_t nv, std::int64_t cols, bool packed) {
-            emit_k_blocks(s, p, t.kc(), [&](std::int64_t kb, const std::string& first, const std::string& last_block) {
-                emit_panel_block(s, p, t, rows, nv, cols, packed, kb, first, last_block);
+        emit_k_blocks(s, p, t.kc(), [&](std::int64_t kb, const std::string& first, const std::string& last_block) {
+            s.line(opaque);
+            if (pack_a) emit_pack_a(s, p, rows, t.mr, kb);
+            each_panel([&](std::int64_t nv, std::int64_t cols, bool packed) {
+                const Sources src{pack_a, packed || pack_b_direct};
+                emit_panel_block(s, p, t, rows, nv, cols, src, kb, first, last_block);
             });
         });
     };
     // Blocks of mc rows (whole tiles); the last one also has the last rows, fewer than a tile.
-    const std::int64_t mc = std::max(t.mr, a_block_bytes / (p.k * bytes) / t.mr * t.mr);
     if (mc >= full_rows) {
-        row_block(all);
+        s.line("constexpr idx ib = 0;");
+        s.line("static_cast<void>(ib);");
+        row_block(Rows{"0", n(full_rows), p.m % t.mr});
         return;
     }
     s.open("for (idx ib = 0; ib < " + n(full_rows) + "; ib += " + n(mc) + ")");
     s.line("const idx iend = ib + " + n(mc) + " < " + n(full_rows) + " ? ib + " + n(mc) + " : " + n(full_rows) + ";");
-    // The pointers opaque in each block: Clang 14 otherwise keeps what every panel computes from them
-    // in stack slots across the loop (8 KiB for [500, 300] x [530, 300]^T + bias, relu).
-    s.line(std::string("__asm__(\"\" : \"+r\"(A), \"+r\"(B), \"+r\"(C)") + (p.bias ? ", \"+r\"(bias)" : "") +
-           (!contiguous || last != 0 ? ", \"+r\"(bp)" : "") + ");");
     row_block(Rows{"ib", "iend", p.m % t.mr, "iend == " + n(full_rows)});
     s.close();
 }
@@ -1794,9 +1883,9 @@ inline std::optional<std::string> generate_kernel(const skc::OpRecord& op, std::
     if (vectors) s.raw(detail::vector_prelude(w));
     const auto* tp = std::get_if<TransposePlan>(&*a.plan);
     const auto* mp = std::get_if<MatMulPlan>(&*a.plan);
-    // Every product whose op(B) has unit stride along K may copy blocks with tr8 (a packed panel:
-    // B strided, or only the last columns, fewer than a vector, when B's rows are contiguous too).
-    if ((tp && detail::transpose_shape(*tp).tiled < tp->perm.size()) || (mp && mp->b.k == 1))
+    // Every product whose op(B) or A has unit stride along K may copy blocks with tr8 (a packed
+    // panel of op(B); a packed block of A, emit_pack_a()).
+    if ((tp && detail::transpose_shape(*tp).tiled < tp->perm.size()) || (mp && (mp->b.k == 1 || mp->a.k == 1)))
         s.raw(detail::transpose_prelude());
     s.open("extern \"C\" void " + std::string(symbol) + "(const float* const* inputs, float* const* outputs)");
     if (!std::holds_alternative<TransposePlan>(*a.plan)) s.line("using idx [[maybe_unused]] = __PTRDIFF_TYPE__;");

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -292,13 +293,17 @@ std::vector<OpRecord> plugin_cases() {
     // activation.
     c.push_back(mm("FusedMatMul", tensor({7, 4097}), tensor({3, 4097}), false, true, RuntimeShape{3}, "gelu_erf"));
     c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
-    // The loop orders around the tiles (codegen.hpp, c_blocks_outer_bytes): C under 1 MiB, blocks of
-    // K outermost (three of them, the last partial, and the last columns packed); C past 1 MiB, blocks
-    // of rows outermost (480 rows of A of K = 136 a block, 1,024 of K = 64: one and a partial one,
-    // then the last rows), A transposed or B packed, the rest in whole vectors and a packed panel.
+    // The blocks around the tiles (codegen.hpp, c_block_bytes): one block of rows over three blocks
+    // of K (the last partial; B's rows packed, the last columns too); blocks of 256 rows (a partial
+    // one, then the last rows fewer than a tile), A transposed and packed, B packed (a transposed B:
+    // in 8 x 8 blocks; in place: a row at a time), the rest in whole vectors and a packed panel.
     c.push_back(mm("MatMulV2", tensor({40, 300}), tensor({300, 37}), false, false));
     c.push_back(mm("MatMulV2", tensor({136, 490}), tensor({136, 536}), true, false, RuntimeShape{536}));
     c.push_back(mm("FusedMatMul", tensor({1043, 64}), tensor({258, 64}), false, true, RuntimeShape{258}, "relu"));
+    // A's blocks packed (codegen.hpp, packs_a()): a transposed A above; A in rows past 256 KiB
+    // ([1043, 64] above, and here with its last block of K not a multiple of 8 rows: the copy in 8 x 8
+    // blocks, then the loop), three blocks of rows, the last with the last rows fewer than a tile.
+    c.push_back(mm("MatMulV2", tensor({600, 131}), tensor({131, 40}), false, false));
     // Gelu: approximate none (erf), tanh, absent (tanh).
     for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
         c.push_back(gelu(s, "none"));
@@ -1184,6 +1189,51 @@ TEST_CASE("generated products with blocks of rows keep to 6 KiB of stack with g+
         }
     }
     CHECK(compiled > 0);
+}
+
+TEST_CASE("the products of one package share one packed block of A and of op(B) a thread") {
+    // One translation unit a kernel, as host_op_compiler builds a package: the blocks are
+    // thread-local, so the library's TLS segment (allocated for every thread that calls it) must
+    // hold one set, not one a product.
+    const std::string cxx = on_path("c++");
+    REQUIRE(!cxx.empty());
+    const std::string readelf = on_path("readelf");
+    if (readelf.empty()) return;
+    const std::vector<OpRecord> ops{
+        mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530}),
+        mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"),
+        mm("MatMulV2", tensor({600, 131}), tensor({131, 40}), false, false)};
+    skc_test::TempDir dir;
+    const skc_host::Target target = skc_host::host_target();
+    std::vector<std::string> link{cxx, "-shared", "-o", (dir / "k.so").string()};
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const fs::path src = dir / ("k" + std::to_string(i) + ".cpp"), obj = src.string() + ".o";
+        skc_test::spit(src, *skc_host::generate_kernel(ops[i], "k" + std::to_string(i), target));
+        std::vector<std::string> args{cxx};
+        for (const std::string& f : skc_host::kernel_flags(target)) args.push_back(f);
+        args.insert(args.end(), {"-c", "-o", obj.string(), src.string()});
+        REQUIRE_MESSAGE(wait_for(spawn(args, dir / "c.log")) == 0, skc_test::slurp(dir / "c.log"));
+        link.push_back(obj.string());
+    }
+    REQUIRE_MESSAGE(wait_for(spawn(link, dir / "l.log")) == 0, skc_test::slurp(dir / "l.log"));
+    REQUIRE(wait_for(spawn({readelf, "-lW", (dir / "k.so").string()}, dir / "elf.txt")) == 0);
+    // "  TLS  0x... 0x... 0x... 0x<filesz> 0x<memsz> R 0x40"
+    std::istringstream elf(skc_test::slurp(dir / "elf.txt"));
+    std::string line;
+    std::optional<unsigned long> memsz;
+    while (std::getline(elf, line)) {
+        std::istringstream f(line);
+        std::string type, offset, vaddr, paddr, filesz, mem;
+        if (f >> type >> offset >> vaddr >> paddr >> filesz >> mem && type == "TLS")
+            memsz = std::stoul(mem, nullptr, 16);
+    }
+    REQUIRE(memsz.has_value());
+    const skc_host::detail::Tiling t = skc_host::detail::tiling(target.vector_floats);
+    const auto one_set = static_cast<unsigned long>((t.a_block_floats() + t.kc() * t.nr()) * 4);
+    CHECK(*memsz >= one_set);
+    CHECK(*memsz < one_set + 4096);
+    MESSAGE("TLS of " << ops.size() << " products: " << *memsz << " bytes (one set of packed blocks: " << one_set
+                      << ")");
 }
 
 TEST_CASE("generated Relu, Gelu and Softmax give what torch gives: accuracy, NaN, infinities, signed zeros") {
