@@ -168,9 +168,9 @@ inline std::string buffer_name(const char* what, std::int64_t w) {
 }
 
 /// The packed blocks, one a thread and shared library: inline functions of a named namespace,
-/// hidden, so that the translation units of one package share them (their thread-local blocks are
-/// allocated for every thread that calls into the library, 152 KiB with AVX-512, not that a
-/// product) and another package keeps its own. Out of line, and the result opaque (the empty asm):
+/// hidden, so that the translation units of one package share them and another package keeps its
+/// own: the library's thread-local blocks are allocated for every thread that calls into it, 152
+/// KiB with AVX-512 once, not once a product. Out of line, and the result opaque (the empty asm):
 /// Clang 14 propagates the thread-local address into the caller, where it keeps values in
 /// xmm16-31 across __tls_get_addr, whose first call in a thread may run glibc's memset, which uses
 /// them (a 1 x 1 product read garbage so).
@@ -194,7 +194,7 @@ inline std::string block_buffers(std::int64_t w) {
 
 /// The vector helpers of width `w` floats (namespace skc_v<w>), emitted once per translation
 /// unit: load/store (unaligned), splat, select, max, exp, the activations, horizontal sum and max;
-/// for the matrix products the packed block (packed_block()), and the dot form's loads into
+/// for the matrix products the packed blocks (packed_block(), packed_a_block()), and the dot form's loads into
 /// doubles (vdload()) and largest |x| (vabsmax()).
 /// exp: x clamped to [-87, 88] (NaN stays NaN), x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two
 /// parts), e^r by its Taylor polynomial to r^7 / 7!, times 2^k built in the exponent bits: within 2
@@ -805,8 +805,9 @@ inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
 }
 
 /// C = op(A) op(B) (+ bias, activation) for one batch, in register tiles of t.mr rows by t.nv
-/// vectors. Panels of t.nr() columns, then the rest: whole vectors (direct where op(B)'s rows are
-/// contiguous), then the last columns, fewer than a vector, zero-padded (packed). Each element of
+/// vectors. Panels of t.nr() columns, then the rest: whole vectors, then the last columns, fewer
+/// than a vector, zero-padded (packed); op(B)'s rows read in place where they are contiguous and
+/// fewer than b_pack_tiles tiles read them, else packed. Each element of
 /// C is the sum over p = 0 .. K-1 in order, with fused multiply-adds, in blocks of K each summed
 /// from zero and then added to C, so it differs from the generic kernel's by rounding only. The
 /// loops around the tiles run in the order c_block_bytes describes; the sums are the same in any

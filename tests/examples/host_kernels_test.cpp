@@ -1197,8 +1197,8 @@ TEST_CASE("the products of one package share one packed block of A and of op(B) 
     // hold one set, not one a product.
     const std::string cxx = on_path("c++");
     REQUIRE(!cxx.empty());
-    const std::string readelf = on_path("readelf");
-    if (readelf.empty()) return;
+    const std::string readelf = on_path("readelf");  // binutils, which the compilers need
+    REQUIRE_MESSAGE(!readelf.empty(), "readelf is not on PATH");
     const std::vector<OpRecord> ops{
         mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530}),
         mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"),
