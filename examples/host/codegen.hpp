@@ -143,10 +143,12 @@ struct Tiling {
     std::int64_t nv = 2;  // vectors across a full tile
     [[nodiscard]] std::int64_t nr() const { return nv * w; }
     /// Rows of op(B) in one block of K (emit_k_blocks()), read directly or packed: the generic
-    /// kernel's block (kernels::matmul_kb), so the paths' blocked sums round alike. Blocks of 32 rows (4 KiB, as the
-    /// stack could hold) add K / 32 partial sums into C: `linear` of K = 4,096 then has 2x stock torch's largest error.
-    /// The block (kc x nr floats, 16 KiB with AVX-512) is thread-local (packed_block()).
+    /// kernel's block (kernels::matmul_kb), so the paths' blocked sums round alike. Blocks of 32
+    /// rows (4 KiB, as the stack could hold) add K / 32 partial sums into C: `linear` of K = 4,096
+    /// then has 2x stock torch's largest error.
     [[nodiscard]] std::int64_t kc() const { return kernels::matmul_kb; }
+    /// The packed block of op(B) (packed_block()): kc by nr, 16 KiB with AVX-512.
+    [[nodiscard]] std::int64_t b_block_floats() const { return kc() * nr(); }
     /// The packed block of A (packed_a_block()): a block of rows (a_block_rows, and the last rows,
     /// fewer than a tile) by kc.
     [[nodiscard]] std::int64_t a_block_floats() const;
@@ -160,11 +162,10 @@ inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 constexpr std::int64_t a_block_rows = 256;
 inline std::int64_t Tiling::a_block_floats() const { return (a_block_rows + mr) * kc(); }
 
-/// The name of a matrix product's packed block of A ("a") or op(B) ("b") for vectors of `w`
-/// floats: its size is in the name, so that translation units built for other widths never share it.
-inline std::string buffer_name(const char* what, std::int64_t w) {
-    const Tiling t = tiling(w);
-    return std::string("packed_") + what + "_" + n(what[0] == 'a' ? t.a_block_floats() : t.kc() * t.nr());
+/// The name of a matrix product's packed block of A ("a") or op(B) ("b") of `floats` floats: the
+/// size is in the name, so that translation units built for other widths never share it.
+inline std::string buffer_name(const char* what, std::int64_t floats) {
+    return std::string("packed_") + what + "_" + n(floats);
 }
 
 /// The packed blocks, one a thread and shared library: inline functions of a named namespace,
@@ -178,10 +179,9 @@ inline std::string block_buffers(std::int64_t w) {
     const Tiling t = tiling(w);
     Src s;
     s.line("namespace skc_blocks {");
-    for (const char* what : {"a", "b"}) {
-        const std::int64_t floats = what[0] == 'a' ? t.a_block_floats() : t.kc() * t.nr();
+    for (const auto& [what, floats] : {std::pair{"a", t.a_block_floats()}, std::pair{"b", t.b_block_floats()}}) {
         s.open("[[maybe_unused]] __attribute__((visibility(\"hidden\"), noinline)) inline float* " +
-               buffer_name(what, w) + "()");
+               buffer_name(what, floats) + "()");
         s.line("alignas(64) static thread_local float b[" + n(floats) + "];");
         s.line("float* p = b;");
         s.line("__asm__(\"\" : \"+r\"(p));");
@@ -261,8 +261,11 @@ inline std::string vector_prelude(std::int64_t w) {
     // A matrix product's packed blocks (of op(B): packed_block(); of A: packed_a_block()) are
     // thread-local, off the stack: a kernel keeps to a few KiB of stack, for it runs on threads it
     // does not own (block_buffers()).
-    s.line("[[maybe_unused]] inline float* packed_block() { return skc_blocks::" + buffer_name("b", w) + "(); }");
-    s.line("[[maybe_unused]] inline float* packed_a_block() { return skc_blocks::" + buffer_name("a", w) + "(); }");
+    const Tiling t = tiling(w);
+    s.line("[[maybe_unused]] inline float* packed_block() { return skc_blocks::" +
+           buffer_name("b", t.b_block_floats()) + "(); }");
+    s.line("[[maybe_unused]] inline float* packed_a_block() { return skc_blocks::" +
+           buffer_name("a", t.a_block_floats()) + "(); }");
     // Doubles, half a vector of floats at a time: the dot form of a matrix product sums in them.
     s.line("typedef float vh __attribute__((vector_size(" + n(2 * w) + ")));");
     s.line("typedef double vd __attribute__((vector_size(" + n(4 * w) + ")));");
@@ -823,7 +826,8 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     const std::int64_t rest = p.n % nr, rest_vectors = rest / t.w, last = rest % t.w;
     const std::int64_t full_rows = p.m - p.m % t.mr, mc = row_block_rows(p, t);
     const bool pack_a = packs_a(p, t), pack_b_direct = std::min(mc, p.m) >= b_pack_tiles * t.mr;
-    if (!contiguous || last != 0 || pack_b_direct) s.line("float* __restrict bp = packed_block();");
+    const bool uses_bp = !contiguous || last != 0 || pack_b_direct;
+    if (uses_bp) s.line("float* __restrict bp = packed_block();");
     if (pack_a) s.line("float* __restrict ap = packed_a_block();");
     // fn(nv, cols, packed) for every panel, j0 defined: the full ones, then the rest in whole
     // vectors, then the last columns, fewer than a vector (packed).
@@ -848,9 +852,9 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     };
     // The pointers opaque in each block of K: Clang 14 otherwise keeps what every panel computes from
     // them in stack slots across the loops (8 KiB for [500, 300] x [530, 300]^T + bias, relu).
-    const std::string opaque =
-        std::string("__asm__(\"\" : \"+r\"(A), \"+r\"(B), \"+r\"(C)") + (p.bias ? ", \"+r\"(bias)" : "") +
-        (!contiguous || last != 0 || pack_b_direct ? ", \"+r\"(bp)" : "") + (pack_a ? ", \"+r\"(ap)" : "") + ");";
+    const std::string opaque = std::string("__asm__(\"\" : \"+r\"(A), \"+r\"(B), \"+r\"(C)") +
+                               (p.bias ? ", \"+r\"(bias)" : "") + (uses_bp ? ", \"+r\"(bp)" : "") +
+                               (pack_a ? ", \"+r\"(ap)" : "") + ");";
     auto row_block = [&](const Rows& rows) {
         emit_k_blocks(s, p, t.kc(), [&](std::int64_t kb, const std::string& first, const std::string& last_block) {
             s.line(opaque);

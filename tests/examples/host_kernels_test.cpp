@@ -1160,9 +1160,10 @@ TEST_CASE("generated kernels, built for each target, against the generic kernels
 }
 
 TEST_CASE("generated products with blocks of rows keep to 6 KiB of stack with g++ and clang++") {
-    // Compiled only (running them is the case above's, at smaller sizes): C past 1 MiB, so blocks of
-    // rows run outermost, with three blocks of K, B packed and an epilogue. Clang 14 kept every panel's
-    // addresses in stack slots across the rows' loop here (8 KiB) before the loop made them opaque.
+    // Compiled only (running them is the case above's, at smaller sizes): 500 rows, so two blocks of
+    // rows (codegen.hpp, a_block_rows), with three blocks of K, A and B packed and an epilogue. Clang 14
+    // kept every panel's addresses in stack slots across the loops here (8 KiB; 10 KiB when the copy
+    // computed a base pointer a panel) before each block of K made the pointers opaque.
     const std::vector<OpRecord> ops{
         mm("FusedMatMul", tensor({500, 300}), tensor({530, 300}), false, true, RuntimeShape{530}, "relu"),
         mm("MatMulV2", tensor({300, 500}), tensor({300, 530}), true, false, RuntimeShape{530})};
@@ -1229,7 +1230,7 @@ TEST_CASE("the products of one package share one packed block of A and of op(B) 
     }
     REQUIRE(memsz.has_value());
     const skc_host::detail::Tiling t = skc_host::detail::tiling(target.vector_floats);
-    const auto one_set = static_cast<unsigned long>((t.a_block_floats() + t.kc() * t.nr()) * 4);
+    const auto one_set = static_cast<unsigned long>((t.a_block_floats() + t.b_block_floats()) * 4);
     CHECK(*memsz >= one_set);
     CHECK(*memsz < one_set + 4096);
     MESSAGE("TLS of " << ops.size() << " products: " << *memsz << " bytes (one set of packed blocks: " << one_set
