@@ -11,10 +11,11 @@
 // What the generator does with the sizes it knows:
 //   - MatMul / BatchMatMul / FusedMatMul: C in register tiles of 8 rows x 2 vectors (16 floats a
 //     vector, 32 registers: AVX-512) or 6 x 2 (8 or 4 floats, 16 registers), each a chain of
-//     fused multiply-adds over a block of K with A's element broadcast, added to C block by block
-//     (so the rounding error grows as a BLAS's blocked sums, not with all of K). Where op(B)'s rows
-//     are contiguous the tiles read B itself, 128 rows of it a block; otherwise (a transposed B, a
-//     view) blocks of op(B), 128 rows each, are first copied into a thread-local packed panel.
+//     fused multiply-adds over 128 rows of K with A's element broadcast, added to C block by block
+//     (so the rounding error grows as a BLAS's blocked sums, not with all of K). The loops around
+//     the tiles are a BLAS's: blocks of 256 rows of A by 256 of K, copied into the tiles' order
+//     where that pays, and op(B)'s block for each panel of columns likewise (thread-local buffers);
+//     elsewhere the tiles read A and B in place.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
 //     stored (still in L1), out of line. One row of A, or at most 64 outputs, with A's rows and
@@ -142,12 +143,15 @@ struct Tiling {
     std::int64_t mr = 6;  // rows of a full tile
     std::int64_t nv = 2;  // vectors across a full tile
     [[nodiscard]] std::int64_t nr() const { return nv * w; }
-    /// Rows of op(B) in one block of K (emit_k_blocks()), read directly or packed: the generic
+    /// Rows of op(B) a tile sums from zero before it adds them to C (emit_tile()): the generic
     /// kernel's block (kernels::matmul_kb), so the paths' blocked sums round alike. Blocks of 32
     /// rows (4 KiB, as the stack could hold) add K / 32 partial sums into C: `linear` of K = 4,096
     /// then has 2x stock torch's largest error.
-    [[nodiscard]] std::int64_t kc() const { return kernels::matmul_kb; }
-    /// The packed block of op(B) (packed_block()): kc by nr, 16 KiB with AVX-512.
+    [[nodiscard]] std::int64_t kb() const { return kernels::matmul_kb; }
+    /// Rows of op(B) in one block of K of the loops (emit_blocks()), read directly or packed:
+    /// kc_sums blocks of kb(), each tile summing them one after another with C's tile in L1.
+    [[nodiscard]] std::int64_t kc() const;
+    /// The packed block of op(B) (packed_block()): kc by nr.
     [[nodiscard]] std::int64_t b_block_floats() const { return kc() * nr(); }
     /// The packed block of A (packed_a_block()): a block of rows (a_block_rows, and the last rows,
     /// fewer than a tile) by kc.
@@ -161,6 +165,16 @@ inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 /// than a tile, which join the last block.
 constexpr std::int64_t a_block_rows = 256;
 inline std::int64_t Tiling::a_block_floats() const { return (a_block_rows + mr) * kc(); }
+
+/// The blocked sums (Tiling::kb()) in one block of K of the loops. C is read back and written once
+/// a block of the loops, each tile adding its blocked sums into its C (in L1) in between: against
+/// one sum a block of the loops, two were 1 % to 3 % faster at [256, 512] x [512, 512 to 2,048],
+/// 5 % to 7 % on dY^T X and `linear` [256, 512] x [2048, 512]^T, and [256, 512] x [512, 32000]
+/// went from 0.85x to 0.94x OpenBLAS's AVX-512 kernels (C, 32 MB, once less through memory). Four
+/// (op(B)'s packed block 64 KiB, past L1) were 5 % to 15 % slower than two below N = 16,384 and
+/// level with OpenBLAS at N = 32,000.
+constexpr std::int64_t kc_sums = 2;
+inline std::int64_t Tiling::kc() const { return kc_sums * kb(); }
 
 /// The name of a matrix product's packed block of A ("a") or op(B) ("b") of `floats` floats: the
 /// size is in the name, so that translation units built for other widths never share it.
@@ -490,15 +504,15 @@ struct Sources {
     bool a_packed = false, b_packed = false;
 };
 
-/// One register tile: rows i0 .. i0 + rows, `nv` vectors of columns from j0, summed over the
-/// `kb` rows of op(B) from k0 (`k0` a C++ expression), its operands from `src`.
-/// The block's products are summed from 0; then, unless `first`, C's partial sums are added (a
-/// blocked sum, as a BLAS's: each block's rounding error is its own, not carried along all of K);
-/// `last`: the epilogue is applied (a C++ bool expression each); `cols`: how many of the tile's
-/// columns are C's (the others are padding).
-inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
-                      std::int64_t cols, const std::string& k0, std::int64_t kb, const Sources& src,
-                      const std::string& first, const std::string& last) {
+/// One block of sums of a register tile (emit_tile()): rows i0 .. i0 + rows, `nv` vectors of
+/// columns from j0, the `kb` rows of op(B) from k0 + q0 (of the block of K of the loops at k0, `kc`
+/// rows), its operands from `src`. The products are summed from 0; then, unless `first`, C's partial
+/// sums are added (a blocked sum, as a BLAS's: each block's rounding error is its own, not carried
+/// along all of K); `last`: the epilogue is applied (a C++ bool expression each); `cols`: how many
+/// of the tile's columns are C's (the others are padding).
+inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
+                          std::int64_t cols, const std::string& k0, std::int64_t kb, std::int64_t kc,
+                          const Sources& src, const std::string& first, const std::string& last) {
     const std::int64_t w = t.w;
     const bool full = cols == nv * w;
     s.open("");
@@ -506,36 +520,34 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
     auto at = [&](std::int64_t r, std::int64_t v) { return "acc[" + n(r * nv + v) + "]"; };
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " = vf{};");
-    s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
+    s.open("for (idx p = q0; p < q0 + " + n(kb) + "; ++p)");
     for (std::int64_t v = 0; v < nv; ++v) {
         const std::string b =
             src.b_packed ? "bp + p * " + n(nv * w) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
         s.line("const vf b" + n(v) + " = vload(" + b + ");");
     }
     for (std::int64_t r = 0; r < rows; ++r) {
-        const std::string a = src.a_packed ? "ap[(i0 - ib) * " + n(kb) + " + p * " + n(rows) + " + " + n(r) + "]"
+        const std::string a = src.a_packed ? "ap[(i0 - ib) * " + n(kc) + " + p * " + n(rows) + " + " + n(r) + "]"
                                            : "A[(i0 + " + n(r) + ") * SAM + (" + k0 + " + p) * SAK]";
         s.line("const float a" + n(r) + " = " + a + ";");
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += a" + n(r) + " * b" + n(v) + ";");
     }
     s.close();
     // C's partial sums (padding lanes zero), added to the block's.
-    if (first != "true") {
-        s.open("if (!(" + first + "))");
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
-            if (full) {
-                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + crow + " + " + n(v * w) + ");");
-            } else {
-                s.open("");  // one row's buffer at a time: the rows' scopes share its stack slot
-                s.line("float t[" + n(nv * w) + "] = {};");
-                s.line("__builtin_memcpy(t, " + crow + ", " + n(cols) + " * sizeof(float));");
-                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t + " + n(v * w) + ");");
-                s.close();
-            }
+    s.open("if (!" + first + ")");
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
+        if (full) {
+            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + crow + " + " + n(v * w) + ");");
+        } else {
+            s.open("");  // one row's buffer at a time: the rows' scopes share its stack slot
+            s.line("float t[" + n(nv * w) + "] = {};");
+            s.line("__builtin_memcpy(t, " + crow + ", " + n(cols) + " * sizeof(float));");
+            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t + " + n(v * w) + ");");
+            s.close();
         }
-        s.close();
     }
+    s.close();
     // The sum's end: the bias, then + 0, as stock's BLAS stores C = 0 + alpha AB (+ beta bias):
     // products that all underflow to -0 (fused multiply-adds round a tiny negative to -0) store +0.
     s.open("if (" + last + ")");
@@ -574,6 +586,40 @@ inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t
     s.close();
 }
 
+/// `count` rows in blocks of `block`: body(rows) for each, with `var` its first row (a loop variable
+/// over the whole blocks, or a constant where there is one, and for the last, partial block).
+template <class Body>
+inline void emit_blocks(Src& s, const std::string& var, std::int64_t count, std::int64_t block, Body&& body) {
+    const std::int64_t full = count - count % block;
+    if (full > 0) {
+        s.open(full == block
+                   ? std::string()
+                   : "for (idx " + var + " = 0; " + var + " < " + n(full) + "; " + var + " += " + n(block) + ")");
+        if (full == block) s.line("constexpr idx " + var + " = 0;");
+        body(block);
+        s.close();
+    }
+    if (count % block != 0) {
+        s.open("");
+        s.line("constexpr idx " + var + " = " + n(full) + ";");
+        body(count % block);
+        s.close();
+    }
+}
+
+/// One register tile over `kc` rows of K from k0, in blocks of t.kb() (emit_blocks(), q0). Each
+/// block's products are summed from 0; then, unless it is K's first, C's partial sums are added (a
+/// blocked sum, as a BLAS's: each block's rounding error is its own, not carried along all of K);
+/// after K's last, the epilogue is applied; `cols`: how many of the tile's columns are C's (the
+/// others are padding).
+inline void emit_tile(Src& s, const MatMulPlan& p, const Tiling& t, std::int64_t rows, std::int64_t nv,
+                      std::int64_t cols, const std::string& k0, std::int64_t kc, const Sources& src) {
+    emit_blocks(s, "q0", kc, t.kb(), [&](std::int64_t kb) {
+        const std::string first = "(" + k0 + " + q0 == 0)", last = "(" + k0 + " + q0 + " + n(kb) + " == K)";
+        emit_tile_sum(s, p, t, rows, nv, cols, k0, kb, kc, src, first, last);
+    });
+}
+
 /// Rows of C: whole tiles from row `first` up to `end` (C++ expressions; loop variables allowed),
 /// then `tail` rows (fewer than a tile) from `end` where `tail_if` holds.
 struct Rows {
@@ -599,38 +645,9 @@ inline void each_tile(Src& s, const Rows& rows, std::int64_t mr, Fn&& fn) {
     }
 }
 
-/// The rows `rows` of C for one panel of columns (j0 a C++ expression or loop variable), one block
-/// of K.
-inline void emit_panel_rows(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
-                            std::int64_t cols, const std::string& k0, std::int64_t kb, const Sources& src,
-                            const std::string& first, const std::string& last) {
-    each_tile(s, rows, t.mr,
-              [&](std::int64_t count) { emit_tile(s, p, t, count, nv, cols, k0, kb, src, first, last); });
-}
-
 /// The dot form's float sums (emit_dot_rows()): vectors of K each block sums from zero before it is
 /// added, the generic kernel's block (the tiles' blocks of K are Tiling::kc() rows, the same count).
 constexpr std::int64_t direct_kb = kernels::matmul_kb;
-
-/// K in blocks of `kb` rows of op(B), each summed from zero in the tile and then added to C (the
-/// rounding error grows with K / kb + kb instead of K, as a BLAS's blocked sums): body(rows, first,
-/// last) for each block, with k0 its first row of op(B) (a loop variable, or a constant for the
-/// last, partial block) and first and last conditions on k0.
-template <class Body>
-inline void emit_k_blocks(Src& s, const MatMulPlan& p, std::int64_t kb, Body&& body) {
-    const std::int64_t full_k = p.k - p.k % kb;
-    if (full_k > 0) {
-        s.open("for (idx k0 = 0; k0 < " + n(full_k) + "; k0 += " + n(kb) + ")");
-        body(kb, "k0 == 0", p.k % kb == 0 ? "k0 == " + n(full_k - kb) : "false");
-        s.close();
-    }
-    if (p.k % kb != 0) {
-        s.open("");
-        s.line("constexpr idx k0 = " + n(full_k) + ";");
-        body(p.k % kb, full_k == 0 ? "true" : "false", "true");
-        s.close();
-    }
-}
 
 /// A block of an operand to pack: `rows` x `cols` elements of `name` from row `row0` and column
 /// `col0` (C++ expressions), its strides by name (emit_strides()), and whether the rows' stride is 1.
@@ -663,49 +680,44 @@ inline void emit_pack(Src& s, const std::string& dst, std::int64_t ds, const Pac
     s.close();
 }
 
-/// One block of K (rows k0 .. k0 + kb of op(B)) of the panel of `cols` columns at j0, `nv` vectors
-/// wide. Direct: op(B)'s rows are contiguous and the panel is whole vectors; the tiles read B.
-/// Packed: the block is first copied (through op(B)'s strides, zero-padded to nv vectors) into bp
-/// (packed_block()), its rows the panel's width apart, and the tiles read that.
+/// One block of K (rows k0 .. k0 + kc of op(B)) of the panel of `cols` columns at j0, `nv` vectors
+/// wide, the tiles of the rows `rows`. Direct: op(B)'s rows are contiguous and the panel is whole
+/// vectors; the tiles read B. Packed: the block is first copied (through op(B)'s strides,
+/// zero-padded to nv vectors) into bp (packed_block()), its rows the panel's width apart, and the
+/// tiles read that.
 inline void emit_panel_block(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
-                             std::int64_t cols, const Sources& src, std::int64_t kb, const std::string& first,
-                             const std::string& last) {
+                             std::int64_t cols, const Sources& src, std::int64_t kc) {
     if (src.b_packed) {
         const std::int64_t nr = nv * t.w;
-        emit_pack(s, "bp", nr, PackSource{"B", "k0", "SBK", "j0", "SBN", p.b.k == 1, kb, cols});
+        emit_pack(s, "bp", nr, PackSource{"B", "k0", "SBK", "j0", "SBN", p.b.k == 1, kc, cols});
         if (cols < nr) {
-            s.open("for (idx p = 0; p < " + n(kb) + "; ++p)");
+            s.open("for (idx p = 0; p < " + n(kc) + "; ++p)");
             s.line("for (idx c = " + n(cols) + "; c < " + n(nr) + "; ++c) bp[p * " + n(nr) + " + c] = 0.0f;");
             s.close();
         }
     }
-    emit_panel_rows(s, p, t, rows, nv, cols, "k0", kb, src, first, last);
+    each_tile(s, rows, t.mr, [&](std::int64_t count) { emit_tile(s, p, t, count, nv, cols, "k0", kc, src); });
 }
 
-/// Copies one block of A, the rows `rows` (whole tiles, then the tail) by the `kb` of K from k0,
+/// Copies one block of A, the rows `rows` (whole tiles, then the tail) by the `kc` of K from k0,
 /// into ap in the tiles' order (Sources): each tile's rows for one p side by side, its p in order.
-inline void emit_pack_a(Src& s, const MatMulPlan& p, const Rows& rows, std::int64_t mr, std::int64_t kb) {
+inline void emit_pack_a(Src& s, const MatMulPlan& p, const Rows& rows, std::int64_t mr, std::int64_t kc) {
     each_tile(s, rows, mr, [&](std::int64_t r) {
-        s.line("float* __restrict d = ap + (i0 - ib) * " + n(kb) + ";");
-        emit_pack(s, "d", r, PackSource{"A", "k0", "SAK", "i0", "SAM", p.a.k == 1, kb, r});
+        s.line("float* __restrict d = ap + (i0 - ib) * " + n(kc) + ";");
+        emit_pack(s, "d", r, PackSource{"A", "k0", "SAK", "i0", "SAM", p.a.k == 1, kc, r});
     });
 }
 
 /// The loops around the tiles, a BLAS's: blocks of rows of A outermost (row_block_rows()), then
 /// the blocks of K; each block of A (rows by kc) is packed once (emit_pack_a()) and stays in L2
 /// while every panel of columns reads it, op(B)'s block for the panel packed (or read in place),
-/// and C's block is read back once a block of K. The rows of a block: at most a_block_rows, and at
-/// most c_block_bytes of C. Each block of rows reads all of op(B) again: blocks of 1 MiB of C (128
-/// rows at N = 2,048, where C's block stays in L2) were 4 % to 6 % slower than blocks of 256 rows
-/// ([256, 512] x [512, 2048], with op(B) transposed or not), 2 MiB and 4 MiB alike.
+/// and C's block is read back once a block of K. Each block of rows reads all of op(B) again, so
+/// the blocks are as tall as A's packed block holds (a_block_rows), whatever the width of C: blocks
+/// held to 4 MiB of C (32 rows at N = 32,000, a vocabulary's logits) read op(B) 8 times and ran at
+/// 0.55x OpenBLAS's AVX-512 kernels; blocks of 128 rows at N = 2,048 were 4 % to 6 % slower.
 /// Reading A in place, the tiles of a transposed A ([2048, 256]^T x [256, 512], a weight gradient
 /// dY^T X) read K rows 8 KiB apart, which L1 keeps 12 of: 0.76x OpenBLAS's AVX-512 kernels.
-constexpr std::int64_t c_block_bytes = std::int64_t{4} << 20;
-
-inline std::int64_t row_block_rows(const MatMulPlan& p, const Tiling& t) {
-    const std::int64_t c_rows = c_block_bytes / (p.n * static_cast<std::int64_t>(sizeof(float)));
-    return std::max(t.mr, std::min(a_block_rows, c_rows) / t.mr * t.mr);
-}
+inline std::int64_t row_block_rows(const Tiling& t) { return std::max(t.mr, a_block_rows / t.mr * t.mr); }
 
 /// Whether the blocks of A are packed: where more than one panel reads each (else each tile reads it
 /// once), and A is stored transposed (a tile's rows for one p are then one short run, its p a row of
@@ -824,7 +836,7 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     const bool contiguous = p.b.outer == 1;
     const std::int64_t nr = t.nr(), full_cols = p.n - p.n % nr;
     const std::int64_t rest = p.n % nr, rest_vectors = rest / t.w, last = rest % t.w;
-    const std::int64_t full_rows = p.m - p.m % t.mr, mc = row_block_rows(p, t);
+    const std::int64_t full_rows = p.m - p.m % t.mr, mc = row_block_rows(t);
     const bool pack_a = packs_a(p, t), pack_b_direct = std::min(mc, p.m) >= b_pack_tiles * t.mr;
     const bool uses_bp = !contiguous || last != 0 || pack_b_direct;
     if (uses_bp) s.line("float* __restrict bp = packed_block();");
@@ -856,12 +868,12 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
                                (p.bias ? ", \"+r\"(bias)" : "") + (uses_bp ? ", \"+r\"(bp)" : "") +
                                (pack_a ? ", \"+r\"(ap)" : "") + ");";
     auto row_block = [&](const Rows& rows) {
-        emit_k_blocks(s, p, t.kc(), [&](std::int64_t kb, const std::string& first, const std::string& last_block) {
+        emit_blocks(s, "k0", p.k, t.kc(), [&](std::int64_t kc) {
             s.line(opaque);
-            if (pack_a) emit_pack_a(s, p, rows, t.mr, kb);
+            if (pack_a) emit_pack_a(s, p, rows, t.mr, kc);
             each_panel([&](std::int64_t nv, std::int64_t cols, bool packed) {
                 const Sources src{pack_a, packed || pack_b_direct};
-                emit_panel_block(s, p, t, rows, nv, cols, src, kb, first, last_block);
+                emit_panel_block(s, p, t, rows, nv, cols, src, kc);
             });
         });
     };

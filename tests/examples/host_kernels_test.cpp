@@ -293,7 +293,7 @@ std::vector<OpRecord> plugin_cases() {
     // activation.
     c.push_back(mm("FusedMatMul", tensor({7, 4097}), tensor({3, 4097}), false, true, RuntimeShape{3}, "gelu_erf"));
     c.push_back(mm("MatMulV2", tensor({7, 4097}), view({4097, 3}, {1, 4100}), false, false, RuntimeShape{3}));
-    // The blocks around the tiles (codegen.hpp, c_block_bytes): one block of rows over three blocks
+    // The blocks around the tiles (codegen.hpp, row_block_rows()): one block of rows over two blocks
     // of K (the last partial; B's rows packed, the last columns too); blocks of 256 rows (a partial
     // one, then the last rows fewer than a tile), A transposed and packed, B packed (a transposed B:
     // in 8 x 8 blocks; in place: a row at a time), the rest in whole vectors and a packed panel.
@@ -304,6 +304,12 @@ std::vector<OpRecord> plugin_cases() {
     // ([1043, 64] above, and here with its last block of K not a multiple of 8 rows: the copy in 8 x 8
     // blocks, then the loop), three blocks of rows, the last with the last rows fewer than a tile.
     c.push_back(mm("MatMulV2", tensor({600, 131}), tensor({131, 40}), false, false));
+    // Blocks of K of two blocked sums each (codegen.hpp, kc_sums): a whole block, then a partial one
+    // of a whole sum and a partial sum (K = 256 + 128 + 45), A and op(B) packed or read in place, a
+    // bias and an activation applied once, after the last sum.
+    c.push_back(mm("MatMulV2", tensor({40, 429}), tensor({429, 70}), false, false));
+    c.push_back(mm("FusedMatMul", tensor({429, 40}), tensor({70, 429}), true, true, RuntimeShape{70}, "gelu_erf"));
+    c.push_back(mm("MatMulV2", tensor({3, 429}), tensor({429, 2000}), false, false, RuntimeShape{2000}));
     // Gelu: approximate none (erf), tanh, absent (tanh).
     for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
         c.push_back(gelu(s, "none"));
@@ -475,7 +481,7 @@ std::vector<std::pair<std::string, OpRecord>> cases() {
         }
     add(matmul(33, 1, 7, false, true, "MatMul"));
     add(matmul(1, 128, 33, false, false));
-    // K above every packed block (32, 64 or 128 rows of op(B)) with a remainder, primes elsewhere:
+    // K above a block of the loops (256 rows of op(B)) with a remainder, primes elsewhere:
     // full panels, whole-vector and sub-vector column tails, row tails, every transpose.
     for (bool ta : {false, true})
         for (bool tb : {false, true}) add(matmul(17, 300, 53, ta, tb));
