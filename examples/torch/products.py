@@ -53,10 +53,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--base", default=None, help="skc's base folder (default: a new temporary one)")
+    ap.add_argument("--shape", type=int, nargs=3, action="append", metavar=("M", "K", "N"),
+                    help="x [M, K], weight [N, K] (repeat for more; default: the example models' shapes)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     base = args.base or tempfile.mkdtemp(prefix="skc-products-")
-    shapes = [(256, 512, 512), (256, 512, 2048), (256, 2048, 512), (256, 512, 1376), (256, 1376, 512)]
+    # A BERT-like model's, a LLaMA-like model's, and a vocabulary's logits (and their gradients).
+    shapes = args.shape or [(256, 512, 512), (256, 512, 2048), (256, 2048, 512), (256, 512, 1376),
+                            (256, 1376, 512), (256, 512, 32000)]
     calls = list(dict(cases(shapes)).items())  # one entry per distinct name
     with skc_torch.recording({"base_dir": base}) as session:
         for _, fn in calls:
