@@ -16,6 +16,12 @@ initial parameters (load_state_dict, a new optimizer, no gradients), outside wha
   3. Static: each phase runs once and is compared with the reference (torch.allclose, rtol 1e-4,
      atol 1e-5; the largest absolute difference is printed); --warmup untimed rounds; --iters
      timed runs (wall time and per op type time); --profile-runs profiled runs.
+  4. Paired: --pairs rounds, each a stock run of every phase (skc_torch.disable()), then a static
+     run of every phase (a new session on the same base: an untimed run of every phase records,
+     compile() hits the cache); the SPEEDUP PAIRED is the median over the rounds of stock / static.
+     Steps 1 and 3 are seconds apart, and other work on the machine can slow one side more than
+     the other (the SPEEDUP of steps 1 and 3 moved from 0.82x to 1.45x between runs of one model
+     on one busy afternoon, the paired one from 1.08x to 1.12x); the pairs see the same machine.
 
 Timing hygiene: one thread; --warmup rounds (each phase run plain and profiled) before either
 side is timed; gc.collect() before every run (not timed); and glibc's malloc is told to keep
@@ -315,6 +321,7 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
     ap.add_argument("--iters", type=int, default=10, help="timed runs of each phase, each way")
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds of every phase before timing, each way")
     ap.add_argument("--profile-runs", type=int, default=5, help="profiled runs of each phase, each way")
+    ap.add_argument("--pairs", type=int, default=10, help="alternating stock and static runs of each phase")
     ap.add_argument("--phases", default="inference,training", help="comma-separated: inference, training")
     ap.add_argument("--malloc-default", action="store_true",
                     help="leave glibc's malloc thresholds as they are (see steady_malloc)")
@@ -324,8 +331,8 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
     names = [p for p in args.phases.split(",") if p]
     if not names or any(p not in ("inference", "training") for p in names):
         ap.error("--phases takes inference and/or training")
-    if args.iters < 1 or args.profile_runs < 1:
-        ap.error("--iters and --profile-runs must be at least 1")
+    if args.iters < 1 or args.profile_runs < 1 or args.pairs < 1:
+        ap.error("--iters, --profile-runs and --pairs must be at least 1")
     if check_args:
         check_args(ap, args)
 
@@ -461,6 +468,32 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
         }
 
     totals = skc_torch.counters()  # all calls with the plugin on, the script's own checks (allclose) too
+
+    # 4. paired: stock and static alternating, a new session on the same base for each static round
+    print()
+    not_hit = []
+    paired_ms = {n: ([], []) for n in phases}  # stock, static
+    for _ in range(args.pairs):
+        skc_torch.disable()
+        for n, ph in phases.items():
+            paired_ms[n][0].append(timed(ph, 1, False)[0][0])
+        session = skc_torch.recording(config)
+        for ph in phases.values():
+            run_once(ph)
+        again = session.compile()
+        if again.outcome != "hit":
+            not_hit.append(f"a paired session's compile() of the same ops gave {again.outcome}, not a cache hit")
+            ok = False
+        for n, ph in phases.items():
+            paired_ms[n][1].append(timed(ph, 1, False)[0][0])
+    for n, (stock_ms, static_ms) in paired_ms.items():
+        ratios = [a / b for a, b in zip(stock_ms, static_ms)]
+        paired = statistics.median(ratios)
+        print(f"SPEEDUP PAIRED ({n}): {paired:.2f}x (median of {args.pairs} rounds of stock / static, alternating; "
+              f"rounds {min(ratios):.2f}x to {max(ratios):.2f}x; medians stock {statistics.median(stock_ms):.2f} ms, "
+              f"static {statistics.median(static_ms):.2f} ms)")
+        summary["phases"][n]["speedup_paired"] = paired
+
     elapsed = time.monotonic() - wall0
     print(f"total {elapsed:.1f} s; {'OK' if ok else 'FAILED'}")
     summary.update(ok=bool(ok), seconds=elapsed, counters=totals)
@@ -470,6 +503,7 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
         why = [f"{n}: results differ from stock" for n, s in summary["phases"].items() if not s["agree"]]
         why += [f"{n}: no static call" for n, s in summary["phases"].items()
                 if not any(r["static"] for r in s["per_op"])]
+        why += not_hit
         print("FAILED: " + "; ".join(why), file=sys.stderr)
         return 1
     return 0

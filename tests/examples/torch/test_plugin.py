@@ -301,7 +301,7 @@ class Examples(TempBase):
     def check(self, script, *sizes):
         path = os.path.join(os.path.dirname(os.environ["SKC_TORCH_EXAMPLE"]), script)
         p = run([PYTHON, path, "--base", self.base, "--iters", "1", "--warmup", "0", "--profile-runs", "1",
-                 "--seq", "16", *sizes, "--json"])
+                 "--pairs", "2", "--seq", "16", *sizes, "--json"])
         self.assertEqual(p.returncode, 0, p.stdout[-4000:] + p.stderr[-4000:])
         summary = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertTrue(summary["ok"])
@@ -311,6 +311,7 @@ class Examples(TempBase):
             self.assertTrue(s["agree"], f"{script} {phase}: {s['differ']}")
             self.assertGreater(sum(r["static"] for r in s["per_op"]), 0, f"{script} {phase}")
             self.assertGreater(s["static_share"], 0.0, f"{script} {phase}")
+            self.assertGreater(s["speedup_paired"], 0.0, f"{script} {phase}")  # each pair's session a cache hit
         return summary
 
     def test_llama(self):
