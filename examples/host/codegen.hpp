@@ -499,7 +499,7 @@ inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std:
 /// Where a register tile reads its operands. op(B): B itself (its rows contiguous) or the packed
 /// block bp (nr floats a row). A: A itself or the packed block ap, where the tile at row i0 of the
 /// block of rows at ib has its `rows` elements of each p of the block of K contiguous, from
-/// ap + (i0 - ib) kb (emit_pack_a()).
+/// ap + (i0 - ib) kc (emit_pack_a()).
 struct Sources {
     bool a_packed = false, b_packed = false;
 };
@@ -646,7 +646,7 @@ inline void each_tile(Src& s, const Rows& rows, std::int64_t mr, Fn&& fn) {
 }
 
 /// The dot form's float sums (emit_dot_rows()): vectors of K each block sums from zero before it is
-/// added, the generic kernel's block (the tiles' blocks of K are Tiling::kc() rows, the same count).
+/// added, the generic kernel's block (the tiles sum blocks of Tiling::kb() rows, the same count).
 constexpr std::int64_t direct_kb = kernels::matmul_kb;
 
 /// A block of an operand to pack: `rows` x `cols` elements of `name` from row `row0` and column
