@@ -10,9 +10,10 @@ bash scripts/install-deps.sh
 if [ ! -f build/gcc/build.ninja ]; then
   CXX=g++ meson setup build/gcc -Dbenchmarks=enabled -Ddebug=false
 fi
-targets=(skc_demo host_op_compiler skc)
+# Targets by path: the Python package (python/skc_torch) has a copy named host_op_compiler too.
+targets=(examples/demo/skc_demo examples/host/host_op_compiler tools/skc)
 # The PyTorch plugin (examples/torch), when libtorch is installed: see docs/torch.md.
-if meson introspect build/gcc --targets | grep -q '"name": "skc_torch"'; then targets+=(skc_torch); fi
+if meson introspect build/gcc --targets | grep -q '"name": "skc_torch"'; then targets+=(examples/torch/skc_torch); fi
 meson compile -C build/gcc "${targets[@]}"
 base=build/demo-base
 mkdir -p "$base"
