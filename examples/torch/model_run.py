@@ -20,8 +20,8 @@ initial parameters (load_state_dict, a new optimizer, no gradients), outside wha
      run of every phase (a new session on the same base: an untimed run of every phase records,
      compile() hits the cache); the SPEEDUP PAIRED is the median over the rounds of stock / static.
      Steps 1 and 3 are seconds apart, and other work on the machine can slow one side more than
-     the other (the SPEEDUP of steps 1 and 3 moved from 0.82x to 1.45x between runs of one model
-     on one busy afternoon, the paired one from 1.08x to 1.12x); the pairs see the same machine.
+     the other (in one busy hour, the SPEEDUP of steps 1 and 3 moved from 0.82x to 1.56x between
+     runs of the two models, the paired one from 1.08x to 1.12x); the pairs see the same machine.
 
 Timing hygiene: one thread; --warmup rounds (each phase run plain and profiled) before either
 side is timed; gc.collect() before every run (not timed); and glibc's malloc is told to keep
@@ -321,7 +321,7 @@ def main(doc, build, ffn, ffn_help, extra_args=None, check_args=None, inference_
     ap.add_argument("--iters", type=int, default=10, help="timed runs of each phase, each way")
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds of every phase before timing, each way")
     ap.add_argument("--profile-runs", type=int, default=5, help="profiled runs of each phase, each way")
-    ap.add_argument("--pairs", type=int, default=10, help="alternating stock and static runs of each phase")
+    ap.add_argument("--pairs", type=int, default=10, help="rounds of a stock and a static run of every phase, alternating")
     ap.add_argument("--phases", default="inference,training", help="comma-separated: inference, training")
     ap.add_argument("--malloc-default", action="store_true",
                     help="leave glibc's malloc thresholds as they are (see steady_malloc)")

@@ -311,7 +311,8 @@ class Examples(TempBase):
             self.assertTrue(s["agree"], f"{script} {phase}: {s['differ']}")
             self.assertGreater(sum(r["static"] for r in s["per_op"]), 0, f"{script} {phase}")
             self.assertGreater(s["static_share"], 0.0, f"{script} {phase}")
-            self.assertGreater(s["speedup_paired"], 0.0, f"{script} {phase}")  # each pair's session a cache hit
+            # the paired rounds ran (and each round's compile() was a cache hit: "ok" above)
+            self.assertGreater(s["speedup_paired"], 0.0, f"{script} {phase}")
         return summary
 
     def test_llama(self):
