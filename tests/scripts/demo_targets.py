@@ -28,14 +28,15 @@ def main():
         return 1
     introspect = subprocess.run(["meson", "introspect", build_dir, "--targets"], check=True,
                                 capture_output=True, text=True)
-    targets = json.loads(introspect.stdout)
+    # (name, the folder of the meson.build that defines it) for every target of the build
+    targets = [(t["name"], os.path.relpath(os.path.dirname(t["defined_in"]), source_root))
+               for t in json.loads(introspect.stdout)]
     bad = 0
     for name, optional in wanted:
         # "subdir/name" names the target `name` defined in subdir's meson.build; a bare name, any.
         sub, _, base = name.rpartition("/")
-        found = [t for t in targets if t["name"] == base and
-                 (not sub or os.path.relpath(os.path.dirname(t["defined_in"]), source_root) == sub)]
-        where = ", ".join(os.path.relpath(os.path.dirname(t["defined_in"]), source_root) for t in found)
+        found = [d for n, d in targets if n == base and (not sub or d == sub)]
+        where = ", ".join(found)
         if len(found) != 1 and not (optional and not found):
             print(f"scripts/demo.sh builds `{name}`: {len(found)} targets of that name ({where or 'none'})")
             bad += 1
