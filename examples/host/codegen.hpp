@@ -944,13 +944,17 @@ inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
             term(yi, v, ys[d]), term(ai, v, p.a[d]), term(bi, v, p.b[d]);
         }
         auto at = [](const std::string& e) { return e.empty() ? std::string("0") : e; };
-        auto plus_i = [](const std::string& e) { return e.empty() ? std::string("i") : e + " + i"; };
-        const bool a_run = p.a[r - 1] == 1, b_run = p.b[r - 1] == 1;
+        // The run's i-th element at stride `st` (1 for a dense operand, any for a view's).
+        auto plus_i = [](const std::string& e, std::int64_t st) {
+            const std::string i = st == 1 ? "i" : "i * " + n(st);
+            return e.empty() ? i : e + " + " + i;
+        };
+        const bool a_run = p.a[r - 1] != 0, b_run = p.b[r - 1] != 0;
         if (!a_run) s.line("const float sa = " + a + "[" + at(ai) + "];");
         if (!b_run) s.line("const float sb = " + b + "[" + at(bi) + "];");
-        s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi) +
-               "] = " + (a_run ? a + "[" + plus_i(ai) + "]" : std::string("sa")) + op +
-               (b_run ? b + "[" + plus_i(bi) + "]" : std::string("sb")) + ";");
+        s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) y[" + plus_i(yi, 1) +
+               "] = " + (a_run ? a + "[" + plus_i(ai, p.a[r - 1]) + "]" : std::string("sa")) + op +
+               (b_run ? b + "[" + plus_i(bi, p.b[r - 1]) + "]" : std::string("sb")) + ";");
         for (std::size_t d = 0; d + 1 < r; ++d) s.close();
     };
     struct Variant {
@@ -969,46 +973,68 @@ inline void emit(Src& s, const BinaryPlan& p, std::int64_t /*w: scalar code*/) {
     if (!in_place.empty()) s.close();
 }
 
-/// `y[i] = f(x[i])` for NUM floats, f a vector function of the prelude: whole vectors, then the
-/// last NUM % W floats through a zero-padded vector. y may be x: each vector is read before it is
-/// written.
-inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std::string& f) {
+/// `y[i] = f(x[i])` for NUM floats from the pointers `x` and `y` of the generated code, f a vector
+/// function of the prelude: whole vectors, then the last NUM % W floats through a zero-padded
+/// vector. y may be x: each vector is read before it is written.
+inline void emit_vector_map(Src& s, std::int64_t num, std::int64_t w, const std::string& x, const std::string& y,
+                            const std::string& f) {
     const std::int64_t whole = num - num % w, rest = num % w;
-    s.line("using namespace skc_v" + n(w) + ";");
-    s.line("const float* x = inputs[0];");
-    s.line("float* y = outputs[0];");
-    if (whole > 0) s.line("for (idx i = 0; i < " + n(whole) + "; i += W) vstore(y + i, " + f + "(vload(x + i)));");
+    if (whole > 0)
+        s.line("for (idx i = 0; i < " + n(whole) + "; i += W) vstore(" + y + " + i, " + f + "(vload(" + x + " + i)));");
     if (rest > 0) {
         s.open("");
         s.line("float t[W] = {};");
-        s.line("__builtin_memcpy(t, x + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
+        s.line("__builtin_memcpy(t, " + x + " + " + n(whole) + ", " + n(rest) + " * sizeof(float));");
         s.line("vstore(t, " + f + "(vload(t)));");
-        s.line("__builtin_memcpy(y + " + n(whole) + ", t, " + n(rest) + " * sizeof(float));");
+        s.line("__builtin_memcpy(" + y + " + " + n(whole) + ", t, " + n(rest) + " * sizeof(float));");
         s.close();
     }
 }
 
-/// The unary ops; y may be x (in place), hence no __restrict. Gelu, Tanh, Swish, Rsqrt and the
-/// square roots of Power run the prelude's vector functions; the others (Relu, Neg, Power) the
-/// generic loop with a constant count (in place it reads y itself, see the binary ops), which the
-/// compiler vectorises.
+/// The unary ops; y may be x (in place) when x is dense, hence no __restrict. Gelu, Tanh, Swish,
+/// Rsqrt and the square roots of Power run the prelude's vector functions; the others (Relu, Neg,
+/// Power) the generic loop with a constant count (in place it reads y itself, see the binary ops),
+/// which the compiler vectorises. x a view: loops of constant count over the plan's outer dims, and
+/// in them the same code over one run of its last dim (contiguous in x and y).
 inline void emit(Src& s, const UnaryPlan& p, std::int64_t w) {
     if (p.kind == UnaryKind::gelu_erf && p.n == 1) {  // torch's own scalar path for one element
         s.line("outputs[0][0] = 0.5f * inputs[0][0] * (1.0f + __builtin_erff(inputs[0][0] * 0.70710678118654752f));");
         return;
     }
-    if (vector_unary(p.kind)) {
-        emit_vector_map(s, p.n, w, vector_act(p.kind));
-        return;
-    }
-    s.line("constexpr idx NUM = " + n(p.n) + ";");
+    if (vector_unary(p.kind)) s.line("using namespace skc_v" + n(w) + ";");
     s.line("const float* x = inputs[0];");
     s.line("float* y = outputs[0];");
-    s.open("if (x == y)");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "y[i]") + ";");
-    s.close().open("else");
-    s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "x[i]") + ";");
-    s.close();
+    const std::size_t r = p.dims.size();
+    if (r <= 1) {
+        if (vector_unary(p.kind)) {
+            emit_vector_map(s, p.n, w, "x", "y", vector_act(p.kind));
+            return;
+        }
+        s.line("constexpr idx NUM = " + n(p.n) + ";");
+        s.open("if (x == y)");
+        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "y[i]") + ";");
+        s.close().open("else");
+        s.line("for (idx i = 0; i < NUM; ++i) y[i] = " + scalar_fn(p.kind, "x[i]") + ";");
+        s.close();
+        return;
+    }
+    std::string xo, yo;  // the run's offsets in x and y
+    auto term = [&](std::string& e, const std::string& v, std::int64_t stride) {
+        if (stride != 0) e += (e.empty() ? "" : " + ") + v + (stride == 1 ? "" : " * " + n(stride));
+    };
+    std::int64_t ys = p.dims[r - 1];  // y's dense stride along the dim
+    std::vector<std::int64_t> y_strides(r - 1);
+    for (std::size_t d = r - 1; d-- > 0;) y_strides[d] = ys, ys *= p.dims[d];
+    for (std::size_t d = 0; d + 1 < r; ++d) {
+        const std::string v = "i" + n(static_cast<std::int64_t>(d));
+        s.loop(v, "0", n(p.dims[d]));
+        term(xo, v, p.x[d]), term(yo, v, y_strides[d]);
+    }
+    s.line("const float* xr = x + " + (xo.empty() ? std::string("0") : xo) + ";");
+    s.line("float* yr = y + " + (yo.empty() ? std::string("0") : yo) + ";");
+    if (vector_unary(p.kind)) emit_vector_map(s, p.dims[r - 1], w, "xr", "yr", vector_act(p.kind));
+    else s.line("for (idx i = 0; i < " + n(p.dims[r - 1]) + "; ++i) yr[i] = " + scalar_fn(p.kind, "xr[i]") + ";");
+    for (std::size_t d = 0; d + 1 < r; ++d) s.close();
 }
 
 /// The vector function of GradKind `k` (a function of the prelude), or nullptr for relu, which

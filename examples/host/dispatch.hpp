@@ -5,6 +5,7 @@
 // inputs[i] / outputs[i] are the data of input / output slot i.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -65,24 +66,37 @@ inline void run_binary(const BinaryPlan& p, const float* a, const float* b, floa
     }
 }
 
-inline void run_unary(const UnaryPlan& p, const float* x, float* y) {
+/// y[i] = f(x[i]) for n contiguous elements, f of `kind`.
+inline void run_unary_run(UnaryKind kind, const float* x, float* y, std::int64_t n) {
     namespace k = kernels;
-    switch (p.kind) {
-    case UnaryKind::relu: k::relu(x, y, p.n); return;
-    case UnaryKind::gelu_tanh: k::gelu_tanh(x, y, p.n); return;
-    case UnaryKind::gelu_erf: k::gelu_erf(x, y, p.n); return;
-    case UnaryKind::neg: k::unary<k::neg1>(x, y, p.n); return;
-    case UnaryKind::tanh: k::unary<k::tanh1>(x, y, p.n); return;
-    case UnaryKind::rsqrt: k::unary<k::rsqrt1>(x, y, p.n); return;
-    case UnaryKind::silu: k::unary<k::silu1>(x, y, p.n); return;
-    case UnaryKind::square: k::unary<k::square1>(x, y, p.n); return;
-    case UnaryKind::cube: k::unary<k::cube1>(x, y, p.n); return;
-    case UnaryKind::sqrt: k::unary<k::sqrt1>(x, y, p.n); return;
-    case UnaryKind::reciprocal: k::unary<k::reciprocal1>(x, y, p.n); return;
-    case UnaryKind::inv_square: k::unary<k::inv_square1>(x, y, p.n); return;
-    case UnaryKind::copy: k::unary<k::identity1>(x, y, p.n); return;
-    case UnaryKind::one: k::unary<k::one1>(x, y, p.n); return;
+    switch (kind) {
+    case UnaryKind::relu: k::relu(x, y, n); return;
+    case UnaryKind::gelu_tanh: k::gelu_tanh(x, y, n); return;
+    case UnaryKind::gelu_erf: k::gelu_erf(x, y, n); return;
+    case UnaryKind::neg: k::unary<k::neg1>(x, y, n); return;
+    case UnaryKind::tanh: k::unary<k::tanh1>(x, y, n); return;
+    case UnaryKind::rsqrt: k::unary<k::rsqrt1>(x, y, n); return;
+    case UnaryKind::silu: k::unary<k::silu1>(x, y, n); return;
+    case UnaryKind::square: k::unary<k::square1>(x, y, n); return;
+    case UnaryKind::cube: k::unary<k::cube1>(x, y, n); return;
+    case UnaryKind::sqrt: k::unary<k::sqrt1>(x, y, n); return;
+    case UnaryKind::reciprocal: k::unary<k::reciprocal1>(x, y, n); return;
+    case UnaryKind::inv_square: k::unary<k::inv_square1>(x, y, n); return;
+    case UnaryKind::copy: k::unary<k::identity1>(x, y, n); return;
+    case UnaryKind::one: k::unary<k::one1>(x, y, n); return;
     }
+}
+
+/// The unary op over x dense (one run) or a view (a run of its last dim at a time).
+inline void run_unary(const UnaryPlan& p, const float* x, float* y) {
+    if (p.dims.size() <= 1) {
+        run_unary_run(p.kind, x, y, p.n);
+        return;
+    }
+    kernels::for_each_run<1>(p.dims, {&p.x},
+                             [&](std::int64_t out, const std::array<std::int64_t, 1>& off, std::int64_t n) {
+                                 run_unary_run(p.kind, x + off[0], y + out, n);
+                             });
 }
 
 inline void run_grad(const GradPlan& p, const float* dy, const float* x, float* dx) {

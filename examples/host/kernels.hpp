@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -120,12 +121,15 @@ inline void batch_matmul(const float* __restrict a, const float* __restrict b, f
     for (idx t = 0; t < batch; ++t) matmul(a + t * sab, b + t * sbb, c + t * m * n, m, k, n, sam, sak, sbk, sbn, epi);
 }
 
-/// One run of a broadcast binary op: y[i] = op(a[i * ia], b[i * ib]) for n elements, ia and ib 0
-/// or 1. Where a (or b) is y itself (in place), the loop reads y: an exact alias then needs no
-/// run-time overlap check to vectorise (Clang's check fails for it and runs the scalar loop).
+/// One run of a broadcast binary op: y[i] = op(a[i * ia], b[i * ib]) for n elements (ia and ib 0
+/// or 1 for dense operands, any stride for a view). Where a (or b) is y itself (in place), the loop
+/// reads y: an exact alias then needs no run-time overlap check to vectorise (Clang's check fails
+/// for it and runs the scalar loop).
 template <class Op>
 inline void binary_run(const float* a, idx ia, const float* b, idx ib, float* y, idx n, Op op) {
-    if (ia == 1 && ib == 1) {
+    if (ia > 1 || ib > 1) {  // a view's strided run (never in place: y is dense)
+        for (idx i = 0; i < n; ++i) y[i] = op(a[i * ia], b[i * ib]);
+    } else if (ia == 1 && ib == 1) {
         if (a == y)
             for (idx i = 0; i < n; ++i) y[i] = op(y[i], b[i]);
         else if (b == y)
@@ -150,29 +154,41 @@ inline void binary_run(const float* a, idx ia, const float* b, idx ib, float* y,
     }
 }
 
-/// y = op(a, b) broadcast (plan.hpp's BinaryPlan): y dense of dims `dims`, a and b read with the
-/// element strides sa and sb along them (0: broadcast; the last 0 or 1). The outer dims are walked
-/// in order, the last one a run at a time. y may be a or b where that operand has y's shape.
-template <class Op>
-inline void broadcast_binary(const float* a, const float* b, float* y, const std::vector<std::int64_t>& dims,
-                             const std::vector<std::int64_t>& sa, const std::vector<std::int64_t>& sb, Op op) {
+/// The runs of a dense y of dims `dims` read from N operands with element strides `st` along them:
+/// run(y_offset, offsets, n) for each run of the last dim, in order, with each operand's offset
+/// of the run's first element.
+template <std::size_t N, class Run>
+inline void for_each_run(const std::vector<std::int64_t>& dims, std::array<const std::vector<std::int64_t>*, N> st,
+                         Run run) {
     const std::size_t r = dims.size();
     const idx inner = dims[r - 1];
     std::vector<idx> pos(r, 0);
-    idx oa = 0, ob = 0;  // offsets of the current run in a and b
-    for (float* out = y;;) {
-        binary_run(a + oa, sa[r - 1], b + ob, sb[r - 1], out, inner, op);
+    std::array<idx, N> off{};  // offsets of the current run in each operand
+    for (idx out = 0;;) {
+        run(out, off, inner);
         out += inner;
         std::size_t d = r - 1;  // odometer over the outer dims
         for (;;) {
             if (d == 0) return;
             --d;
-            oa += sa[d], ob += sb[d];
+            for (std::size_t o = 0; o < N; ++o) off[o] += (*st[o])[d];
             if (++pos[d] < dims[d]) break;
-            oa -= sa[d] * dims[d], ob -= sb[d] * dims[d];
+            for (std::size_t o = 0; o < N; ++o) off[o] -= (*st[o])[d] * dims[d];
             pos[d] = 0;
         }
     }
+}
+
+/// y = op(a, b) broadcast (plan.hpp's BinaryPlan): y dense of dims `dims`, a and b read with the
+/// element strides sa and sb along them (0: broadcast). The outer dims are walked in order, the
+/// last one a run at a time. y may be a or b where that operand has y's shape.
+template <class Op>
+inline void broadcast_binary(const float* a, const float* b, float* y, const std::vector<std::int64_t>& dims,
+                             const std::vector<std::int64_t>& sa, const std::vector<std::int64_t>& sb, Op op) {
+    const idx ia = sa.back(), ib = sb.back();
+    for_each_run<2>(dims, {&sa, &sb}, [&](idx out, const std::array<idx, 2>& off, idx n) {
+        binary_run(a + off[0], ia, b + off[1], ib, y + out, n, op);
+    });
 }
 
 /// y[i] = f(x[i]); y may be x (then read through y, as in binary_run).

@@ -103,13 +103,14 @@ struct MatMulPlan {
 /// them, as torch's vectorised add with alpha computes it).
 enum class BinaryKind { add, sub, mul, div, axpy };
 
-/// Add / Sub / Mul / RealDiv / Axpy of two dense operands under NumPy broadcasting. y (dense, the
-/// broadcast shape) is seen as the dims `dims` (the output's dims with those of size 1 dropped and
+/// Add / Sub / Mul / RealDiv / Axpy of two operands under NumPy broadcasting, each dense or a view
+/// (`is_view` with element strides: a slice, a step, an expanded dim). y (dense, the broadcast
+/// shape) is seen as the dims `dims` (the output's dims with those of size 1 dropped and
 /// neighbours merged where both operands step through them alike), and the operands through their
 /// element strides along them, `a` for x1 and `b` for x2: 0 where the operand is broadcast, else
-/// its dense stride. y[i0, i1, ..] = x1[i0 * a0 + i1 * a1 + ..] (op) x2[i0 * b0 + i1 * b1 + ..].
-/// The innermost strides are 0 or 1. Equal shapes are one dim of every element, strides 1 and 1;
-/// a scalar x2 is strides 1 and 0.
+/// its own stride. y[i0, i1, ..] = x1[i0 * a0 + i1 * a1 + ..] (op) x2[i0 * b0 + i1 * b1 + ..].
+/// Dense operands have innermost strides 0 or 1; a view may have any. Equal dense shapes are one
+/// dim of every element, strides 1 and 1; a scalar x2 is strides 1 and 0.
 struct BinaryPlan {
     BinaryKind kind = BinaryKind::add;
     std::vector<std::int64_t> dims;  // at least one; the product is y's element count
@@ -117,10 +118,15 @@ struct BinaryPlan {
     float alpha = 1.0f;              // Axpy's attr alpha, as a float
 };
 
-/// The unary ops: y[i] = f(x[i]) for n elements, f of UnaryKind.
+/// The unary ops: y[i] = f(x[i]) for n elements, f of UnaryKind. x dense, or a view whose last
+/// strided dim has stride 1 (a slice, as rotary embedding's x[..., h:]): y (dense) is then seen as
+/// the dims `dims` (merged as BinaryPlan's, the last a run of contiguous elements in both) and x
+/// through its element strides `x` along them. Dense x: dims {n}, x {1}.
 struct UnaryPlan {
     UnaryKind kind = UnaryKind::relu;
     std::int64_t n = 0;
+    std::vector<std::int64_t> dims;  // at least one; the product is n
+    std::vector<std::int64_t> x;     // x's element strides along dims; the last is 1
 };
 
 /// SoftmaxV2 over the last axis of a [rows, cols] view.
@@ -494,9 +500,45 @@ inline std::vector<std::int64_t> broadcast_strides(const skc::RuntimeShape& t, c
     return st;
 }
 
+/// The element strides of `t` (dense or a view) along the dims of `y` (t's dims aligned to y's
+/// last ones): 0 where t has no such dim or a 1 for y's larger size.
+inline std::vector<std::int64_t> operand_strides(const skc::TensorDesc& t, const skc::RuntimeShape& y) {
+    if (!t.is_view.value_or(false)) return broadcast_strides(t.shape, y);
+    std::vector<std::int64_t> st(y.rank(), 0);
+    for (std::size_t k = 0; k < t.shape.rank(); ++k) {
+        const std::size_t dt = t.shape.rank() - 1 - k, dy = y.rank() - 1 - k;
+        if (t.shape[dt] != 1) st[dy] = (*t.stride)[dt];
+    }
+    return st;
+}
+
+/// y's dims `want` with those of size 1 dropped, and a dim merged into the one before it where every
+/// operand steps from one into the other as through a single dim (its stride = the next one's
+/// stride times its size): `dims`, and each operand's strides along them in `strides` (one list an
+/// operand, their strides along want in `along`). At least one dim: one element is {1}, strides 0.
+inline void merge_dims(const skc::RuntimeShape& want, const std::vector<std::vector<std::int64_t>>& along,
+                       std::vector<std::int64_t>& dims, std::vector<std::vector<std::int64_t>*> strides) {
+    for (std::size_t d = 0; d < want.rank(); ++d) {
+        if (want[d] == 1) continue;
+        bool merge = !dims.empty();
+        for (std::size_t o = 0; merge && o < along.size(); ++o) merge = strides[o]->back() == along[o][d] * want[d];
+        if (merge) {
+            dims.back() *= want[d];
+            for (std::size_t o = 0; o < along.size(); ++o) strides[o]->back() = along[o][d];
+            continue;
+        }
+        dims.push_back(want[d]);
+        for (std::size_t o = 0; o < along.size(); ++o) strides[o]->push_back(along[o][d]);
+    }
+    if (dims.empty()) {
+        dims = {1};
+        for (auto* st : strides) *st = {0};
+    }
+}
+
 inline BinaryPlan plan_binary(const skc::OpRecord& op, BinaryKind kind) {
-    const skc::TensorDesc& x1 = in(op, 0);
-    const skc::TensorDesc& x2 = in(op, 1);
+    const skc::TensorDesc& x1 = in(op, 0, true);
+    const skc::TensorDesc& x2 = in(op, 1, true);
     no_more(op.inputs, 2, "inputs", "only two inputs are supported");
     no_more(op.outputs, 1, "outputs", "only one output is supported");
     // The broadcast shape: x1's and x2's dims aligned to the last, each pair equal or one of them 1.
@@ -510,7 +552,6 @@ inline BinaryPlan plan_binary(const skc::OpRecord& op, BinaryKind kind) {
         want.push_back(u == 1 ? v : u);
     }
     expect_shape(op, 0, want);
-    const std::vector<std::int64_t> sa = broadcast_strides(x1.shape, want), sb = broadcast_strides(x2.shape, want);
     BinaryPlan p;
     p.kind = kind;
     if (kind == BinaryKind::axpy) {
@@ -521,29 +562,24 @@ inline BinaryPlan plan_binary(const skc::OpRecord& op, BinaryKind kind) {
             unsupported("attr alpha is beyond float's range");
         p.alpha = static_cast<float>(alpha);
     }
-    // Dims of size 1 dropped; a dim merged into the one before it where both operands step from
-    // one into the other as through a single dim (a stride = the next one's stride times its size).
-    for (std::size_t d = 0; d < r; ++d) {
-        if (want[d] == 1) continue;
-        if (!p.dims.empty() && p.a.back() == sa[d] * want[d] && p.b.back() == sb[d] * want[d]) {
-            p.dims.back() *= want[d];
-            p.a.back() = sa[d], p.b.back() = sb[d];
-            continue;
-        }
-        p.dims.push_back(want[d]);
-        p.a.push_back(sa[d]);
-        p.b.push_back(sb[d]);
-    }
-    if (p.dims.empty()) p.dims = {1}, p.a = {0}, p.b = {0};  // one element
+    merge_dims(want, {operand_strides(x1, want), operand_strides(x2, want)}, p.dims, {&p.a, &p.b});
     return p;
 }
 
 inline UnaryPlan plan_unary(const skc::OpRecord& op, UnaryKind kind) {
-    const skc::TensorDesc& x = in(op, 0);
+    const skc::TensorDesc& x = in(op, 0, true);
     no_more(op.inputs, 1, "inputs", "only one input is supported");
     no_more(op.outputs, 1, "outputs", "only one output is supported");
     expect_shape(op, 0, x.shape);
-    return UnaryPlan{kind, count(x.shape)};
+    UnaryPlan p{kind, count(x.shape), {count(x.shape)}, {1}};
+    if (!x.is_view.value_or(false)) return p;
+    p.dims.clear(), p.x.clear();
+    merge_dims(x.shape, {operand_strides(x, x.shape)}, p.dims, {&p.x});
+    if (p.x.back() != 1 && p.n > 1)
+        unsupported("inputs[0] is a view whose last dim has stride " + std::to_string(p.x.back()) +
+                    ": a unary op reads runs of contiguous elements");
+    if (p.n == 1) p.x = {1};  // one element: a run of one
+    return p;
 }
 
 /// Gelu's attr approximate: "tanh" or absent (the tanh formula), "none" (the erf one).
