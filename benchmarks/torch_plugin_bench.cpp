@@ -28,7 +28,8 @@
 // div, a [64, 1] broadcast, neg, tanh, rsqrt, silu, pow 2, layer_norm, bmm, a transpose's
 // contiguous(), and the backward kernels of relu, gelu, silu, softmax and layer_norm; mean over the
 // last dim (keepdim, as RMSNorm), cat of two [64, 512] along the last dim and of rotary's two
-// slices of [2, 64, 4, 32] (views), log_softmax over the last dim and its backward, where under a
+// slices of [2, 64, 4, 32] (views), neg of the second slice and the product of the two, silu of a
+// [64, 256] slice of [64, 512] (a gated MLP's half), log_softmax over the last dim and its backward, where under a
 // causal mask [64, 64] against [4, 64, 64] with a -inf 0-dim tensor (as torch.where(mask, x, -inf)
 // passes it), masked_fill with -inf under the same mask, add with alpha -0.1 (Axpy, as SGD's step
 // computes it) and 1 - x (rsub, recorded as Sub).
@@ -221,6 +222,9 @@ constexpr Op op_list[] = {
          const at::Tensor& r = inputs().rotary;  // rotate_half's halves, the second one negated first
          return at::cat({r.slice(3, 16, 32), r.slice(3, 0, 16)}, -1);
      }},
+    {"NegView", [] { return at::neg(inputs().rotary.slice(3, 16, 32)); }},  // rotate_half's -x[..., h:]
+    {"MulViews", [] { return at::mul(inputs().rotary.slice(3, 0, 16), inputs().rotary.slice(3, 16, 32)); }},
+    {"SwishView", [] { return at::silu(inputs().x.slice(1, 0, 256)); }},  // a gated MLP's first half
     {"LogSoftmaxV2", [] { return at::_log_softmax(inputs().x, -1, false); }},
     {"LogSoftmaxGrad", [] { return at::_log_softmax_backward_data(inputs().y, inputs().logp, -1, at::kFloat); }},
     {"SelectV2", [] { return at::where(inputs().causal, inputs().minus_inf, inputs().scores); }},

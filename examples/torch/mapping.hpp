@@ -219,22 +219,26 @@ inline bool is_dense(Dims sizes, Dims strides) noexcept {
 
 inline bool is_dense(const TensorArg& t) noexcept { return is_dense(t.sizes, t.strides); }
 
-/// The strides stock torch (its TensorIterator) gives the new output of an elementwise op of dense
-/// inputs `ins` broadcast to `sizes`, into `out` (sizes.size() of them). The layout is always
-/// dense; only a size-1 dim's stride can differ from the row-major one, so `out` is that unless the
-/// output has a size-1 dim and the inputs are not all of its shape (then TensorIterator orders the
-/// dims by the inputs' strides: innermost first, a dim broadcast in an input (stride 0) decides
-/// nothing, equal strides put the smaller size inside; each output stride is the product of the
-/// sizes inside it). x [3,1,32] with strides (32,1,1) times a number gives (32,1,1), not (32,32,1).
-/// Returns whether `out` differs from the row-major strides.
+/// The strides stock torch (its TensorIterator) gives the new output of an elementwise op of
+/// inputs `ins` (dense or views) broadcast to `sizes`, into `out` (sizes.size() of them). The
+/// layout is always dense. For dense inputs only a size-1 dim's stride can differ from the
+/// row-major one, so `out` is that unless the output has a size-1 dim and the inputs are not all
+/// of its shape; with a view among the inputs, or in that case, TensorIterator orders the dims by
+/// the inputs' strides: innermost first, a dim broadcast in an input (stride 0) decides nothing,
+/// equal strides put the smaller size inside; each output stride is the product of the sizes
+/// inside it. x [3,1,32] with strides (32,1,1) times a number gives (32,1,1), not (32,32,1); the
+/// negation of a transposed view is laid out transposed. Returns whether `out` differs from the
+/// row-major strides.
 inline bool elementwise_strides(Dims sizes, std::initializer_list<TensorArg> ins, std::span<std::int64_t> out) {
     const std::size_t r = sizes.size();
     std::int64_t acc = 1;
     bool unit = false;
     for (std::size_t d = r; d-- > 0;) out[d] = acc, acc *= sizes[d], unit = unit || sizes[d] == 1;
-    bool same = true;
-    for (const TensorArg& t : ins) same = same && std::ranges::equal(t.sizes, sizes);
-    if (!unit || same || r < 2) return false;
+    bool same = true, dense = true;
+    for (const TensorArg& t : ins) same = same && std::ranges::equal(t.sizes, sizes), dense = dense && is_dense(t);
+    // Dense inputs of the output's shape: TensorIterator's contiguous fast path. A view (not dense)
+    // takes its general path: the order of the dims from the inputs' strides.
+    if (r < 2 || (dense && (!unit || same))) return false;
     // Each input's stride along output dim d: 0 where it is broadcast or has no such dim.
     auto stride = [&](const TensorArg& t, std::size_t d) -> std::int64_t {
         const std::size_t lead = r - t.sizes.size();
@@ -352,6 +356,39 @@ inline skc::OpRecord op(std::string type, std::vector<skc::TensorSlot> in, std::
     r.outputs = std::move(out);
     r.attrs = std::move(attrs);
     return r;
+}
+
+/// An elementwise op's input (Add, Sub, Mul, RealDiv, Axpy and the unary ops): dense, or a view
+/// described with its strides (`is_view`: a slice, a step, an expanded dim), with elements. The
+/// host kernels read a unary op's view a run of its last dim at a time (host plan.hpp), so there
+/// that dim must be contiguous.
+inline skc::TensorDesc elementwise_input(const TensorArg& t, std::string name, std::int64_t index,
+                                         std::string_view what) {
+    if (numel(t.sizes) == 0) unsupported(std::string(what) + " has no elements");
+    skc::TensorDesc d = dense(std::move(name), index, t.sizes);
+    if (!is_dense(t)) {
+        d.is_view = true;
+        d.stride = shape(t.strides);
+    }
+    return d;
+}
+
+/// A new output of `sizes` from inputs `ins` among which a view: stock's TensorIterator lays it out
+/// from the views' strides (elementwise_strides()); the host kernels write it row-major, so that
+/// layout must be row-major but for the strides of size-1 dims (which place no element).
+inline void row_major_output(Dims sizes, std::initializer_list<TensorArg> ins) {
+    std::array<std::int64_t, 64> st{};
+    if (sizes.size() > st.size()) unsupported("rank above 64");
+    elementwise_strides(sizes, ins, std::span(st.data(), sizes.size()));
+    std::int64_t acc = 1;
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+        if (sizes[d] != 1 && st[d] != acc) {
+            std::vector<std::int64_t> got(st.begin(), st.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
+            unsupported("stock lays the output out with strides " + dims_str(got) +
+                        " (from its inputs' strides), not row-major");
+        }
+        acc *= sizes[d];
+    }
 }
 
 /// An elementwise or row op's input: dense float with elements.
@@ -477,28 +514,40 @@ inline std::optional<std::vector<std::int64_t>> broadcast(Dims a, Dims b) {
 /// alpha (f0: alpha for add, -alpha for sub, as the float torch computes with); rsub(self, other,
 /// alpha) as Sub or Axpy of (other, self).
 inline skc::OpRecord binary(const Call& c) {
-    const TensorArg& a = dense_input(c, 0, "self");
-    const TensorArg& b = dense_input(c, 1, "other");
+    const TensorArg &a = c.t[0], &b = c.t[1];
+    skc::TensorDesc x1 = elementwise_input(a, "x1", 0, "self"), x2 = elementwise_input(b, "x2", 1, "other");
     const auto y = broadcast(a.sizes, b.sizes);
     if (!y) unsupported("shapes " + dims_str(a.sizes) + " and " + dims_str(b.sizes) + " do not broadcast");
+    if (!is_dense(a) || !is_dense(b)) row_major_output(*y, {a, b});
     std::vector<skc::Attr> attrs;
     if (c.aten == Aten::axpy) attrs.push_back(attr("alpha", "float", 0, c.f0));
-    return op(std::string(name(op_type_of(c.aten))), {dense("x1", 0, a.sizes), dense("x2", 1, b.sizes)},
-              {dense("y", 0, *y)}, std::move(attrs));
+    return op(std::string(name(op_type_of(c.aten))), {std::move(x1), std::move(x2)}, {dense("y", 0, *y)},
+              std::move(attrs));
 }
 
 /// relu(self), relu_, gelu(self, approximate), neg, neg_, tanh, tanh_, rsqrt, rsqrt_, silu, silu_
 /// (Swish with scale 1, as the original's Swish has it), pow(self, exponent) with a number (Power
 /// with power = the exponent, scale 1, shift 0).
 inline skc::OpRecord unary(const Call& c) {
-    const TensorArg& x = dense_input(c, 0, "self");
+    const TensorArg& x = c.t[0];
+    skc::TensorDesc xd = elementwise_input(x, "x", 0, "self");
+    if (!is_dense(x)) {
+        row_major_output(x.sizes, {x});
+        // The host kernel's runs: the last dim of more than one element, contiguous.
+        for (std::size_t d = x.sizes.size(); d-- > 0;)
+            if (x.sizes[d] != 1) {
+                if (x.strides[d] != 1)
+                    unsupported("self is a view whose last dim has stride " + std::to_string(x.strides[d]) +
+                                " (sizes " + dims_str(x.sizes) + ", strides " + dims_str(x.strides) + ")");
+                break;
+            }
+    }
     std::vector<skc::Attr> attrs;
     if (c.aten == Aten::gelu) attrs.push_back(attr("approximate", "str", 0, c.i0 != 0 ? "tanh" : "none"));
     if (c.aten == Aten::silu) attrs.push_back(attr("scale", "float", 0, 1.0));
     if (c.aten == Aten::pow)
         attrs = {attr("power", "float", 0, c.f0), attr("scale", "float", 1, 1.0), attr("shift", "float", 2, 0.0)};
-    return op(std::string(name(op_type_of(c.aten))), {dense("x", 0, x.sizes)}, {dense("y", 0, x.sizes)},
-              std::move(attrs));
+    return op(std::string(name(op_type_of(c.aten))), {std::move(xd)}, {dense("y", 0, x.sizes)}, std::move(attrs));
 }
 
 /// _softmax(self, dim, half_to_float=false) and _softmax.out; dim already wrapped to [0, rank).

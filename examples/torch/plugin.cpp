@@ -708,9 +708,10 @@ at::Tensor new_dense(at::IntArrayRef sizes) {
                                                 at::kFloat, c10::nullopt));
 }
 
-/// The new output of an elementwise op of `ins` (dense, or numbers: 0-dim), with the strides stock's
-/// TensorIterator gives it (elementwise_strides(): they differ from new_dense()'s only in the
-/// strides of size-1 dims, where the inputs' own strides order them).
+/// The new output of an elementwise op of `ins` (dense, views, or numbers: 0-dim), with the strides
+/// stock's TensorIterator gives it (elementwise_strides(): they differ from new_dense()'s only in
+/// the strides of size-1 dims, where the inputs' own strides order them; a view whose output stock
+/// lays out otherwise is not described, mapping.hpp's row_major_output()).
 at::Tensor new_elementwise(at::IntArrayRef sizes, std::initializer_list<TensorArg> ins) {
     std::array<std::int64_t, 64> strides{};
     if (sizes.size() > strides.size() ||
@@ -975,7 +976,7 @@ at::Tensor relu(const at::Tensor& self) {
     const Call c{Aten::relu, {arg(self)}, 1};
     const Decision d = Plugin::get().decide(f32(self), c);
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(self.sizes());
+        at::Tensor y = new_elementwise(self.sizes(), {arg(self)});
         run(d, {in(self)}, {out(y)});
         return y;
     }
@@ -986,7 +987,7 @@ at::Tensor& relu_(at::Tensor& self) {
     if (!intercept()) return at::cpu::relu_(self);
     const Call c{Aten::relu, {arg(self)}, 1};
     const Decision d = Plugin::get().decide(f32(self), c);
-    if (d.kernel != nullptr) {  // the kernel needs a dense self, so it is one
+    if (d.kernel != nullptr && self.is_contiguous()) {  // a view's kernel writes a new dense output
         run(d, {in(self)}, {out(self)});
         return self;
     }
@@ -1001,7 +1002,7 @@ at::Tensor unary(const at::Tensor& self, Stock&& stock_fn, bool describable = tr
     const Call c{A, {arg(self)}, 1, 0, f0};
     const Decision d = Plugin::get().decide(describable && f32(self), c, why_not);
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(self.sizes());
+        at::Tensor y = new_elementwise(self.sizes(), {arg(self)});
         run(d, {in(self)}, {out(y)});
         return y;
     }
@@ -1015,7 +1016,7 @@ at::Tensor& unary_(at::Tensor& self, Stock&& stock_fn, bool describable = true, 
     if (!intercept()) return stock_fn();
     const Call c{A, {arg(self)}, 1, 0, f0};
     const Decision d = Plugin::get().decide(describable && f32(self), c, why_not);
-    if (d.kernel != nullptr) {  // the kernel needs a dense self, so it is one
+    if (d.kernel != nullptr && self.is_contiguous()) {  // a view's kernel writes a new dense output
         run(d, {in(self)}, {out(self)});
         return self;
     }
@@ -1071,7 +1072,7 @@ at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
         Plugin::get().decide(f32(self) && (tanh || approximate == "none"), c,
                              "self is not a plain float32 tensor, or approximate is neither none nor tanh");
     if (d.kernel != nullptr) {
-        at::Tensor y = new_dense(self.sizes());
+        at::Tensor y = new_elementwise(self.sizes(), {arg(self)});
         run(d, {in(self)}, {out(y)});
         return y;
     }

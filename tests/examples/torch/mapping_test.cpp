@@ -824,17 +824,24 @@ TEST_CASE("arguments the plugin cannot describe give the reason") {
     const Vec s03{0, 3};
     CHECK_EQ(describe(Call{Aten::relu, {TensorArg{s03, st31}}, 1}), "Relu: self has no elements");
     const Vec st13{1, 3};
+    // A transposed view: stock lays its output out transposed, the host kernels write row-major.
     CHECK_EQ(describe(Call{Aten::relu, {TensorArg{s23, st13}}, 1}),
-             "Relu: self is not contiguous (sizes [2,3], strides [1,3])");
+             "Relu: stock lays the output out with strides [1,2] (from its inputs' strides), not row-major");
     CHECK_EQ(describe(Call{Aten::add, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
              "Add: shapes [2,3] and [3,4] do not broadcast");
     CHECK_EQ(describe(Call{Aten::div, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2}),
              "RealDiv: shapes [2,3] and [3,4] do not broadcast");
     CHECK_EQ(describe(Call{Aten::sub, {TensorArg{s23, st13}, TensorArg{s23, st31}}, 2}),
-             "Sub: self is not contiguous (sizes [2,3], strides [1,3])");
+             "Sub: stock lays the output out with strides [1,2] (from its inputs' strides), not row-major");
     CHECK_EQ(describe(Call{Aten::tanh, {TensorArg{s03, st31}}, 1}), "Tanh: self has no elements");
     CHECK_EQ(describe(Call{Aten::silu, {TensorArg{s23, st13}}, 1}),
-             "Swish: self is not contiguous (sizes [2,3], strides [1,3])");
+             "Swish: stock lays the output out with strides [1,2] (from its inputs' strides), not row-major");
+    // A slice's step along the last dim: a binary op reads it at its stride, a unary op's runs
+    // must be contiguous.
+    const Vec s2x3{2, 3}, st_step{6, 2};
+    CHECK(describe(Call{Aten::mul, {TensorArg{s2x3, st_step}, TensorArg{s23, st31}}, 2}).empty());
+    CHECK_EQ(describe(Call{Aten::neg, {TensorArg{s2x3, st_step}}, 1}),
+             "Neg: self is a view whose last dim has stride 2 (sizes [2,3], strides [6,2])");
     // A broadcast of x1 and x2 ([2,1] and [1,4]: neither has the output's shape) is described and
     // compiled; an exponent the host does not compute is described, and the host says why not.
     const Vec s21{2, 1}, s14b{1, 4}, st11{1, 1}, st44{4, 1};
@@ -939,6 +946,16 @@ TEST_CASE("elementwise_strides: the strides stock torch 1.13 gives a new element
          {{{1, 2, 3}, {1, 3, 1}}, {{1, 2, 3}, {1, 3, 1}}, {{}, {}}},
          {1, 2, 3},
          {1, 3, 1}},
+        // Views (not dense): TensorIterator's general path, even with one input of the output's shape.
+        {"x [2,4,6,16][..., 8:] * 2", {{{2, 4, 6, 8}, {384, 96, 16, 1}}, {{}, {}}}, {2, 4, 6, 8}, {192, 48, 8, 1}},
+        {"x[..., ::2] * 2", {{{2, 4, 6, 8}, {384, 96, 16, 2}}, {{}, {}}}, {2, 4, 6, 8}, {192, 48, 8, 1}},
+        {"x[:, 0:1, :, 2:] * 2", {{{2, 1, 6, 14}, {384, 96, 16, 1}}, {{}, {}}}, {2, 1, 6, 14}, {84, 84, 14, 1}},
+        {"[3,2].t() + [2,3]", {{{2, 3}, {1, 2}}, {{2, 3}, {3, 1}}}, {2, 3}, {1, 2}},
+        {"[2,3] + [3,2].t()", {{{2, 3}, {3, 1}}, {{2, 3}, {1, 2}}}, {2, 3}, {3, 1}},
+        {"[4,1,16].expand(4,6,16) + [4,6,16]",
+         {{{4, 6, 16}, {16, 0, 1}}, {{4, 6, 16}, {96, 16, 1}}},
+         {4, 6, 16},
+         {96, 16, 1}},
     };
     for (const Case& c : cases) {
         INFO(c.what);

@@ -461,6 +461,17 @@ def scenario_special_values(base):
         "stock: masked_fill with a float64 tensor value":
             lambda: s4.masked_fill(causal, torch.tensor(-inf, dtype=torch.float64)),
         "stock: masked_fill of a transposed tensor": lambda: s4.transpose(2, 3).masked_fill(causal, -inf),
+        # Elementwise ops of views (x has NaN, -0.0 and infinities in its first row): rotary
+        # embedding's halves, a window of rows and columns, a step along the last dim.
+        "neg of rotary's second half x[..., 8:]": lambda: -x[..., 8:],
+        "rotate_half: cat of -x[..., 8:] and x[..., :8]": lambda: torch.cat((-x[..., 8:], x[..., :8]), -1),
+        "tanh of a window x[1:, 2:]": lambda: torch.tanh(x[1:, 2:]),
+        "relu of a slice x[..., 8:]": lambda: torch.relu(x[..., 8:]),
+        "product of a step x[..., ::2] and a row": lambda: x[..., ::2] * finite[1, :8],
+        "quotient of two halves": lambda: x[..., :8] / g[..., 8:],
+        "stock: tanh of a transposed view (stock's output is transposed)": lambda: torch.tanh(x.t()),
+        "stock: neg of a step along the last dim": lambda: -x[..., ::2],
+        "stock: relu_ of a slice, in place": lambda: x.clone()[..., 8:].relu_(),
     }
     grad_types = {"backward of relu": "ReluGrad", "backward of gelu": "GeluGrad", "backward of silu": "SiluGrad",
                   "backward of log_softmax": "LogSoftmaxGrad", "backward of masked_fill": "MaskedFill",

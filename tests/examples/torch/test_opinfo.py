@@ -16,7 +16,8 @@ equal_nan), has NaN, +inf and -inf at the same positions, and is exactly zero wi
 bit where stock is exactly zero. An exception agrees when it has the same type (a different
 message is noted, not a mismatch).
 
-Needs SKC_TORCH_PLUGIN (the library; meson sets it). Writes the full result as JSON to
+Needs SKC_TORCH_PLUGIN (the library; meson sets it). OPINFO_SEED draws other random values for the
+samples (default 20240611). Writes the full result as JSON to
 SKC_OPINFO_REPORT when set. Exit status 1 on any mismatch, or when no sample ran static at all.
 Run with /usr/bin/python3 (Debian's torch 1.13).
 """
@@ -66,7 +67,7 @@ from differential import (Copier, Outcome, compare_outcomes, describe, map_tree,
                           static_total, tensors_of)
 
 PLUGIN = os.environ["SKC_TORCH_PLUGIN"]
-SEED = 20240611
+SEED = int(os.environ.get("OPINFO_SEED", "20240611"))  # the samples' random values
 DTYPE = torch.float32
 
 OP_NAMES = ["mm", "addmm", "bmm", "matmul", "nn.functional.linear", "add", "mul", "sub", "div",
