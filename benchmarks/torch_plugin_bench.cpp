@@ -25,8 +25,9 @@
 // (erf), Add [64, 512], _softmax [4, 64, 64] over the last axis, addmm as a Linear layer computes
 // it, bias [256] + x [64, 256] @ W[256, 256].t(), and for one row x [1, 256] (the dot form); and
 // one call of every other op type the plugin records, at [64, 512] where elementwise: sub, mul,
-// div, a [64, 1] broadcast, neg, tanh, rsqrt, silu, pow 2, layer_norm, bmm, a transpose's
-// contiguous(), and the backward kernels of relu, gelu, silu, softmax and layer_norm; mean over the
+// div, a [64, 1] broadcast, neg, tanh, rsqrt, silu, pow 2, layer_norm (and without weight and
+// bias), bmm, a transpose's contiguous(), and the backward kernels of relu, gelu, silu, softmax and
+// layer_norm; mean over the
 // last dim (keepdim, as RMSNorm), cat of two [64, 512] along the last dim and of rotary's two
 // slices of [2, 64, 4, 32] (views), neg of the second slice and the product of the two, silu of a
 // [64, 256] slice of [64, 512] (a gated MLP's half), log_softmax over the last dim and its backward, where under a
@@ -200,6 +201,7 @@ constexpr Op op_list[] = {
     {"Power", [] { return at::pow(inputs().x, 2); }},
     {"LayerNormV3",
      [] { return first(at::native_layer_norm(inputs().x, {512}, inputs().gamma, inputs().beta, 1e-5)); }},
+    {"LayerNormNoAffine", [] { return first(at::native_layer_norm(inputs().x, {512}, {}, {}, 1e-5)); }},
     {"BatchMatMulV2", [] { return at::bmm(inputs().q, inputs().k); }},
     {"Transpose", [] { return inputs().heads.transpose(0, 1).contiguous(); }},
     {"ReluGrad", [] { return at::threshold_backward(inputs().y, inputs().relu_out, 0); }},

@@ -1140,32 +1140,59 @@ bool moments_in_range(const at::Tensor& mean, const at::Tensor& rstd, std::int64
     return ok;
 }
 
+/// `n` floats of value `v` (1 or 0), never freed nor written: the weight and bias LayerNorm's kernel
+/// reads for a call without them. Thread-safe; a longer row gets a new block, the old ones stay.
+const float* constant_row(float v, std::int64_t n) {
+    static std::mutex mu;
+    static std::vector<std::pair<std::int64_t, std::unique_ptr<float[]>>> blocks[2];
+    std::lock_guard lock(mu);
+    auto& mine = blocks[v == 0.0f ? 0 : 1];
+    if (mine.empty() || mine.back().first < n) {
+        auto b = std::make_unique<float[]>(static_cast<std::size_t>(n));
+        std::fill_n(b.get(), n, v);
+        mine.emplace_back(n, std::move(b));
+    }
+    return mine.back().second.get();
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input,
                                                                  c10::SymIntArrayRef normalized_shape,
                                                                  const c10::optional<at::Tensor>& weight,
                                                                  const c10::optional<at::Tensor>& bias, double eps) {
     auto stock_fn = [&] { return at::cpu::native_layer_norm_symint(input, normalized_shape, weight, bias, eps); };
     if (!intercept()) return stock_fn();
-    const bool affine = weight.has_value() && weight->defined() && bias.has_value() && bias->defined();
-    if (!affine) {  // described with gamma and beta only
-        const Decision d = Plugin::get().decide(false, Call{Aten::native_layer_norm, {arg(input)}, 1},
-                                                "no weight or no bias (elementwise_affine=False)");
-        return stock(d, stock_fn);
-    }
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
     // normalized_shape must be the input's last k dims, or stock raises; the key holds only k.
     bool trailing = k <= input.dim();
     for (std::int64_t i = 0; trailing && i < k; ++i)
         trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
-    const Call c{Aten::native_layer_norm, {arg(input), arg(*weight), arg(*bias)}, 3, k, eps};
+    // Without a weight (or a bias) stock computes (x rstd - rstd mean) 1 + 0 (its kernel's own
+    // formula), so the op is the affine one with a weight of ones (a bias of zeros) of the
+    // normalized shape: the same record and kernel, given constant rows.
+    const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
+    std::int64_t cols = 1;
+    std::vector<std::int64_t> norm_sizes, norm_strides;
+    if (trailing) {
+        norm_sizes.assign(input.sizes().end() - k, input.sizes().end());
+        norm_strides.resize(norm_sizes.size());
+        for (std::size_t i = norm_sizes.size(); i-- > 0;) norm_strides[i] = cols, cols *= norm_sizes[i];
+    }
+    const TensorArg constant{Dims(norm_sizes), Dims(norm_strides), true};
+    const Call c{Aten::native_layer_norm,
+                 {arg(input), has_w ? arg(*weight) : constant, has_b ? arg(*bias) : constant},
+                 3,
+                 k,
+                 eps};
     const Decision d = Plugin::get().decide(
-        trailing && f32(input) && f32(*weight) && f32(*bias), c,
+        trailing && f32(input) && (!has_w || f32(*weight)) && (!has_b || f32(*bias)), c,
         "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims");
     if (d.kernel != nullptr) {
         std::vector<std::int64_t> stat(input.sizes().begin(), input.sizes().end());
         for (std::size_t i = stat.size() - static_cast<std::size_t>(k); i < stat.size(); ++i) stat[i] = 1;
         at::Tensor y = new_dense(input.sizes()), mean = new_dense(stat), rstd = new_dense(stat);
-        run(d, {in(input), in(*weight), in(*bias)}, {out(y), out(mean), out(rstd)});
+        run(d,
+            {in(input), has_w ? in(*weight) : constant_row(1.0f, cols), has_b ? in(*bias) : constant_row(0.0f, cols)},
+            {out(y), out(mean), out(rstd)});
         if (moments_in_range(mean, rstd, input.numel() / std::max<std::int64_t>(mean.numel(), 1)))
             return {y, mean, rstd};
         // Counted as both: the static kernel ran, and its result was replaced by stock's.

@@ -308,6 +308,7 @@ def scenario_special_values(base):
     # large against their spread; one gradient row has an inf (NaN and infinities spread as stock's).
     lx = torch.randn(4, 16) + torch.tensor([[0.0], [100.0], [-30.0], [5.0]])
     lw, lb, ldy = torch.randn(16), torch.randn(16), torch.randn(4, 16)
+    const_rows = torch.stack([torch.zeros(16), torch.full((16,), -0.0), torch.full((16,), 5.0), torch.randn(16)])
     ldy[1, 2], ldy[2, 5] = inf, -0.0
 
     def ln_grads():
@@ -472,6 +473,13 @@ def scenario_special_values(base):
         "stock: tanh of a transposed view (stock's output is transposed)": lambda: torch.tanh(x.t()),
         "stock: neg of a step along the last dim": lambda: -x[..., ::2],
         "stock: relu_ of a slice, in place": lambda: x.clone()[..., 8:].relu_(),
+        # LayerNorm without a weight or a bias (elementwise_affine=False): stock's formula with ones
+        # and zeros; rows of one value (and of zeros and -0.0) normalise to exact zeros.
+        "LayerNorm without weight and bias": lambda: F.layer_norm(lx, (16,)),
+        "LayerNorm without weight and bias of constant rows": lambda: F.layer_norm(const_rows, (16,)),
+        "LayerNorm with a weight only": lambda: F.layer_norm(lx, (16,), lw),
+        "LayerNorm with a bias only": lambda: F.layer_norm(const_rows, (16,), None, lb),
+        "LayerNorm without weight and bias over two dims": lambda: F.layer_norm(lx.view(4, 2, 8), (2, 8)),
     }
     grad_types = {"backward of relu": "ReluGrad", "backward of gelu": "GeluGrad", "backward of silu": "SiluGrad",
                   "backward of log_softmax": "LogSoftmaxGrad", "backward of masked_fill": "MaskedFill",
