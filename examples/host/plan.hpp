@@ -12,14 +12,15 @@
 // dynamic (list) input slot takes one pointer per tensor of the list, in list order, in its place:
 // ConcatD's only input is its list, so inputs[k] is the k-th tensor. A tensor is dense and
 // row-major, except the x1 and x2 inputs of the matrix products (MatMul, MatMulV2, BatchMatMulV2,
-// FusedMatMul) and ConcatD's inputs, which may be views (`is_view` with element `stride`s, 0 for a
-// broadcast dim, no `offset`): their pointer is the address of the view's first element, and
-// element (i0, i1, ..) is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs are always
-// dense.
+// FusedMatMul), ConcatD's inputs and the inputs of Add, Sub, Mul, RealDiv, Axpy and the unary ops
+// (a unary op's view with its last dim contiguous), which may be views (`is_view` with element
+// `stride`s, 0 for a broadcast dim, no `offset`): their pointer is the address of the view's first
+// element, and element (i0, i1, ..) is read at pointer[i0 * stride0 + i1 * stride1 + ..]. Outputs
+// are always dense, and a view input never shares an output's memory.
 //
 // No output overlaps an input, with one exception: the elementwise ops (Add, Sub, Mul, RealDiv,
 // Relu, Gelu, Neg, Tanh, Rsqrt, Swish, Power, MaskedFill's x) and SoftmaxV2 may run in place, an
-// output pointer equal to an input pointer whose tensor has the output's shape (torch's add_,
+// output pointer equal to a dense input's pointer whose tensor has the output's shape (torch's add_,
 // mul_, relu_, masked_fill_, `_softmax.out(x, out=x)`); their kernels read each element before
 // writing the same index, so the result is the out-of-place one. A partial overlap is never
 // allowed.
