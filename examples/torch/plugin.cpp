@@ -1170,14 +1170,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     // formula), so the op is the affine one with a weight of ones (a bias of zeros) of the
     // normalized shape: the same record and kernel, given constant rows.
     const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
-    std::int64_t cols = 1;
-    std::vector<std::int64_t> norm_sizes, norm_strides;
-    if (trailing) {
-        norm_sizes.assign(input.sizes().end() - k, input.sizes().end());
-        norm_strides.resize(norm_sizes.size());
-        for (std::size_t i = norm_sizes.size(); i-- > 0;) norm_strides[i] = cols, cols *= norm_sizes[i];
+    std::int64_t cols = 1;  // a row's elements: the normalized dims' product
+    for (std::int64_t i = input.dim() - k; trailing && i < input.dim(); ++i) cols *= input.size(i);
+    // The constant rows' description (the normalized dims, dense), for a call without both.
+    std::vector<std::int64_t> norm_strides;
+    TensorArg constant{};
+    if (trailing && !(has_w && has_b)) {
+        const at::IntArrayRef norm = input.sizes().slice(static_cast<std::size_t>(input.dim() - k));
+        norm_strides.resize(norm.size());
+        std::int64_t acc = 1;
+        for (std::size_t i = norm.size(); i-- > 0;) norm_strides[i] = acc, acc *= norm[i];
+        constant = TensorArg{Dims(norm.data(), norm.size()), Dims(norm_strides), true};
     }
-    const TensorArg constant{Dims(norm_sizes), Dims(norm_strides), true};
     const Call c{Aten::native_layer_norm,
                  {arg(input), has_w ? arg(*weight) : constant, has_b ? arg(*bias) : constant},
                  3,
@@ -1193,8 +1197,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
         run(d,
             {in(input), has_w ? in(*weight) : constant_row(1.0f, cols), has_b ? in(*bias) : constant_row(0.0f, cols)},
             {out(y), out(mean), out(rstd)});
-        if (moments_in_range(mean, rstd, input.numel() / std::max<std::int64_t>(mean.numel(), 1)))
-            return {y, mean, rstd};
+        if (moments_in_range(mean, rstd, cols)) return {y, mean, rstd};
         // Counted as both: the static kernel ran, and its result was replaced by stock's.
     }
     return stock(d, stock_fn);
