@@ -605,6 +605,23 @@ std::vector<std::vector<double>> reference(const OpRecord& op, const std::vector
     auto at = [&](std::size_t slot, std::int64_t i) {
         return static_cast<double>(in[slot][static_cast<std::size_t>(i)]);
     };
+    // The elementwise plans: y in order, f(element, position) at each position over `dims`; an
+    // operand's index is the sum of position times stride over the dims.
+    auto strided_walk = [](std::vector<double>& y, const std::vector<std::int64_t>& dims, auto&& f) {
+        std::vector<std::int64_t> pos(dims.size(), 0);
+        for (double& out_e : y) {
+            f(out_e, pos);
+            for (std::size_t d = pos.size(); d-- > 0;) {
+                if (++pos[d] < dims[d]) break;
+                pos[d] = 0;
+            }
+        }
+    };
+    auto index = [](const std::vector<std::int64_t>& pos, const std::vector<std::int64_t>& strides) {
+        std::int64_t i = 0;
+        for (std::size_t d = 0; d < pos.size(); ++d) i += pos[d] * strides[d];
+        return i;
+    };
     std::visit(
         [&](const auto& p) {
             using P = std::decay_t<decltype(p)>;
@@ -621,12 +638,8 @@ std::vector<std::vector<double>> reference(const OpRecord& op, const std::vector
                             y[static_cast<std::size_t>((t * p.m + i) * p.n + j)] = act(p.activation, sum);
                         }
             } else if constexpr (std::is_same_v<P, skc_host::BinaryPlan>) {
-                // y in order; each operand's index the sum of position times stride over the dims.
-                std::vector<std::int64_t> pos(p.dims.size(), 0);
-                for (double& out_e : y) {
-                    std::int64_t ia = 0, ib = 0;
-                    for (std::size_t d = 0; d < pos.size(); ++d) ia += pos[d] * p.a[d], ib += pos[d] * p.b[d];
-                    const double a = at(0, ia), b = at(1, ib);
+                strided_walk(y, p.dims, [&](double& out_e, const std::vector<std::int64_t>& pos) {
+                    const double a = at(0, index(pos, p.a)), b = at(1, index(pos, p.b));
                     switch (p.kind) {
                     case skc_host::BinaryKind::add: out_e = a + b; break;
                     case skc_host::BinaryKind::sub: out_e = a - b; break;
@@ -634,23 +647,11 @@ std::vector<std::vector<double>> reference(const OpRecord& op, const std::vector
                     case skc_host::BinaryKind::div: out_e = a / b; break;
                     case skc_host::BinaryKind::axpy: out_e = a + static_cast<double>(p.alpha) * b; break;
                     }
-                    for (std::size_t d = pos.size(); d-- > 0;) {
-                        if (++pos[d] < p.dims[d]) break;
-                        pos[d] = 0;
-                    }
-                }
+                });
             } else if constexpr (std::is_same_v<P, skc_host::UnaryPlan>) {
-                // y in order; x's index the sum of position times stride over the dims.
-                std::vector<std::int64_t> pos(p.dims.size(), 0);
-                for (double& out_e : y) {
-                    std::int64_t ix = 0;
-                    for (std::size_t d = 0; d < pos.size(); ++d) ix += pos[d] * p.x[d];
-                    out_e = act(p.kind, at(0, ix));
-                    for (std::size_t d = pos.size(); d-- > 0;) {
-                        if (++pos[d] < p.dims[d]) break;
-                        pos[d] = 0;
-                    }
-                }
+                strided_walk(y, p.dims, [&](double& out_e, const std::vector<std::int64_t>& pos) {
+                    out_e = act(p.kind, at(0, index(pos, p.x)));
+                });
             } else if constexpr (std::is_same_v<P, skc_host::SoftmaxPlan>) {
                 for (std::int64_t r = 0; r < p.rows; ++r) {
                     double mx = -INFINITY, sum = 0;
@@ -2381,10 +2382,10 @@ TEST_CASE("generic kernels of the plugin's ops against naive references") {
         CAPTURE(name);
         REQUIRE_MESSAGE(skc_host::supported(op), skc_host::unsupported_reason(op));
         auto in = buffers(op.inputs, rng, true, 0.0f);
-        in_domain(*skc_host::analyze(op).plan, in);
+        const skc_host::Analysis analysis = skc_host::analyze(op);
+        in_domain(*analysis.plan, in);
         auto out = buffers(op.outputs, rng, false, std::numeric_limits<float>::quiet_NaN());
         skc_host::run_generic(op, pointers<const float>(in).data(), pointers<float>(out).data());
-        const skc_host::Analysis analysis = skc_host::analyze(op);
         const bool elementwise = std::holds_alternative<skc_host::UnaryPlan>(*analysis.plan) ||
                                  std::holds_alternative<skc_host::BinaryPlan>(*analysis.plan);
         if (op.op_type == "ReluGrad" || op.op_type == "GeluGrad" || op.op_type == "SiluGrad" ||
