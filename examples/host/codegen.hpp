@@ -14,7 +14,8 @@
 //     fused multiply-adds over 128 rows of K with A's element broadcast, added to C block by block
 //     (so the rounding error grows as a BLAS's blocked sums, not with all of K). The loops around
 //     the tiles are a BLAS's: blocks of 256 rows of A by 256 of K, copied into the tiles' order
-//     where that pays, and op(B)'s block for each panel of columns likewise (thread-local buffers);
+//     where that pays, and op(B)'s block for each panel of columns likewise, by the panel's first
+//     tile as it reads op(B) where it can (thread-local buffers);
 //     elsewhere the tiles read A and B in place.
 //     Columns past the last whole vector go through a zero-padded panel. The bias is added to the
 //     tile in registers once its sums are complete, the activation right after the tile is
@@ -502,6 +503,7 @@ inline void emit_strides(Src& s, const MatMulPlan& p, std::initializer_list<std:
 /// ap + (i0 - ib) kc (emit_pack_a()).
 struct Sources {
     bool a_packed = false, b_packed = false;
+    bool b_fill = false;  // reads B in place and stores each row it loads into bp (b_packed false)
 };
 
 /// One block of sums of a register tile (emit_tile()): rows i0 .. i0 + rows, `nv` vectors of
@@ -525,6 +527,7 @@ inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int
         const std::string b =
             src.b_packed ? "bp + p * " + n(nv * w) + " + " + n(v * w) : "B + (" + k0 + " + p) * SBK + j0 + " + n(v * w);
         s.line("const vf b" + n(v) + " = vload(" + b + ");");
+        if (src.b_fill) s.line("vstore(bp + p * " + n(nv * w) + " + " + n(v * w) + ", b" + n(v) + ");");
     }
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::string a = src.a_packed ? "ap[(i0 - ib) * " + n(kc) + " + p * " + n(rows) + " + " + n(r) + "]"
@@ -682,13 +685,27 @@ inline void emit_pack(Src& s, const std::string& dst, std::int64_t ds, const Pac
 
 /// One block of K (rows k0 .. k0 + kc of op(B)) of the panel of `cols` columns at j0, `nv` vectors
 /// wide, the tiles of the rows `rows`. Direct: op(B)'s rows are contiguous and the panel is whole
-/// vectors; the tiles read B. Packed: the block is first copied (through op(B)'s strides,
-/// zero-padded to nv vectors) into bp (packed_block()), its rows the panel's width apart, and the
-/// tiles read that.
+/// vectors; the tiles read B. Packed: the tiles read bp (packed_block()), the block's rows the
+/// panel's width apart. Where op(B)'s rows are contiguous and the panel whole vectors, the first
+/// tile reads B in place and stores each row it loads into bp, the copy hidden among its fused
+/// multiply-adds (a copy ahead of the tiles was 5 % of [64, 128] x [128, 128], a panel's 128 rows
+/// 512 bytes apart); else the block is first copied (through op(B)'s strides, zero-padded to nv
+/// vectors).
 inline void emit_panel_block(Src& s, const MatMulPlan& p, const Tiling& t, const Rows& rows, std::int64_t nv,
                              std::int64_t cols, const Sources& src, std::int64_t kc) {
+    const std::int64_t nr = nv * t.w;
+    if (src.b_packed && p.b.outer == 1 && cols == nr && rows.first != rows.end) {
+        // The first tile reads the block in place and fills bp as it goes; the others read bp.
+        s.open("");
+        s.line("const idx i0 = " + rows.first + ";");
+        emit_tile(s, p, t, t.mr, nv, cols, "k0", kc, Sources{src.a_packed, false, true});
+        s.close();
+        Rows rest = rows;
+        rest.first = "(" + rows.first + " + " + n(t.mr) + ")";
+        each_tile(s, rest, t.mr, [&](std::int64_t count) { emit_tile(s, p, t, count, nv, cols, "k0", kc, src); });
+        return;
+    }
     if (src.b_packed) {
-        const std::int64_t nr = nv * t.w;
         emit_pack(s, "bp", nr, PackSource{"B", "k0", "SBK", "j0", "SBN", p.b.k == 1, kc, cols});
         if (cols < nr) {
             s.open("for (idx p = 0; p < " + n(kc) + "; ++p)");
