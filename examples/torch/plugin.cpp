@@ -1155,6 +1155,25 @@ const float* constant_row(float v, std::int64_t n) {
     return mine.back().second.get();
 }
 
+/// Whether normalized_shape is the input's last dims (else stock raises; the key holds only their
+/// count).
+bool normalized_last(const at::Tensor& input, c10::SymIntArrayRef normalized_shape) {
+    const auto k = static_cast<std::int64_t>(normalized_shape.size());
+    bool trailing = k <= input.dim();
+    for (std::int64_t i = 0; trailing && i < k; ++i)
+        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
+    return trailing;
+}
+
+/// The description of a constant row (constant_row()) of the normalized dims `norm`: dense, its
+/// strides written into `strides`, which must outlive the description.
+TensorArg constant_arg(at::IntArrayRef norm, std::vector<std::int64_t>& strides) {
+    strides.resize(norm.size());
+    std::int64_t acc = 1;
+    for (std::size_t i = norm.size(); i-- > 0;) strides[i] = acc, acc *= norm[i];
+    return TensorArg{Dims(norm.data(), norm.size()), Dims(strides), true};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input,
                                                                  c10::SymIntArrayRef normalized_shape,
                                                                  const c10::optional<at::Tensor>& weight,
@@ -1162,10 +1181,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     auto stock_fn = [&] { return at::cpu::native_layer_norm_symint(input, normalized_shape, weight, bias, eps); };
     if (!intercept()) return stock_fn();
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
-    // normalized_shape must be the input's last k dims, or stock raises; the key holds only k.
-    bool trailing = k <= input.dim();
-    for (std::int64_t i = 0; trailing && i < k; ++i)
-        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
+    const bool trailing = normalized_last(input, normalized_shape);
     // Without a weight (or a bias) stock computes (x rstd - rstd mean) 1 + 0 (its kernel's own
     // formula), so the op is the affine one with a weight of ones (a bias of zeros) of the
     // normalized shape: the same record and kernel, given constant rows.
@@ -1175,13 +1191,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     // The constant rows' description (the normalized dims, dense), for a call without both.
     std::vector<std::int64_t> norm_strides;
     TensorArg constant{};
-    if (trailing && !(has_w && has_b)) {
-        const at::IntArrayRef norm = input.sizes().slice(static_cast<std::size_t>(input.dim() - k));
-        norm_strides.resize(norm.size());
-        std::int64_t acc = 1;
-        for (std::size_t i = norm.size(); i-- > 0;) norm_strides[i] = acc, acc *= norm[i];
-        constant = TensorArg{Dims(norm.data(), norm.size()), Dims(norm_strides), true};
-    }
+    if (trailing && !(has_w && has_b))
+        constant = constant_arg(input.sizes().slice(static_cast<std::size_t>(input.dim() - k)), norm_strides);
     const Call c{Aten::native_layer_norm,
                  {arg(input), has_w ? arg(*weight) : constant, has_b ? arg(*bias) : constant},
                  3,
@@ -1274,8 +1285,12 @@ at::Tensor softmax_backward_data(const at::Tensor& grad_output, const at::Tensor
                 [&] { return at::cpu::_softmax_backward_data(grad_output, output, dim, input_dtype); });
 }
 
-/// LayerNorm's backward with weight and bias, all three gradients wanted (output_mask all true), the
-/// normalized dims the input's last: dx (dense, the input's shape), dgamma and dbeta (the weight's).
+/// LayerNorm's backward, the normalized dims the input's last: dx (dense, the input's shape), dgamma
+/// and dbeta (the weight's and the bias's), each where output_mask asks for it (else undefined, as
+/// stock's). Without a weight (elementwise_affine=False, or a bias only) stock's gradient is its
+/// affine one with a weight of ones, so the kernel is given a constant row (native_layer_norm());
+/// it computes all three, and what the mask does not ask for is dropped. A gradient of a weight or
+/// a bias the call does not have runs stock.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape, const at::Tensor& mean,
     const at::Tensor& rstd, const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
@@ -1285,28 +1300,37 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
                                                           output_mask);
     };
     if (!intercept()) return stock_fn();
-    const bool affine = weight.has_value() && weight->defined() && bias.has_value() && bias->defined();
-    if (!affine || !(output_mask[0] && output_mask[1] && output_mask[2])) {
-        const Decision d = Plugin::get().decide(false, Call{Aten::native_layer_norm_backward, {arg(input)}, 1},
-                                                "no weight or no bias, or not every gradient wanted (output_mask)");
-        return stock(d, stock_fn);
-    }
+    const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
-    bool trailing = k <= input.dim();
-    for (std::int64_t i = 0; trailing && i < k; ++i)
-        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
-    const Call c{
-        Aten::native_layer_norm_backward, {arg(grad_out), arg(input), arg(mean), arg(rstd), arg(*weight)}, 5, k};
+    const bool trailing = normalized_last(input, normalized_shape);
+    const at::IntArrayRef norm =
+        trailing ? input.sizes().slice(static_cast<std::size_t>(input.dim() - k)) : at::IntArrayRef{};
+    std::int64_t cols = 1;
+    for (const std::int64_t v : norm) cols *= v;
+    // The weight's description when there is none: the normalized dims, dense.
+    std::vector<std::int64_t> norm_strides;
+    const TensorArg constant = trailing && !has_w ? constant_arg(norm, norm_strides) : TensorArg{};
+    const Call c{Aten::native_layer_norm_backward,
+                 {arg(grad_out), arg(input), arg(mean), arg(rstd), has_w ? arg(*weight) : constant},
+                 5,
+                 k};
+    // A weight or a bias of another shape than normalized_shape: stock raises.
     const Decision d = Plugin::get().decide(
-        trailing && f32(grad_out) && f32(input) && f32(mean) && f32(rstd) && f32(*weight) && f32(*bias) &&
-            bias->sizes() == weight->sizes(),
+        trailing && f32(grad_out) && f32(input) && f32(mean) && f32(rstd) &&
+            (!has_w || (f32(*weight) && weight->sizes() == norm)) &&
+            (!has_b || (f32(*bias) && bias->sizes() == norm)) && (has_w || !output_mask[1]) &&
+            (has_b || !output_mask[2]),
         c,
-        "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims, or bias and "
-        "weight differ in shape");
+        "a tensor is not a plain float32 tensor, or normalized_shape is not the input's last dims, or the "
+        "weight or bias is not of normalized_shape, or a gradient of a missing weight or bias is asked for "
+        "(output_mask)");
     if (d.kernel != nullptr) {
-        at::Tensor dx = new_dense(input.sizes()), dgamma = new_dense(weight->sizes()), dbeta = new_dense(bias->sizes());
-        run(d, {in(grad_out), in(input), in(rstd), in(mean), in(*weight)}, {out(dx), out(dgamma), out(dbeta)});
-        return {dx, dgamma, dbeta};
+        at::Tensor dx = new_dense(input.sizes()), dgamma = new_dense(has_w ? weight->sizes() : norm),
+                   dbeta = new_dense(has_b ? bias->sizes() : norm);
+        run(d, {in(grad_out), in(input), in(rstd), in(mean), has_w ? in(*weight) : constant_row(1.0f, cols)},
+            {out(dx), out(dgamma), out(dbeta)});
+        return {output_mask[0] ? dx : at::Tensor(), output_mask[1] ? dgamma : at::Tensor(),
+                output_mask[2] ? dbeta : at::Tensor()};
     }
     return stock(d, stock_fn);
 }

@@ -315,6 +315,14 @@ def scenario_special_values(base):
         t, w_, b_ = (v.clone().requires_grad_() for v in (lx, lw, lb))
         return torch.cat([d.flatten() for d in torch.autograd.grad(F.layer_norm(t, (16,), w_, b_), (t, w_, b_), ldy)])
 
+    def ln_grads_of(x_, w_=None, b_=None, wanted="xwb"):
+        """LayerNorm's gradients of the tensors named by `wanted` (x, w, b; output_mask), of a layer
+        without a weight, a bias or both."""
+        x_, w_, b_ = (v if v is None else v.clone().requires_grad_(c in wanted) for v, c in ((x_, "x"), (w_, "w"),
+                                                                                            (b_, "b")))
+        ins = [v for v, c in ((x_, "x"), (w_, "w"), (b_, "b")) if c in wanted]
+        return torch.cat([d.flatten() for d in torch.autograd.grad(F.layer_norm(x_, (16,), w_, b_), ins, ldy)])
+
     h, h4 = torch.randn(2, 5, 16), torch.randn(2, 3, 5, 16)  # [B, T, D], [B, H, T, D]
     c8, r16 = torch.randn(8, 1), torch.randn(1, 16)
     # mean: rows of 3 with NaN, infinities, an overflowing sum, -0.0 (stock gives +0.0), subnormals;
@@ -404,6 +412,12 @@ def scenario_special_values(base):
         "backward of softmax under a -inf and -1e9 mask": lambda: grad_of(lambda t: torch.softmax(t + mask, -1),
                                                                          finite, dmask),
         "backward of layer_norm, rows with large means, an inf and a -0.0 gradient": ln_grads,
+        "backward of layer_norm without weight and bias": lambda: ln_grads_of(lx, wanted="x"),
+        "backward of layer_norm without weight and bias, constant rows": lambda: ln_grads_of(const_rows, wanted="x"),
+        "backward of layer_norm with a weight only": lambda: ln_grads_of(lx, lw, wanted="xw"),
+        "backward of layer_norm with a bias only": lambda: ln_grads_of(const_rows, None, lb, wanted="xb"),
+        "backward of layer_norm, the weight's and bias's gradients only": lambda: ln_grads_of(lx, lw, lb, "wb"),
+        "backward of layer_norm, the input's gradient only": lambda: ln_grads_of(lx, lw, lb, "x"),
         "mean of NaN, infinities, an overflow, -0.0, subnormals": lambda: m3.mean(-1),
         "mean over the last two dims, keepdim": lambda: m33.mean((-1, -2), keepdim=True),
         "mean over the last dim by its index": lambda: m33.mean(2),
