@@ -167,6 +167,32 @@ inline Tiling tiling(std::int64_t w) { return Tiling{w, w == 16 ? 8 : 6, 2}; }
 constexpr std::int64_t a_block_rows = 256;
 inline std::int64_t Tiling::a_block_floats() const { return (a_block_rows + mr) * kc(); }
 
+/// The loops around the tiles, a BLAS's: blocks of rows of A outermost (row_block_rows()), then
+/// the blocks of K; each block of A (rows by kc) is packed once (emit_pack_a()) and stays in L2
+/// while every panel of columns reads it, op(B)'s block for the panel packed (or read in place),
+/// and C's block is read back once a block of K. Each block of rows reads all of op(B) again, so
+/// the blocks are as tall as A's packed block holds (a_block_rows), whatever the width of C: blocks
+/// held to 4 MiB of C (32 rows at N = 32,000, a vocabulary's logits) read op(B) 8 times and ran at
+/// 0.55x OpenBLAS's AVX-512 kernels; blocks of 128 rows at N = 2,048 were 4 % to 6 % slower.
+/// Reading A in place, the tiles of a transposed A ([2048, 256]^T x [256, 512], a weight gradient
+/// dY^T X) read K rows 8 KiB apart, which L1 keeps 12 of: 0.76x OpenBLAS's AVX-512 kernels.
+inline std::int64_t row_block_rows(const Tiling& t) { return std::max(t.mr, a_block_rows / t.mr * t.mr); }
+
+/// Rows of K in one group of blocked sums, and the floats of the group sums' buffer (group_sums(),
+/// thread-local, as the packed blocks). A product of more than sum_group_rows rows of K whose block
+/// of rows of C fits in the buffer sums in two levels: the blocks of kb() rows of a group add up in
+/// the buffer, and each group's total is added to C. One level, C's partial sum grows with K and
+/// each block's rounding grows with it: at K = 16,384 the largest error of [16, K] x [K, 48] and
+/// of `linear` [8, K] x [40, K]^T + bias was 1.3x to 2.3x stock torch's (OpenBLAS's Haswell
+/// kernels); with groups of 2,048 rows, 0.4x to 0.7x.
+constexpr std::int64_t sum_group_rows = kernels::matmul_group;
+constexpr std::int64_t group_sums_floats = std::int64_t{64} << 10;
+
+inline bool grouped_sums(const MatMulPlan& p, const Tiling& t) {
+    const std::int64_t rows = std::min(p.m, row_block_rows(t) + t.mr);  // a block of rows of C at most
+    return p.k > sum_group_rows && rows * p.n <= group_sums_floats;
+}
+
 /// The blocked sums (Tiling::kb()) in one block of K of the loops. C is read back and written once
 /// a block of the loops, each tile adding its blocked sums into its C (in L1) in between: against
 /// one sum a block of the loops, two were 1 % to 3 % faster at [256, 512] x [512, 512 to 2,048],
@@ -194,7 +220,8 @@ inline std::string block_buffers(std::int64_t w) {
     const Tiling t = tiling(w);
     Src s;
     s.line("namespace skc_blocks {");
-    for (const auto& [what, floats] : {std::pair{"a", t.a_block_floats()}, std::pair{"b", t.b_block_floats()}}) {
+    for (const auto& [what, floats] :
+         {std::pair{"a", t.a_block_floats()}, std::pair{"b", t.b_block_floats()}, std::pair{"s", group_sums_floats}}) {
         s.open("[[maybe_unused]] __attribute__((visibility(\"hidden\"), noinline)) inline float* " +
                buffer_name(what, floats) + "()");
         s.line("alignas(64) static thread_local float b[" + n(floats) + "];");
@@ -281,6 +308,8 @@ inline std::string vector_prelude(std::int64_t w) {
            buffer_name("b", t.b_block_floats()) + "(); }");
     s.line("[[maybe_unused]] inline float* packed_a_block() { return skc_blocks::" +
            buffer_name("a", t.a_block_floats()) + "(); }");
+    s.line("[[maybe_unused]] inline float* group_sums() { return skc_blocks::" + buffer_name("s", group_sums_floats) +
+           "(); }");
     // Doubles, half a vector of floats at a time: the dot form of a matrix product sums in them.
     s.line("typedef float vh __attribute__((vector_size(" + n(2 * w) + ")));");
     s.line("typedef double vd __attribute__((vector_size(" + n(4 * w) + ")));");
@@ -536,21 +565,45 @@ inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int
         for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += a" + n(r) + " * b" + n(v) + ";");
     }
     s.close();
-    // C's partial sums (padding lanes zero), added to the block's.
-    s.open("if (!" + first + ")");
-    for (std::int64_t r = 0; r < rows; ++r) {
-        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
-        if (full) {
-            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + crow + " + " + n(v * w) + ");");
-        } else {
-            s.open("");  // one row's buffer at a time: the rows' scopes share its stack slot
-            s.line("float t[" + n(nv * w) + "] = {};");
-            s.line("__builtin_memcpy(t, " + crow + ", " + n(cols) + " * sizeof(float));");
-            for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t + " + n(v * w) + ");");
-            s.close();
+    // Rows of the tile in C (or in the group's sums) at `base`, the tile's first element: added to
+    // the block's sums (padding lanes zero), or stored.
+    auto add_rows = [&](const std::string& base) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::string row = base + " + " + n(r) + " * N";
+            if (full) {
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(" + row + " + " + n(v * w) + ");");
+            } else {
+                s.open("");  // one row's buffer at a time: the rows' scopes share its stack slot
+                s.line("float t[" + n(nv * w) + "] = {};");
+                s.line("__builtin_memcpy(t, " + row + ", " + n(cols) + " * sizeof(float));");
+                for (std::int64_t v = 0; v < nv; ++v) s.line(at(r, v) + " += vload(t + " + n(v * w) + ");");
+                s.close();
+            }
         }
+    };
+    const std::string cb = "C + i0 * N + j0";
+    const bool grouped = grouped_sums(p, t);
+    std::string dst = cb;
+    if (grouped) {
+        // Two levels (grouped_sums()): the blocks of a group of sum_group_rows rows of K add up in
+        // the group's sums, each group's total then into C.
+        const std::string at_k = "(" + k0 + " + q0)", g = n(sum_group_rows);
+        const std::string gfirst = "(" + at_k + " % " + g + " == 0)",
+                          glast = "((" + at_k + " + " + n(kb) + ") % " + g + " == 0 || " + last + ")";
+        s.line("float* const gs = gsum + (i0 - ib) * N + j0;");
+        s.open("if (!" + gfirst + ")");
+        add_rows("gs");
+        s.close();
+        s.open("if (" + glast + " && " + at_k + " >= " + g + ")");
+        add_rows(cb);
+        s.close();
+        s.line("float* const dst = " + glast + " ? " + cb + " : gs;");
+        dst = "dst";
+    } else {
+        s.open("if (!" + first + ")");
+        add_rows(cb);
+        s.close();
     }
-    s.close();
     // The sum's end: the bias, then + 0, as stock's BLAS stores C = 0 + alpha AB (+ beta bias):
     // products that all underflow to -0 (fused multiply-adds round a tiny negative to -0) store +0.
     s.open("if (" + last + ")");
@@ -572,7 +625,7 @@ inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int
     // <act>_tile.
     const std::string act = p.activation ? vector_act(*p.activation) : "";
     for (std::int64_t r = 0; r < rows; ++r) {
-        const std::string crow = "C + (i0 + " + n(r) + ") * N + j0";
+        const std::string crow = dst + " + " + n(r) + " * N";
         if (full) {
             for (std::int64_t v = 0; v < nv; ++v) s.line("vstore(" + crow + " + " + n(v * w) + ", " + at(r, v) + ");");
         } else {
@@ -725,17 +778,6 @@ inline void emit_pack_a(Src& s, const MatMulPlan& p, const Rows& rows, std::int6
     });
 }
 
-/// The loops around the tiles, a BLAS's: blocks of rows of A outermost (row_block_rows()), then
-/// the blocks of K; each block of A (rows by kc) is packed once (emit_pack_a()) and stays in L2
-/// while every panel of columns reads it, op(B)'s block for the panel packed (or read in place),
-/// and C's block is read back once a block of K. Each block of rows reads all of op(B) again, so
-/// the blocks are as tall as A's packed block holds (a_block_rows), whatever the width of C: blocks
-/// held to 4 MiB of C (32 rows at N = 32,000, a vocabulary's logits) read op(B) 8 times and ran at
-/// 0.55x OpenBLAS's AVX-512 kernels; blocks of 128 rows at N = 2,048 were 4 % to 6 % slower.
-/// Reading A in place, the tiles of a transposed A ([2048, 256]^T x [256, 512], a weight gradient
-/// dY^T X) read K rows 8 KiB apart, which L1 keeps 12 of: 0.76x OpenBLAS's AVX-512 kernels.
-inline std::int64_t row_block_rows(const Tiling& t) { return std::max(t.mr, a_block_rows / t.mr * t.mr); }
-
 /// Whether the blocks of A are packed: where more than one panel reads each (else each tile reads it
 /// once), and A is stored transposed (a tile's rows for one p are then one short run, its p a row of
 /// A apart) or past packed_a_rows_bytes (a tile's rows are then far apart, the block past L1). The
@@ -858,6 +900,8 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     const bool uses_bp = !contiguous || last != 0 || pack_b_direct;
     if (uses_bp) s.line("float* __restrict bp = packed_block();");
     if (pack_a) s.line("float* __restrict ap = packed_a_block();");
+    const bool grouped = grouped_sums(p, t);
+    if (grouped) s.line("float* __restrict gsum = group_sums();");
     // fn(nv, cols, packed) for every panel, j0 defined: the full ones, then the rest in whole
     // vectors, then the last columns, fewer than a vector (packed).
     auto each_panel = [&](auto&& fn) {
@@ -883,7 +927,7 @@ inline void emit_matmul_body(Src& s, const MatMulPlan& p, const Tiling& t) {
     // them in stack slots across the loops (8 KiB for [500, 300] x [530, 300]^T + bias, relu).
     const std::string opaque = std::string("__asm__(\"\" : \"+r\"(A), \"+r\"(B), \"+r\"(C)") +
                                (p.bias ? ", \"+r\"(bias)" : "") + (uses_bp ? ", \"+r\"(bp)" : "") +
-                               (pack_a ? ", \"+r\"(ap)" : "") + ");";
+                               (pack_a ? ", \"+r\"(ap)" : "") + (grouped ? ", \"+r\"(gsum)" : "") + ");";
     auto row_block = [&](const Rows& rows) {
         emit_blocks(s, "k0", p.k, t.kc(), [&](std::int64_t kc) {
             s.line(opaque);

@@ -310,6 +310,12 @@ std::vector<OpRecord> plugin_cases() {
     c.push_back(mm("MatMulV2", tensor({40, 429}), tensor({429, 70}), false, false));
     c.push_back(mm("FusedMatMul", tensor({429, 40}), tensor({70, 429}), true, true, RuntimeShape{70}, "gelu_erf"));
     c.push_back(mm("MatMulV2", tensor({3, 429}), tensor({429, 2000}), false, false, RuntimeShape{2000}));
+    // Sums in two levels past 2,048 rows of K (codegen.hpp, grouped_sums()): two whole groups and a
+    // partial one (K = 2 x 2,048 + 404), tiles and the last rows, a panel and the last columns, A
+    // packed; op(B) transposed with a bias and an activation; a batch.
+    c.push_back(mm("MatMulV2", tensor({20, 4500}), tensor({4500, 37}), false, false));
+    c.push_back(mm("FusedMatMul", tensor({9, 4200}), tensor({35, 4200}), false, true, RuntimeShape{35}, "gelu_erf"));
+    c.push_back(mm("BatchMatMulV2", tensor({2, 8, 4500}), tensor({2, 4500, 24}), false, false));
     // Gelu: approximate none (erf), tanh, absent (tanh).
     for (const RuntimeShape& s : {RuntimeShape{7, 33}, RuntimeShape{1}}) {
         c.push_back(gelu(s, "none"));
