@@ -605,7 +605,8 @@ inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int
         s.close();
     }
     // The sum's end: the bias, then + 0, as stock's BLAS stores C = 0 + alpha AB (+ beta bias):
-    // products that all underflow to -0 (fused multiply-adds round a tiny negative to -0) store +0.
+    // products that all underflow to -0 (fused multiply-adds round a tiny negative to -0) store +0;
+    // or, with keep_negative_zero, AB + bias as it is (a -0.0 bias then keeps the -0).
     s.open("if (" + last + ")");
     if (p.bias) {
         if (full) {
@@ -619,7 +620,8 @@ inline void emit_tile_sum(Src& s, const MatMulPlan& p, const Tiling& t, std::int
     }
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t v = 0; v < nv; ++v)
-            s.line(at(r, v) + " = " + at(r, v) + (p.bias ? " + bias" + n(v) : std::string()) + " + vf{};");
+            s.line(at(r, v) + " = " + at(r, v) + (p.bias ? " + bias" + n(v) : std::string()) +
+                   (p.keep_negative_zero ? ";" : " + vf{};"));
     s.close();
     // The activation, once the tile is stored, from memory (L1), by the prelude's out-of-line
     // <act>_tile.
@@ -839,8 +841,15 @@ inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
     s.line("double sum = sv[0];");
     s.line("for (idx e = 1; e < " + n(h) + "; ++e) sum += sv[e];");
     if (halves < p.k) s.line("for (idx q = " + n(halves) + "; q < K; ++q) sum += static_cast<double>(ar[q]) * bc[q];");
-    s.line("cr[j] = static_cast<float>(sum" + std::string(p.bias ? " + static_cast<double>(bias[j])" : "") +
-           ") + 0.0f;");
+    if (p.keep_negative_zero) {
+        // The sum rounded once with the bias; where that is zero, its sign as the float sum's: a
+        // sum of products that all underflow is -0, plus the bias.
+        s.line("const float r = static_cast<float>(sum + static_cast<double>(bias[j]));");
+        s.line("cr[j] = r != 0.0f ? r : static_cast<float>(sum) + bias[j];");
+    } else {
+        s.line("cr[j] = static_cast<float>(sum" + std::string(p.bias ? " + static_cast<double>(bias[j])" : "") +
+               ") + 0.0f;");
+    }
     s.line("continue;");
     s.close();
     s.line("vf acc = vf{};");
@@ -860,7 +869,7 @@ inline void emit_dot_rows(Src& s, const MatMulPlan& p, std::int64_t w) {
     if (kv % block > 0) run(n(kv / block * block) + " * W", kv % block);
     s.line("float sum = vhsum(acc);");
     if (whole < p.k) s.line("for (idx q = " + n(whole) + "; q < K; ++q) sum += ar[q] * bc[q];");
-    s.line("cr[j] = sum" + bias + " + 0.0f;");
+    s.line("cr[j] = sum" + bias + (p.keep_negative_zero ? ";" : " + 0.0f;"));
     s.close();
     s.close();
     if (!p.activation) return;

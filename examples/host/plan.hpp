@@ -96,6 +96,11 @@ struct MatMulPlan {
     std::int64_t m = 0, k = 0, n = 0;
     MatMulOperand a, b;
     bool bias = false;
+    /// With a bias: C = AB + bias as it is, where AB is summed from +0 with fused multiply-adds, so
+    /// that products that all underflow to -0 plus a -0.0 bias give -0.0 (attr keep_negative_zero,
+    /// a BLAS whose kernels fuse multiply-adds); else + 0 after it (+0.0 there: a BLAS that adds
+    /// rounded products to +0).
+    bool keep_negative_zero = false;
     std::optional<UnaryKind> activation;
 };
 
@@ -483,6 +488,7 @@ inline MatMulPlan plan_matmul(const skc::OpRecord& op, MatMulOp kind) {
             unsupported("bias (inputs[2]) has shape " + dims_str(bias.shape) + ", expected [" + std::to_string(p.n) +
                         "] or [1," + std::to_string(p.n) + "]");
         p.bias = true;
+        p.keep_negative_zero = bool_attr(op, "keep_negative_zero", false);
     }
     expect_shape(op, 0, batched ? skc::RuntimeShape{p.batch, p.m, p.n} : skc::RuntimeShape{p.m, p.n});
     return p;

@@ -200,7 +200,8 @@ struct Call {
                                    // _log_softmax, _log_softmax_backward_data: dim (all wrapped)
     double f0 = 0;                 // layer norm: eps; pow: the exponent; threshold_backward: threshold;
                                    // axpy: alpha (as a float)
-    std::int64_t i1 = 0;           // mean: 1 for keepdim
+    std::int64_t i1 = 0;           // mean: 1 for keepdim; addmm, addmm_activation: 1 when stock's
+                                   // BLAS keeps a -0.0 sum (attr keep_negative_zero)
 
     /// cat: its tensors (t and n are unused).
     std::span<const TensorArg> list{};
@@ -474,9 +475,11 @@ inline skc::OpRecord matmul(const Call& c) {
         if (c.i0 != 0 && m * n == 1)  // torch's GELU of one element takes another path (its scalar formula)
             unsupported("a GELU epilogue of one element");
         attrs.push_back(attr("fused_op_type", "str", 2, c.i0 != 0 ? "gelu_erf" : "relu"));
+        if (c.i1 != 0) attrs.push_back(attr("keep_negative_zero", "bool", 3, true));
         return op("FusedMatMul", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
     }
     attrs.push_back(attr("offset_x", "int", 2, 0));
+    if (with_bias && c.i1 != 0) attrs.push_back(attr("keep_negative_zero", "bool", 3, true));
     return op("MatMulV2", std::move(in), {dense("y", 0, std::vector<std::int64_t>{m, n})}, std::move(attrs));
 }
 

@@ -771,10 +771,24 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
     return stock(d, [&] { return at::cpu::mm(self, mat2); });
 }
 
+/// Whether stock's addmm keeps a -0.0 sum: C = bias + AB where every product underflows to -0 and
+/// the bias is -0.0 is -0.0 with a BLAS whose kernels sum with fused multiply-adds from +0 (a tiny
+/// negative product rounds to -0: OpenBLAS's Haswell and later kernels), +0.0 with one that adds
+/// rounded products to +0 (its SSE3 kernels). Asked of stock once, on the first addmm the plugin
+/// sees; the record carries the answer (keep_negative_zero), so the static kernel gives what the
+/// BLAS of this process gives.
+bool stock_keeps_negative_zero() {
+    static const bool keeps = [] {
+        const at::Tensor bias = at::full({16}, -0.0f), a = at::full({4, 8}, -1e-30f), b = at::full({8, 16}, 1e-30f);
+        return std::signbit(at::cpu::addmm(bias, a, b).data_ptr<float>()[0]);
+    }();
+    return keeps;
+}
+
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
     if (!intercept()) return at::cpu::addmm(self, mat1, mat2, beta, alpha);
-    const Call c{Aten::addmm, {arg(self), arg(mat1), arg(mat2)}, 3};
+    const Call c{Aten::addmm, {arg(self), arg(mat1), arg(mat2)}, 3, 0, 0, stock_keeps_negative_zero() ? 1 : 0};
     const Decision d = Plugin::get().decide(f32(self) && f32(mat1) && f32(mat2) && is_one(beta) && is_one(alpha), c,
                                             "a tensor is not a plain float32 tensor, or beta or alpha is not 1");
     if (d.kernel != nullptr) {
@@ -788,7 +802,12 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
 at::Tensor addmm_activation(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                             const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu) {
     if (!intercept()) return at::cpu::_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu);
-    const Call c{Aten::addmm_activation, {arg(self), arg(mat1), arg(mat2)}, 3, use_gelu ? 1 : 0};
+    const Call c{Aten::addmm_activation,
+                 {arg(self), arg(mat1), arg(mat2)},
+                 3,
+                 use_gelu ? 1 : 0,
+                 0,
+                 stock_keeps_negative_zero() ? 1 : 0};
     const Decision d = Plugin::get().decide(f32(self) && f32(mat1) && f32(mat2) && is_one(beta) && is_one(alpha), c,
                                             "a tensor is not a plain float32 tensor, or beta or alpha is not 1");
     if (d.kernel != nullptr) {

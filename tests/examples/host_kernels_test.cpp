@@ -1419,6 +1419,62 @@ TEST_CASE("generated matrix-vector products: the float nearest the exact sum, or
     for (std::size_t j = 0; j < 5; ++j) CHECK(infinite[j] == inf);
 }
 
+TEST_CASE("generated products with a bias: a -0 sum as each BLAS gives it (keep_negative_zero)") {
+    const std::string cxx = find_cxx();
+    REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");
+    // Register tiles ([4, 8] x [8, 16], and with a relu) and the dot form ([2, 32] x [3, 32]^T), each
+    // without the attr and with it.
+    auto keep = [](OpRecord op) {
+        op.attrs->push_back(attr("keep_negative_zero", "bool", true));
+        return op;
+    };
+    const OpRecord tile = mm("MatMulV2", tensor({4, 8}), tensor({8, 16}), false, false, RuntimeShape{16});
+    const OpRecord relu = mm("FusedMatMul", tensor({4, 8}), tensor({8, 16}), false, false, RuntimeShape{16}, "relu");
+    const OpRecord dot = mm("MatMulV2", tensor({2, 32}), tensor({3, 32}), false, true, RuntimeShape{3});
+    const std::vector<OpRecord> ops{tile, keep(tile), relu, keep(relu), dot, keep(dot)};
+    const HostKernels kernels(cxx, ops);
+    auto run = [&](std::size_t i, const std::vector<float>& a, const std::vector<float>& b,
+                   const std::vector<float>& bias, std::size_t outputs) {
+        std::vector<float> y(outputs, std::numeric_limits<float>::quiet_NaN());
+        const float* ip[] = {a.data(), b.data(), bias.data()};
+        float* op[] = {y.data()};
+        kernels[i](ip, op);
+        return y;
+    };
+    // Every product -1e-60 (-0 in float): AB is -0 summed with fused multiply-adds from +0. Plus a
+    // bias of -0.0 (even columns) and +0.0 (odd): without the attr +0.0 everywhere (the sum's + 0);
+    // with it the bias's sign, as -0 + -0 and -0 + +0 give.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const bool dot_form = i >= 4;
+        const std::size_t m = dot_form ? 2 : 4, k = dot_form ? 32 : 8, n = dot_form ? 3 : 16;
+        std::vector<float> bias(n);
+        for (std::size_t j = 0; j < n; ++j) bias[j] = j % 2 == 0 ? -0.0f : 0.0f;
+        const std::vector<float> y =
+            run(i, std::vector<float>(m * k, -1e-30f), std::vector<float>(k * n, 1e-30f), bias, m * n);
+        CAPTURE(i);
+        for (std::size_t e = 0; e < y.size(); ++e) {
+            CHECK(y[e] == 0.0f);
+            CHECK(std::signbit(y[e]) == (i % 2 == 1 && (e % n) % 2 == 0));
+        }
+    }
+    // Elsewhere the attr changes nothing: the same bits on values of both signs, zeros among them.
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    auto values = [&](std::size_t count) {
+        std::vector<float> v(count);
+        for (float& f : v) f = dist(rng);
+        v[1] = 0.0f, v[2] = -0.0f;
+        return v;
+    };
+    for (std::size_t i = 0; i < ops.size(); i += 2) {
+        const bool dot_form = i >= 4;
+        const std::size_t m = dot_form ? 2 : 4, k = dot_form ? 32 : 8, n = dot_form ? 3 : 16;
+        const std::vector<float> a = values(m * k), b = values(k * n), bias = values(n);
+        const std::vector<float> plain = run(i, a, b, bias, m * n), kept = run(i + 1, a, b, bias, m * n);
+        CHECK(std::memcmp(plain.data(), kept.data(), plain.size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("generated Neg, Tanh, Rsqrt, Swish, Power, Sub and RealDiv give what torch gives off the finite path") {
     const std::string cxx = find_cxx();
     REQUIRE_MESSAGE(!cxx.empty(), "no c++ compiler on PATH (set SKC_HOST_CXX)");

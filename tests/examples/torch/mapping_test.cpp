@@ -9,11 +9,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -794,6 +796,25 @@ TEST_CASE("a CallMap made once per key gives every later call the digest of its 
         }
     CHECK(made == map.size());
     CHECK(made > 300);
+}
+
+TEST_CASE("addmm records keep_negative_zero where stock's BLAS keeps a -0.0 sum (Call::i1)") {
+    const Vec s4{4}, st1{1}, s23{2, 3}, st31{3, 1}, s34{3, 4}, st41{4, 1};
+    auto keeps = [](const Call& c) {
+        const std::optional<skc::OpRecord> r = skc_torch::describe(c).record;
+        REQUIRE(r.has_value());
+        REQUIRE(r->attrs.has_value());
+        int found = 0;
+        for (const skc::Attr& a : *r->attrs)
+            if (a.name == "keep_negative_zero") found += a.value.is_bool() && a.value.as_bool() ? 1 : 100;
+        return found;
+    };
+    const std::array<TensorArg, 5> biased{TensorArg{s4, st1}, TensorArg{s23, st31}, TensorArg{s34, st41}};
+    CHECK(keeps(Call{Aten::addmm, biased, 3, 0, 0, 1}) == 1);
+    CHECK(keeps(Call{Aten::addmm, biased, 3, 0, 0, 0}) == 0);
+    CHECK(keeps(Call{Aten::addmm_activation, biased, 3, 1, 0, 1}) == 1);
+    CHECK(keeps(Call{Aten::addmm_activation, biased, 3, 0, 0, 0}) == 0);
+    CHECK(keeps(Call{Aten::mm, {TensorArg{s23, st31}, TensorArg{s34, st41}}, 2, 0, 0, 1}) == 0);  // no bias
 }
 
 TEST_CASE("arguments the plugin cannot describe give the reason") {
