@@ -212,7 +212,8 @@ inline std::string buffer_name(const char* what, std::int64_t floats) {
 /// The packed blocks, one a thread and shared library: inline functions of a named namespace,
 /// hidden, so that the translation units of one package share them and another package keeps its
 /// own: the library's thread-local blocks are allocated for every thread that calls into it, 152
-/// KiB with AVX-512 once, not once a product. Out of line, and the result opaque (the empty asm):
+/// KiB with AVX-512 once (and the group sums' 256 KiB where a product sums in groups), not once a
+/// product. Out of line, and the result opaque (the empty asm):
 /// Clang 14 propagates the thread-local address into the caller, where it keeps values in
 /// xmm16-31 across __tls_get_addr, whose first call in a thread may run glibc's memset, which uses
 /// them (a 1 x 1 product read garbage so).

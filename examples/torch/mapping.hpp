@@ -301,7 +301,7 @@ void key_of(const Call& c, skc::BasicCallKey<Words>& k) noexcept {
     for (const TensorArg& t : c.list) k.tensor(0, t.sizes, t.dense ? Dims{} : t.strides);
     if (uses_i0(c.aten)) k.integer(c.i0);
     if (uses_f0(c.aten)) k.real(c.f0);
-    if (c.aten == Aten::mean) k.integer(c.i1);
+    if (c.aten == Aten::mean || c.aten == Aten::addmm || c.aten == Aten::addmm_activation) k.integer(c.i1);
 }
 
 /// What a call is recorded as, or why it is not recorded.

@@ -162,6 +162,7 @@ Case matmul_case(Aten a) {
     Strided x = random_layout({m, k}, false), w = random_layout({k, n}, false);
     Strided b = pick(0, 1) == 0 ? dense({n}) : dense({1, n});
     if (a == Aten::addmm_activation) c.call.i0 = pick(0, 1);
+    if (bias) c.call.i1 = pick(0, 1);  // keep_negative_zero: the same values, another record
     if (bias) c.in.push_back(b);
     c.in.push_back(x);
     c.in.push_back(w);
