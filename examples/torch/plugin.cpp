@@ -64,6 +64,7 @@
 #include <ATen/ops/mean_cpu_dispatch.h>
 #include <ATen/ops/where_cpu_dispatch.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -1174,14 +1175,14 @@ const float* constant_row(float v, std::int64_t n) {
     return mine.back().second.get();
 }
 
-/// Whether normalized_shape is the input's last dims (else stock raises; the key holds only their
-/// count).
-bool normalized_last(const at::Tensor& input, c10::SymIntArrayRef normalized_shape) {
+/// The input's last dims where normalized_shape is them, else nullopt (stock raises; the key holds
+/// only their count).
+std::optional<at::IntArrayRef> normalized_dims(const at::Tensor& input, c10::SymIntArrayRef normalized_shape) {
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
-    bool trailing = k <= input.dim();
-    for (std::int64_t i = 0; trailing && i < k; ++i)
-        trailing = normalized_shape[static_cast<std::size_t>(i)] == input.size(input.dim() - k + i);
-    return trailing;
+    if (k > input.dim()) return std::nullopt;
+    for (std::int64_t i = 0; i < k; ++i)
+        if (normalized_shape[static_cast<std::size_t>(i)] != input.size(input.dim() - k + i)) return std::nullopt;
+    return input.sizes().slice(static_cast<std::size_t>(input.dim() - k));
 }
 
 /// The description of a constant row (constant_row()) of the normalized dims `norm`: dense, its
@@ -1200,18 +1201,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     auto stock_fn = [&] { return at::cpu::native_layer_norm_symint(input, normalized_shape, weight, bias, eps); };
     if (!intercept()) return stock_fn();
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
-    const bool trailing = normalized_last(input, normalized_shape);
+    const std::optional<at::IntArrayRef> dims = normalized_dims(input, normalized_shape);
+    const bool trailing = dims.has_value();
     // Without a weight (or a bias) stock computes (x rstd - rstd mean) 1 + 0 (its kernel's own
     // formula), so the op is the affine one with a weight of ones (a bias of zeros) of the
     // normalized shape: the same record and kernel, given constant rows.
     const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
-    std::int64_t cols = 1;  // a row's elements: the normalized dims' product
-    for (std::int64_t i = input.dim() - k; trailing && i < input.dim(); ++i) cols *= input.size(i);
+    const at::IntArrayRef norm = dims.value_or(at::IntArrayRef{});
+    const std::int64_t cols = c10::multiply_integers(norm);  // a row's elements
     // The constant rows' description (the normalized dims, dense), for a call without both.
     std::vector<std::int64_t> norm_strides;
-    TensorArg constant{};
-    if (trailing && !(has_w && has_b))
-        constant = constant_arg(input.sizes().slice(static_cast<std::size_t>(input.dim() - k)), norm_strides);
+    const TensorArg constant = trailing && !(has_w && has_b) ? constant_arg(norm, norm_strides) : TensorArg{};
     const Call c{Aten::native_layer_norm,
                  {arg(input), has_w ? arg(*weight) : constant, has_b ? arg(*bias) : constant},
                  3,
@@ -1321,11 +1321,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     if (!intercept()) return stock_fn();
     const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
     const auto k = static_cast<std::int64_t>(normalized_shape.size());
-    const bool trailing = normalized_last(input, normalized_shape);
-    const at::IntArrayRef norm =
-        trailing ? input.sizes().slice(static_cast<std::size_t>(input.dim() - k)) : at::IntArrayRef{};
-    std::int64_t cols = 1;
-    for (const std::int64_t v : norm) cols *= v;
+    const std::optional<at::IntArrayRef> dims = normalized_dims(input, normalized_shape);
+    const bool trailing = dims.has_value();
+    const at::IntArrayRef norm = dims.value_or(at::IntArrayRef{});
+    const std::int64_t cols = c10::multiply_integers(norm);
     // The weight's description when there is none: the normalized dims, dense.
     std::vector<std::int64_t> norm_strides;
     const TensorArg constant = trailing && !has_w ? constant_arg(norm, norm_strides) : TensorArg{};

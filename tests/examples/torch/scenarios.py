@@ -311,13 +311,9 @@ def scenario_special_values(base):
     const_rows = torch.stack([torch.zeros(16), torch.full((16,), -0.0), torch.full((16,), 5.0), torch.randn(16)])
     ldy[1, 2], ldy[2, 5] = inf, -0.0
 
-    def ln_grads():
-        t, w_, b_ = (v.clone().requires_grad_() for v in (lx, lw, lb))
-        return torch.cat([d.flatten() for d in torch.autograd.grad(F.layer_norm(t, (16,), w_, b_), (t, w_, b_), ldy)])
-
     def ln_grads_of(x_, w_=None, b_=None, wanted="xwb"):
         """LayerNorm's gradients of the tensors named by `wanted` (x, w, b; output_mask), of a layer
-        without a weight, a bias or both."""
+        with or without a weight and a bias."""
         x_, w_, b_ = (v if v is None else v.clone().requires_grad_(c in wanted) for v, c in ((x_, "x"), (w_, "w"),
                                                                                             (b_, "b")))
         ins = [v for v, c in ((x_, "x"), (w_, "w"), (b_, "b")) if c in wanted]
@@ -411,7 +407,7 @@ def scenario_special_values(base):
         "backward of silu at special values": lambda: grad_of(F.silu, sv, dsv),
         "backward of softmax under a -inf and -1e9 mask": lambda: grad_of(lambda t: torch.softmax(t + mask, -1),
                                                                          finite, dmask),
-        "backward of layer_norm, rows with large means, an inf and a -0.0 gradient": ln_grads,
+        "backward of layer_norm, rows with large means, an inf and a -0.0 gradient": lambda: ln_grads_of(lx, lw, lb),
         "backward of layer_norm without weight and bias": lambda: ln_grads_of(lx, wanted="x"),
         "backward of layer_norm without weight and bias, constant rows": lambda: ln_grads_of(const_rows, wanted="x"),
         "backward of layer_norm with a weight only": lambda: ln_grads_of(lx, lw, wanted="xw"),
